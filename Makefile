@@ -1,0 +1,39 @@
+# Everything a fresh machine needs is installed by these targets.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: run test bench install install-test system-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(wildcard plugins/*/pyproject.toml) | $(PY)
+	$(PY) -m pip install -q -e '.[test]'
+	for p in plugins/*/; do [ -f "$$p/pyproject.toml" ] && $(PY) -m pip install -q -e "$$p" || true; done
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+# kcat is a Debian package; tests that need it say so if it is missing.
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null 2>&1 || echo "warning: could not install kcat"; }
+
+run: install
+	$(VENV)/bin/tieredlog broker
+
+test: install-test system-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install-test
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) data .pytest_cache

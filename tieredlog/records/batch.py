@@ -1,0 +1,215 @@
+"""RecordBatch v2 headers: the only part of a batch the broker looks at.
+
+The broker treats batches as opaque bytes. It reads the fixed 61-byte header,
+checks the CRC-32C (which covers attributes..end, so base offset and partition
+leader epoch can be patched in place without recomputing it), and never
+decompresses on the produce or fetch path.
+
+Layout (big-endian), offsets in bytes:
+  0 baseOffset i64 | 8 batchLength i32 | 12 partitionLeaderEpoch i32 | 16 magic i8
+  17 crc u32 | 21 attributes i16 | 23 lastOffsetDelta i32 | 27 baseTimestamp i64
+  35 maxTimestamp i64 | 43 producerId i64 | 51 producerEpoch i16 | 53 baseSequence i32
+  57 recordsCount i32 | 61 records...
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator
+
+import crc32c as _crc32c
+
+from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
+
+HEADER_SIZE = 61
+# baseOffset + batchLength: the part of a batch not counted in batchLength.
+LOG_OVERHEAD = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+PARTITION_LEADER_EPOCH_OFFSET = 12
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength: common to every magic
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch on disk or on the wire."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 = CreateTime, 1 = LogAppendTime."""
+        return (self.attributes & TIMESTAMP_TYPE_MASK) >> 3
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        # Sequences wrap at int32 max, as in Kafka's DefaultRecordBatch.incrementSequence.
+        return (self.base_sequence + self.last_offset_delta) % (1 << 31)
+
+
+def read_header(buf, pos: int = 0) -> BatchHeader:
+    """Parse the v2 header at ``pos``. Raises CorruptRecordError if it does not fit."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(f"batch header truncated at byte {pos}", position=pos)
+    h = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    if h.magic != 2:
+        raise InvalidRecordError(f"unsupported magic {h.magic} at byte {pos}", position=pos)
+    return h
+
+
+def peek_size(buf, pos: int = 0) -> int:
+    """Size in bytes of the batch (any magic) starting at ``pos``, from its length prefix."""
+    if len(buf) - pos < LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch length prefix truncated at byte {pos}", position=pos)
+    _, length = _PREFIX.unpack_from(buf, pos)
+    return length + LOG_OVERHEAD
+
+
+def compute_crc(buf, pos: int, size: int) -> int:
+    return _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+
+
+def validate_batch(buf, pos: int = 0, max_size: int | None = None) -> BatchHeader:
+    """Read and fully check the v2 batch at ``pos``: sizes, magic, CRC-32C, counts."""
+    h = read_header(buf, pos)
+    if h.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"batch at byte {pos} has length {h.batch_length}, below the minimum {HEADER_SIZE - LOG_OVERHEAD}",
+            position=pos,
+        )
+    if pos + h.size > len(buf):
+        raise CorruptRecordError(
+            f"batch at byte {pos} declares {h.size} bytes but only {len(buf) - pos} remain", position=pos
+        )
+    if max_size is not None and h.size > max_size:
+        raise InvalidRecordError(f"batch at byte {pos} is {h.size} bytes, over the limit {max_size}", position=pos)
+    if h.last_offset_delta < 0 or h.records_count < 0:
+        raise CorruptRecordError(f"batch at byte {pos} has negative counts", position=pos)
+    if h.records_count and h.last_offset_delta + 1 < h.records_count:
+        raise CorruptRecordError(
+            f"batch at byte {pos} has {h.records_count} records but lastOffsetDelta {h.last_offset_delta}", position=pos
+        )
+    crc = compute_crc(buf, pos, h.size)
+    if crc != h.crc:
+        raise CorruptRecordError(
+            f"batch at byte {pos} fails CRC-32C check (stored {h.crc:#010x}, computed {crc:#010x})", position=pos
+        )
+    return h
+
+
+def iter_headers(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield (position, header) for each whole v2 batch in ``buf[start:end]`` without CRC checks.
+
+    Stops silently at a trailing partial batch (a fetch response may end with one).
+    """
+    end = len(buf) if end is None else end
+    pos = start
+    while end - pos >= HEADER_SIZE:
+        size = peek_size(buf, pos)
+        if size < HEADER_SIZE or pos + size > end:
+            return
+        yield pos, read_header(buf, pos)
+        pos += size
+
+
+def validate_batches(buf, max_batch_size: int | None = None) -> list[BatchHeader]:
+    """Validate every batch of a produce request's records; the records must be whole batches."""
+    headers = []
+    pos = 0
+    n = len(buf)
+    if n == 0:
+        raise InvalidRecordError("empty record set", position=0)
+    while pos < n:
+        h = validate_batch(buf, pos, max_batch_size)
+        headers.append(h)
+        pos += h.size
+    return headers
+
+
+def patch_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    _I64.pack_into(buf, pos, base_offset)
+
+
+def patch_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def assign_offsets(buf: bytearray, headers: list[BatchHeader], first_offset: int, leader_epoch: int) -> int:
+    """Patch base offsets (consecutive from ``first_offset``) and leader epochs in place.
+
+    Returns the next offset after the last batch. The CRC stays valid.
+    """
+    pos = 0
+    offset = first_offset
+    for h in headers:
+        _I64.pack_into(buf, pos, offset)
+        _I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+        offset += h.last_offset_delta + 1
+        pos += h.size
+    return offset
