@@ -1,0 +1,37 @@
+"""`tieredlog` command: dispatches to one module per subcommand, imported only when used."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module, help). Each module exposes main(argv: list[str]) -> int.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "broker": ("tieredlog.server.main", "run a broker"),
+    "topics": ("tieredlog.tools.topics", "create, delete, list, describe, alter-config topics"),
+    "dump-log": ("tieredlog.tools.dump_log", "print batches, records and index entries of log files"),
+    "remote": ("tieredlog.tools.remote", "inspect remote segments and __remote_log_metadata"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: tieredlog <command> [args]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"tieredlog: unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[cmd][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
