@@ -52,7 +52,12 @@ COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_U32 = struct.Struct(">I")
 _PREFIX = struct.Struct(">qi")  # baseOffset, batchLength: common to every magic
+# Public name for the header layout, for code that builds batches (records.record).
+HEADER_STRUCT = _HEADER
+MAX_TIMESTAMP_OFFSET = 35
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,3 +218,17 @@ def assign_offsets(buf: bytearray, headers: list[BatchHeader], first_offset: int
         offset += h.last_offset_delta + 1
         pos += h.size
     return offset
+
+
+def patch_log_append_time(buf: bytearray | memoryview, pos: int, timestamp: int) -> None:
+    """Turn the batch at ``pos`` into a LogAppendTime batch stamped ``timestamp``.
+
+    Kafka does this for topics with message.timestamp.type=LogAppendTime: set the timestamp-type
+    bit and maxTimestamp, then recompute the CRC (both fields lie inside it). Records are untouched;
+    readers give every record the batch's maxTimestamp.
+    """
+    (attributes,) = _I16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+    _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
+    (length,) = _I32.unpack_from(buf, pos + 8)
+    _U32.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, length + LOG_OVERHEAD))

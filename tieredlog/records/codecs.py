@@ -1,0 +1,223 @@
+"""Compression codecs of Kafka record batches: none, gzip, snappy, lz4, zstd.
+
+The bytes we write are the bytes the Java client writes, so every Kafka client can read them:
+- gzip: one gzip member (java.util.zip.GZIPOutputStream), level 6, mtime 0 so output is reproducible.
+- snappy: xerial block framing (org.xerial.snappy.SnappyOutputStream): a 16-byte header, then
+  blocks of at most 32 KiB input, each as a big-endian i32 length and raw snappy bytes.
+  On read we also accept bare raw snappy, which librdkafka and older clients produce.
+- lz4: an LZ4 frame with independent 64 KiB blocks and no content size, as Kafka's
+  KafkaLZ4BlockOutputStream writes (Kafka's reader rejects linked blocks).
+- zstd: one zstd frame at level 3, Kafka's default. On read the frame may lack a content size
+  (zstd-jni streams never write one) and there may be several frames.
+
+Bad compressed data raises CorruptRecordError; an unknown codec id raises InvalidRecordError.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import cramjam
+import lz4.block
+import lz4.frame
+import zstandard
+
+from tieredlog.records.batch import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NAMES,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+)
+from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
+
+__all__ = ["compress", "decompress", "decompress_lz4_legacy", "XERIAL_HEADER"]
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+# magic, then version 1 and minimum compatible version 1 as big-endian i32s.
+XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+XERIAL_BLOCK_SIZE = 32 * 1024
+GZIP_LEVEL = 6
+ZSTD_LEVEL = 3
+
+_I32 = struct.Struct(">i")
+_U32LE = struct.Struct("<I")
+_LZ4_MAGIC = 0x184D2204
+_LZ4_SKIPPABLE_MASK = 0xFFFFFFF0
+_LZ4_SKIPPABLE_MAGIC = 0x184D2A50
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+
+_zstd_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+_zstd_decompressor = zstandard.ZstdDecompressor()
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """Compress a batch's records section with ``codec`` (0 none .. 4 zstd)."""
+    if codec == COMPRESSION_NONE:
+        return bytes(data)
+    if codec == COMPRESSION_GZIP:
+        # zlib directly (wbits=31 selects the gzip wrapper) gives a zero mtime and no file name.
+        c = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
+        return c.compress(data) + c.flush()
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy_xerial_compress(data)
+    if codec == COMPRESSION_LZ4:
+        return lz4.frame.compress(
+            data,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+    if codec == COMPRESSION_ZSTD:
+        return _zstd_compressor.compress(data)
+    raise InvalidRecordError(f"unknown compression codec {codec}")
+
+
+def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """Inverse of :func:`compress`, tolerant of every framing real clients write."""
+    try:
+        if codec == COMPRESSION_NONE:
+            return bytes(data)
+        if codec == COMPRESSION_GZIP:
+            return _gzip_decompress(data)
+        if codec == COMPRESSION_SNAPPY:
+            return _snappy_decompress(data)
+        if codec == COMPRESSION_LZ4:
+            return _lz4_decompress(data)
+        if codec == COMPRESSION_ZSTD:
+            return _zstd_decompress(data)
+    except CorruptRecordError:
+        raise
+    except (zlib.error, RuntimeError, zstandard.ZstdError, cramjam.DecompressionError, struct.error) as e:
+        # lz4.frame raises RuntimeError, cramjam DecompressionError, zstandard ZstdError: to a
+        # reader they all mean the batch is corrupt.
+        raise CorruptRecordError(f"invalid {COMPRESSION_NAMES[codec]} data: {e}") from e
+    raise InvalidRecordError(f"unknown compression codec {codec}")
+
+
+def _gzip_decompress(data) -> bytes:
+    out = []
+    view = memoryview(data)
+    # A gzip stream may hold several members; Java's GZIPInputStream reads them all.
+    while True:
+        d = zlib.decompressobj(31)
+        out.append(d.decompress(view))
+        if not d.eof:
+            raise CorruptRecordError("gzip data truncated")
+        rest = d.unused_data
+        if not rest:
+            break
+        view = memoryview(rest)
+    return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _snappy_xerial_compress(data) -> bytes:
+    view = memoryview(data)
+    parts = [XERIAL_HEADER]
+    for i in range(0, len(view), XERIAL_BLOCK_SIZE):
+        block = bytes(cramjam.snappy.compress_raw(view[i : i + XERIAL_BLOCK_SIZE]))
+        parts.append(_I32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decompress(data) -> bytes:
+    view = memoryview(data)
+    if len(view) < 16 or view[:8] != XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(view))
+    # Version and compat ints are ignored: only v1 exists, and some producers write them little-endian.
+    out = []
+    pos = 16
+    n = len(view)
+    while pos < n:
+        if n - pos < 4:
+            raise CorruptRecordError(f"xerial snappy block length truncated at byte {pos}", position=pos)
+        (size,) = _I32.unpack_from(view, pos)
+        pos += 4
+        if size < 0 or pos + size > n:
+            raise CorruptRecordError(
+                f"xerial snappy block at byte {pos - 4} declares {size} bytes but {n - pos} remain", position=pos - 4
+            )
+        out.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + size])))
+        pos += size
+    return b"".join(out)
+
+
+def _lz4_decompress(data) -> bytes:
+    view = memoryview(data)
+    if len(view) < 4 or _U32LE.unpack_from(view, 0)[0] != _LZ4_MAGIC:
+        raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic", position=0)
+    d = lz4.frame.LZ4FrameDecompressor()
+    out = d.decompress(view)
+    if not d.eof:
+        raise CorruptRecordError("lz4 frame truncated")
+    if d.unused_data:
+        # Concatenated frames are legal; read them too.
+        return out + _lz4_decompress(d.unused_data)
+    return out
+
+
+def decompress_lz4_legacy(data: bytes | bytearray | memoryview) -> bytes:
+    """Read an LZ4 frame written by Kafka 0.8/0.9 for magic 0 messages.
+
+    Those versions computed the frame descriptor checksum over the magic number too, so a
+    conforming decoder rejects their frames. We walk the frame ourselves, skip that checksum
+    and decode each block with the raw block decoder.
+    """
+    view = memoryview(data)
+    n = len(view)
+    if n < 7 or _U32LE.unpack_from(view, 0)[0] != _LZ4_MAGIC:
+        raise CorruptRecordError("lz4 data does not start with the LZ4 frame magic", position=0)
+    flg, bd = view[4], view[5]
+    if flg >> 6 != 1:
+        raise CorruptRecordError(f"unsupported lz4 frame version {flg >> 6}", position=4)
+    block_checksum = bool(flg & 0x10)
+    content_size = bool(flg & 0x08)
+    content_checksum = bool(flg & 0x04)
+    max_block = _LZ4_BLOCK_MAX.get((bd >> 4) & 0x07)
+    if max_block is None:
+        raise CorruptRecordError(f"invalid lz4 block size id in descriptor byte {bd:#04x}", position=5)
+    pos = 6 + (8 if content_size else 0) + 1  # descriptor, optional content size, header checksum
+    out = []
+    while True:
+        if n - pos < 4:
+            raise CorruptRecordError(f"lz4 block size truncated at byte {pos}", position=pos)
+        (word,) = _U32LE.unpack_from(view, pos)
+        pos += 4
+        if word == 0:
+            break
+        size = word & 0x7FFFFFFF
+        if size > max_block or pos + size > n:
+            raise CorruptRecordError(f"lz4 block at byte {pos - 4} has invalid size {size}", position=pos - 4)
+        block = view[pos : pos + size]
+        if word & 0x80000000:
+            out.append(bytes(block))  # stored uncompressed
+        else:
+            try:
+                out.append(lz4.block.decompress(block, uncompressed_size=max_block))
+            except lz4.block.LZ4BlockError as e:
+                raise CorruptRecordError(f"invalid lz4 block at byte {pos - 4}: {e}", position=pos - 4) from e
+        pos += size + (4 if block_checksum else 0)
+    if content_checksum:
+        pos += 4
+    if pos > n:
+        raise CorruptRecordError("lz4 frame truncated after its end mark", position=n)
+    return b"".join(out)
+
+
+def _zstd_decompress(data) -> bytes:
+    view = memoryview(data)
+    out = []
+    while True:
+        d = _zstd_decompressor.decompressobj()
+        out.append(d.decompress(view))
+        if not d.eof:
+            raise CorruptRecordError("zstd frame truncated")
+        rest = d.unused_data
+        if not rest:
+            break
+        view = memoryview(rest)
+    return out[0] if len(out) == 1 else b"".join(out)

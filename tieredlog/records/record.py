@@ -1,0 +1,544 @@
+"""Records inside a v2 batch: varints, decoding a whole batch, building batches.
+
+The broker itself never calls this on produce or fetch (it only reads batch headers); tools,
+tests, the control-marker writer and the Spark reader do.
+
+Record layout (after the 61-byte batch header, possibly compressed as a whole):
+  length varint | attributes i8 | timestampDelta varlong | offsetDelta varint |
+  keyLength varint | key | valueLength varint | value | headerCount varint |
+  [headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue]...
+Varints are zigzag-encoded base-128 (protobuf's sint), lengths of -1 mean null.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence, Union
+
+from tieredlog.records.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    COMPRESSION_NONE,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    compute_crc,
+    peek_size,
+    read_header,
+    validate_batch,
+)
+from tieredlog.records.codecs import compress, decompress
+from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
+
+__all__ = [
+    "Record",
+    "ControlRecord",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
+    "decode_batch",
+    "iter_batches_records",
+    "build_batch",
+    "build_control_batch",
+    "parse_control_record",
+    "read_varint",
+    "read_uvarint",
+    "write_varint",
+    "write_uvarint",
+    "encode_varint",
+    "encode_uvarint",
+    "varint_size",
+    "zigzag_encode",
+    "zigzag_decode",
+]
+
+Header = tuple[str, Union[bytes, None]]
+BytesLike = Union[bytes, bytearray, memoryview]
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRecord:
+    """The key and value of a transaction marker (Kafka's EndTransactionMarker)."""
+
+    version: int
+    type: int  # CONTROL_ABORT or CONTROL_COMMIT (other types exist for KRaft)
+    coordinator_epoch: int | None
+
+
+# ---------------------------------------------------------------------------------------------
+# Varints
+
+
+def zigzag_encode(n: int) -> int:
+    # Python ints are unbounded, so the sign is folded in arithmetically, not by a fixed-width shift.
+    return (n << 1) if n >= 0 else ((-n) << 1) - 1
+
+
+def zigzag_decode(n: int) -> int:
+    return (n >> 1) ^ -(n & 1)
+
+
+def write_uvarint(out: bytearray, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"unsigned varint cannot hold {value}")
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def write_varint(out: bytearray, value: int) -> None:
+    """Append a zigzag varint (Kafka's varint and varlong alike)."""
+    v = zigzag_encode(value)
+    if v < 0x80:  # most deltas and lengths fit one byte
+        out.append(v)
+        return
+    write_uvarint(out, v)
+
+
+def encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    write_uvarint(out, value)
+    return bytes(out)
+
+
+def encode_varint(value: int) -> bytes:
+    out = bytearray()
+    write_varint(out, value)
+    return bytes(out)
+
+
+def varint_size(value: int) -> int:
+    """Bytes taken by the zigzag varint encoding of ``value``."""
+    v = zigzag_encode(value)
+    size = 1
+    while v >= 0x80:
+        v >>= 7
+        size += 1
+    return size
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    """Read an unsigned varint at ``pos``; returns (value, position after it)."""
+    start = pos
+    n = len(buf)
+    result = 0
+    shift = 0
+    while True:
+        if pos >= n:
+            raise CorruptRecordError(f"varint truncated at byte {start}", position=start)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:  # a varlong never needs more than 10 bytes
+            raise CorruptRecordError(f"varint longer than 10 bytes at byte {start}", position=start)
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """Read a zigzag varint/varlong at ``pos``; returns (value, position after it)."""
+    if pos < len(buf):
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+    v, pos = read_uvarint(buf, pos)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
+    """Decode the v2 batch at ``pos`` into its header and records, decompressing as needed.
+
+    Checks sizes and (unless ``verify_crc`` is false) the CRC-32C first. Record offsets and
+    timestamps are absolute. For LogAppendTime batches every record takes the batch's
+    maxTimestamp, as Kafka's consumers do.
+    """
+    if verify_crc:
+        header = validate_batch(buf, pos)
+    else:
+        header = read_header(buf, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > len(buf):
+            raise CorruptRecordError(
+                f"batch at byte {pos} declares {header.size} bytes but only {len(buf) - pos} remain", position=pos
+            )
+    end = pos + header.size
+    count = header.records_count
+    if count < 0:
+        raise CorruptRecordError(f"batch at byte {pos} has negative record count {count}", position=pos)
+    log_append_time = header.max_timestamp if header.timestamp_type == 1 else None
+    codec = header.compression
+    if codec == COMPRESSION_NONE:
+        # Slices of a bytearray would be copied twice (slice, then bytes()); a memoryview once.
+        view = buf if isinstance(buf, bytes) else memoryview(buf)
+        records = _decode_records(
+            view, pos + HEADER_SIZE, end, count, header.base_offset, header.base_timestamp, log_append_time, 0, pos
+        )
+    else:
+        try:
+            data = decompress(codec, memoryview(buf)[pos + HEADER_SIZE : end])
+        except CorruptRecordError as e:
+            raise CorruptRecordError(f"batch at byte {pos}: {e}", position=pos) from e
+        except InvalidRecordError as e:
+            raise InvalidRecordError(f"batch at byte {pos}: {e}", position=pos + ATTRIBUTES_OFFSET) from e
+        records = _decode_records(
+            data, 0, len(data), count, header.base_offset, header.base_timestamp, log_append_time, pos, pos
+        )
+    return header, records
+
+
+def iter_batches_records(
+    buf, start: int = 0, *, verify_crc: bool = True, stop_at_partial: bool = False
+) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Decode every v2 batch of a segment or fetch response, in order.
+
+    A trailing partial batch raises CorruptRecordError unless ``stop_at_partial`` is set (a fetch
+    response may legitimately end with one).
+    """
+    pos = start
+    n = len(buf)
+    while pos < n:
+        if n - pos < HEADER_SIZE or pos + peek_size(buf, pos) > n:
+            if stop_at_partial:
+                return
+            raise CorruptRecordError(f"partial batch at byte {pos}: only {n - pos} bytes remain", position=pos)
+        header, records = decode_batch(buf, pos, verify_crc=verify_crc)
+        yield header, records
+        pos += header.size
+
+
+def _decode_records(
+    data,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    compressed_at: int,
+    batch_pos: int,
+) -> list[Record]:
+    """Parse ``count`` records from ``data[pos:end]``, which they must fill exactly.
+
+    ``compressed_at`` is 0 for an uncompressed batch (positions are then absolute in the
+    buffer); otherwise positions are within the decompressed data and errors name the batch.
+    """
+
+    def rv(p: int) -> tuple[int, int]:
+        # read_varint's own error would carry a position inside decompressed data; reword it here.
+        try:
+            return read_varint(data, p)
+        except CorruptRecordError:
+            raise fail("varint truncated or longer than 10 bytes", p) from None
+
+    def fail(msg: str, at: int) -> CorruptRecordError:
+        if compressed_at:
+            return CorruptRecordError(
+                f"batch at byte {batch_pos}: {msg} at byte {at} of the decompressed records", position=batch_pos
+            )
+        return CorruptRecordError(f"batch at byte {batch_pos}: {msg} at byte {at}", position=at)
+
+    records: list[Record] = []
+    append = records.append
+    if count > end - pos:
+        # Each record takes at least 7 bytes; a huge count is corruption, not a reason to loop.
+        raise fail(f"record count {count} cannot fit in {end - pos} bytes", pos)
+    rec_start = pos
+    try:
+        for _ in range(count):
+            rec_start = pos
+            # Inlined single-byte fast paths of read_varint: this loop is the decoder's hot spot.
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = rv(pos)
+            rec_end = pos + length
+            if length < 0 or rec_end > end:
+                raise fail(f"record length {length} overruns the batch", rec_start)
+            pos += 1  # attributes: unused, always 0
+            b = data[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = rv(pos)
+            b = data[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = rv(pos)
+            b = data[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                klen, pos = rv(pos)
+            if klen < 0:
+                if klen != -1:
+                    raise fail(f"invalid key length {klen}", pos)
+                key = None
+            else:
+                if pos + klen > rec_end:
+                    raise fail(f"key length {klen} overruns the record", pos)
+                key = bytes(data[pos : pos + klen])
+                pos += klen
+            b = data[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                vlen, pos = rv(pos)
+            if vlen < 0:
+                if vlen != -1:
+                    raise fail(f"invalid value length {vlen}", pos)
+                value = None
+            else:
+                if pos + vlen > rec_end:
+                    raise fail(f"value length {vlen} overruns the record", pos)
+                value = bytes(data[pos : pos + vlen])
+                pos += vlen
+            b = data[pos]
+            if b < 0x80:
+                hcount = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                hcount, pos = rv(pos)
+            headers: list[Header] = []
+            if hcount:
+                if hcount < 0 or hcount > rec_end - pos:
+                    raise fail(f"invalid header count {hcount}", pos)
+                for _h in range(hcount):
+                    hklen, pos = rv(pos)
+                    if hklen < 0 or pos + hklen > rec_end:
+                        raise fail(f"invalid header key length {hklen}", pos)
+                    try:
+                        hkey = str(data[pos : pos + hklen], "utf-8")
+                    except UnicodeDecodeError:
+                        raise fail("header key is not valid UTF-8", pos) from None
+                    pos += hklen
+                    hvlen, pos = rv(pos)
+                    if hvlen < 0:
+                        if hvlen != -1:
+                            raise fail(f"invalid header value length {hvlen}", pos)
+                        hval = None
+                    else:
+                        if pos + hvlen > rec_end:
+                            raise fail(f"header value length {hvlen} overruns the record", pos)
+                        hval = bytes(data[pos : pos + hvlen])
+                        pos += hvlen
+                    headers.append((hkey, hval))
+            if pos != rec_end:
+                raise fail(f"record declares {length} bytes but its fields take {pos - (rec_end - length)}", rec_start)
+            append(
+                Record(
+                    base_offset + offset_delta,
+                    base_timestamp + ts_delta if log_append_time is None else log_append_time,
+                    key,
+                    value,
+                    headers,
+                )
+            )
+    except IndexError:
+        raise fail("record truncated", rec_start) from None
+    if pos != end:
+        raise fail(f"{end - pos} bytes left over after {count} records", pos)
+    return records
+
+
+def parse_control_record(record: Record) -> ControlRecord:
+    """Read the key (version, type) and value (version, coordinatorEpoch) of a control record."""
+    if record.key is None or len(record.key) < _CONTROL_KEY.size:
+        raise CorruptRecordError(f"control record at offset {record.offset} has a short key")
+    version, ctype = _CONTROL_KEY.unpack_from(record.key)
+    epoch = None
+    if ctype in (CONTROL_ABORT, CONTROL_COMMIT):
+        if record.value is None or len(record.value) < _CONTROL_VALUE.size:
+            raise CorruptRecordError(f"transaction marker at offset {record.offset} has a short value")
+        _, epoch = _CONTROL_VALUE.unpack_from(record.value)
+    return ControlRecord(version, ctype, epoch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+RecordInput = Union[Record, Sequence]
+
+
+def build_batch(
+    records: Iterable[RecordInput],
+    *,
+    base_offset: int = 0,
+    codec: int = COMPRESSION_NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    timestamp_type: int = 0,
+    is_control: bool = False,
+) -> bytes:
+    """Build one v2 batch, byte-identical to what Kafka's Java producer writes for the same input.
+
+    ``records`` holds either ``Record`` objects, whose offsets must be ascending and at least
+    ``base_offset`` (gaps are kept, as after compaction), or tuples ``(key, value[, headers[,
+    timestamp]])`` that take consecutive offsets from ``base_offset``. A missing or None
+    timestamp means now. The first record's timestamp is the batch's baseTimestamp.
+    """
+    if codec & ~COMPRESSION_MASK or codec > 4:
+        raise InvalidRecordError(f"unknown compression codec {codec}")
+    if timestamp_type not in (0, 1):
+        raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
+    if is_transactional and producer_id < 0:
+        raise ValueError("a transactional batch needs a producer id")
+    body = bytearray()
+    rec = bytearray()
+    count = 0
+    base_ts = NO_TIMESTAMP
+    max_ts = NO_TIMESTAMP
+    last_delta = -1
+    for item in records:
+        if isinstance(item, Record):
+            delta = item.offset - base_offset
+            key, value, headers, ts = item.key, item.value, item.headers, item.timestamp
+            if delta <= last_delta:
+                raise ValueError(f"record offsets must ascend from base_offset {base_offset}: got {item.offset}")
+        else:
+            delta = last_delta + 1
+            key, value = item[0], item[1]
+            headers = item[2] if len(item) > 2 and item[2] is not None else ()
+            ts = item[3] if len(item) > 3 else None
+        if delta > _I32_MAX:
+            raise ValueError(f"offset delta {delta} does not fit an int32")
+        if ts is None:
+            ts = int(time.time() * 1000)
+        if count == 0:
+            base_ts = max_ts = ts
+        elif ts > max_ts:
+            max_ts = ts
+        ts_delta = ts - base_ts
+        if not _I64_MIN <= ts_delta <= _I64_MAX:
+            raise ValueError(f"timestamp {ts} is too far from the batch's first timestamp {base_ts}")
+        _encode_record(rec, ts_delta, delta, key, value, headers)
+        write_varint(body, len(rec))
+        body += rec
+        del rec[:]
+        last_delta = delta
+        count += 1
+    if count == 0:
+        raise ValueError("a batch needs at least one record")
+    payload = compress(codec, body) if codec != COMPRESSION_NONE else body
+    attributes = codec
+    if timestamp_type:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    out = bytearray(HEADER_SIZE)
+    out += payload
+    HEADER_STRUCT.pack_into(
+        out,
+        0,
+        base_offset,
+        len(out) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        2,
+        0,  # CRC, filled below once the bytes it covers are final
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+def _encode_record(out: bytearray, ts_delta: int, offset_delta: int, key, value, headers) -> None:
+    out.append(0)  # attributes: none are defined for records
+    write_varint(out, ts_delta)
+    write_varint(out, offset_delta)
+    _write_nullable(out, key, "key")
+    _write_nullable(out, value, "value")
+    write_varint(out, len(headers))
+    for hkey, hval in headers:
+        if isinstance(hkey, str):
+            hkey = hkey.encode("utf-8")
+        elif not isinstance(hkey, (bytes, bytearray, memoryview)):
+            raise TypeError(f"header key must be str, not {type(hkey).__name__}")
+        write_varint(out, len(hkey))
+        out += hkey
+        _write_nullable(out, hval, "header value")
+
+
+def _write_nullable(out: bytearray, data, what: str) -> None:
+    if data is None:
+        out.append(1)  # zigzag(-1)
+        return
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"record {what} must be bytes or None, not {type(data).__name__}")
+    write_varint(out, len(data))
+    out += data
+
+
+def build_control_batch(
+    control_type: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_offset: int,
+    timestamp: int,
+    coordinator_epoch: int = 0,
+    *,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A transaction marker batch: one control record, transactional and control bits set."""
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise ValueError(f"control_type must be 0 (ABORT) or 1 (COMMIT), not {control_type}")
+    key = _CONTROL_KEY.pack(0, control_type)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [Record(base_offset, timestamp, key, value, [])],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+        partition_leader_epoch=partition_leader_epoch,
+    )
