@@ -174,6 +174,7 @@ def decompress_lz4_legacy(data: bytes | bytearray | memoryview) -> bytes:
     flg, bd = view[4], view[5]
     if flg >> 6 != 1:
         raise CorruptRecordError(f"unsupported lz4 frame version {flg >> 6}", position=4)
+    linked = not flg & 0x20
     block_checksum = bool(flg & 0x10)
     content_size = bool(flg & 0x08)
     content_checksum = bool(flg & 0x04)
@@ -182,6 +183,7 @@ def decompress_lz4_legacy(data: bytes | bytearray | memoryview) -> bytes:
         raise CorruptRecordError(f"invalid lz4 block size id in descriptor byte {bd:#04x}", position=5)
     pos = 6 + (8 if content_size else 0) + 1  # descriptor, optional content size, header checksum
     out = []
+    history = b""
     while True:
         if n - pos < 4:
             raise CorruptRecordError(f"lz4 block size truncated at byte {pos}", position=pos)
@@ -197,9 +199,15 @@ def decompress_lz4_legacy(data: bytes | bytearray | memoryview) -> bytes:
             out.append(bytes(block))  # stored uncompressed
         else:
             try:
-                out.append(lz4.block.decompress(block, uncompressed_size=max_block))
+                if linked and history:
+                    # A linked block may refer back up to 64 KiB into what came before it.
+                    out.append(lz4.block.decompress(block, uncompressed_size=max_block, dict=history))
+                else:
+                    out.append(lz4.block.decompress(block, uncompressed_size=max_block))
             except lz4.block.LZ4BlockError as e:
                 raise CorruptRecordError(f"invalid lz4 block at byte {pos - 4}: {e}", position=pos - 4) from e
+        if linked:
+            history = (history + out[-1])[-65536:]
         pos += size + (4 if block_checksum else 0)
     if content_checksum:
         pos += 4
