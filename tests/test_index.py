@@ -1,0 +1,137 @@
+"""Offset, time and transaction indexes: Kafka's byte layout, preallocation, trim, lookups, truncation."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from tieredlog.log.index import (
+    AbortedTxn,
+    CorruptIndexError,
+    IndexOffsetError,
+    OffsetIndex,
+    TimeIndex,
+    TransactionIndex,
+)
+
+
+def test_offset_index_preallocates_rounded_down_and_trims(tmp_path):
+    path = tmp_path / "00000000000000000100.index"
+    idx = OffsetIndex(path, 100, max_index_size=8 * 10 + 5, writable=True)
+    assert path.stat().st_size == 80  # rounded down to whole 8-byte entries
+    assert idx.max_entries == 10
+    idx.append(105, 300)
+    idx.append(110, 700)
+    assert path.stat().st_size == 80
+    idx.trim_to_valid_size()
+    assert path.read_bytes() == struct.pack(">iiii", 5, 300, 10, 700)
+
+
+def test_offset_index_lookup_is_floor(tmp_path):
+    idx = OffsetIndex(tmp_path / "a.index", 1000, 4096, writable=True)
+    for rel, pos in [(3, 100), (9, 250), (20, 900)]:
+        idx.append(1000 + rel, pos)
+    assert idx.lookup(999) == (1000, 0)
+    assert idx.lookup(1002) == (1000, 0)
+    assert idx.lookup(1003) == (1003, 100)
+    assert idx.lookup(1015) == (1009, 250)
+    assert idx.lookup(10**12) == (1020, 900)
+
+
+def test_offset_index_rejects_non_increasing_and_full(tmp_path):
+    idx = OffsetIndex(tmp_path / "a.index", 0, 16, writable=True)
+    idx.append(5, 10)
+    with pytest.raises(IndexOffsetError):
+        idx.append(5, 20)
+    idx.append(6, 20)
+    assert idx.is_full
+    with pytest.raises(IndexOffsetError):
+        idx.append(7, 30)
+
+
+def test_offset_index_reload_and_truncate(tmp_path):
+    path = tmp_path / "a.index"
+    idx = OffsetIndex(path, 0, 4096, writable=True)
+    for i in range(1, 6):
+        idx.append(i * 10, i * 100)
+    idx.close()
+    again = OffsetIndex(path, 0, 4096)
+    assert again.entries == 5
+    assert again.lookup(35) == (30, 300)
+    again.truncate_to(30)  # removes entries with offset >= 30
+    assert again.entries == 2 and again.is_writable
+    assert again.lookup(1000) == (20, 200)
+    again.close()
+    assert path.read_bytes() == struct.pack(">iiii", 10, 100, 20, 200)
+
+
+def test_offset_index_sanity_check(tmp_path):
+    path = tmp_path / "a.index"
+    path.write_bytes(struct.pack(">ii", 5, 10) + b"\x00\x00")
+    with pytest.raises(CorruptIndexError):
+        OffsetIndex(path, 0, 4096).sanity_check()
+    path.write_bytes(bytes(64))  # preallocated zeros left by a crash
+    with pytest.raises(CorruptIndexError):
+        OffsetIndex(path, 0, 4096).sanity_check()
+    path.write_bytes(struct.pack(">iiii", 5, 10, 9, 9000))
+    with pytest.raises(CorruptIndexError):
+        OffsetIndex(path, 0, 4096).sanity_check(log_size=1000)
+    OffsetIndex(path, 0, 4096).sanity_check(log_size=10_000)
+
+
+def test_time_index_appends_only_growing_timestamps_and_reserves_last_slot(tmp_path):
+    path = tmp_path / "a.timeindex"
+    idx = TimeIndex(path, 50, max_index_size=12 * 3, writable=True)
+    idx.maybe_append(1000, 52)
+    idx.maybe_append(1000, 55)  # same timestamp: no entry
+    with pytest.raises(IndexOffsetError):
+        idx.maybe_append(999, 56)
+    idx.maybe_append(1005, 57)
+    assert idx.is_full  # 2 of 3: the last slot is kept for the roll
+    with pytest.raises(IndexOffsetError):
+        idx.maybe_append(1010, 58)
+    idx.maybe_append(1010, 58, skip_full_check=True)
+    idx.trim_to_valid_size()
+    assert path.read_bytes() == struct.pack(">qiqiqi", 1000, 2, 1005, 7, 1010, 8)
+    assert idx.lookup(999) == (-1, 50)
+    assert idx.lookup(1004) == (1000, 52)
+    assert idx.lookup(1005) == (1005, 57)
+    assert idx.last_entry == (1010, 58)
+
+
+def test_time_index_truncate(tmp_path):
+    idx = TimeIndex(tmp_path / "a.timeindex", 0, 4096, writable=True)
+    for ts, off in [(10, 1), (20, 5), (30, 9)]:
+        idx.maybe_append(ts, off)
+    idx.truncate_to(5)
+    assert idx.entries == 1 and idx.last_entry == (10, 1)
+
+
+def test_txn_index_round_trip_and_collect(tmp_path):
+    path = tmp_path / "00000000000000000000.txnindex"
+    idx = TransactionIndex(path, 0)
+    assert not path.exists()  # created only when first needed
+    a = AbortedTxn(producer_id=7, first_offset=3, last_offset=10, last_stable_offset=3)
+    b = AbortedTxn(producer_id=8, first_offset=12, last_offset=20, last_stable_offset=25)
+    idx.append(a)
+    idx.append(b)
+    idx.close()
+    assert path.read_bytes() == struct.pack(">hqqqq", 0, 7, 3, 10, 3) + struct.pack(">hqqqq", 0, 8, 12, 20, 25)
+    again = TransactionIndex(path, 0)
+    assert again.entries() == [a, b]
+    res = again.collect_aborted(11, 30)
+    assert res.aborted == [b] and res.is_complete is False
+    res = again.collect_aborted(0, 5)
+    assert res.aborted == [a] and res.is_complete is True  # b's LSO 25 >= 5: search done
+    with pytest.raises(IndexOffsetError):
+        again.append(AbortedTxn(9, 1, 15, 1))
+    again.truncate_to(15)
+    assert again.entries() == [a] and path.stat().st_size == 34
+
+
+def test_txn_index_corrupt_size(tmp_path):
+    path = tmp_path / "a.txnindex"
+    path.write_bytes(bytes(35))
+    with pytest.raises(CorruptIndexError):
+        TransactionIndex(path, 0).sanity_check()

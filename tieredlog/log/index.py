@@ -1,0 +1,418 @@
+"""Segment indexes in Apache Kafka's on-disk format.
+
+- ``OffsetIndex`` (``.index``): 8-byte entries ``relative offset i32 | position i32`` (big-endian).
+- ``TimeIndex`` (``.timeindex``): 12-byte entries ``timestamp i64 | relative offset i32``.
+- ``TransactionIndex`` (``.txnindex``): 34-byte aborted-transaction entries
+  ``version i16 (0) | producer id i64 | first offset i64 | last offset i64 | last stable offset i64``.
+
+The offset and time indexes of the active segment are preallocated to ``segment.index.bytes`` (rounded
+down to the entry size) and trimmed to their valid entries on roll and close, as Kafka does, so a file's
+length tells how many entries it holds once the segment is inactive. Writes are positional (``os.pwrite``);
+the valid entries are also kept in native ``array`` columns so a lookup is a C-level ``bisect`` and never
+touches the file. Rolled segments load their index lazily on first use and hold no file descriptor.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+import sys
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+INT32_MAX = (1 << 31) - 1
+NO_TIMESTAMP = -1
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_TXN_ENTRY = struct.Struct(">hqqqq")
+
+
+class CorruptIndexError(Exception):
+    """An index file that fails its sanity check; the segment rebuilds it from the log."""
+
+
+class IndexOffsetError(ValueError):
+    """An entry that would break the index's ordering (Kafka's InvalidOffsetException)."""
+
+
+def _round_down(value: int, multiple: int) -> int:
+    return value - value % multiple
+
+
+class _SparseIndex:
+    """Shared machinery of the offset and time index: two native columns plus positional file writes."""
+
+    entry_size: int
+    _entry: struct.Struct
+
+    def __init__(self, path: Path | str, base_offset: int, max_index_size: int, writable: bool = False):
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self._max_entries = max(_round_down(max_index_size, self.entry_size) // self.entry_size, 0)
+        self._keys: array | None = None  # search column (relative offsets or timestamps)
+        self._vals: array | None = None  # the other column
+        self._fd: int | None = None
+        if writable:
+            self.make_writable()
+
+    # ---- loading ---------------------------------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        n = len(data) // self.entry_size
+        keys, vals = self._decode(memoryview(data)[: n * self.entry_size])
+        self._keys, self._vals = keys, vals
+        self._file_len = len(data)
+
+    def _decode(self, data: memoryview) -> tuple[array, array]:
+        raise NotImplementedError
+
+    def _columns(self) -> tuple[array, array]:
+        if self._keys is None:
+            self._load()
+        return self._keys, self._vals  # type: ignore[return-value]
+
+    @property
+    def entries(self) -> int:
+        return len(self._columns()[0])
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of valid entries (what the file holds once trimmed)."""
+        return self.entries * self.entry_size
+
+    @property
+    def is_writable(self) -> bool:
+        return self._fd is not None
+
+    # ---- file lifecycle --------------------------------------------------------------------------
+    def make_writable(self) -> None:
+        """Open for appends and preallocate the file to ``max_index_size`` (Kafka's resize on activation)."""
+        self._columns()
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        length = max(self._max_entries * self.entry_size, self.size_bytes)
+        os.ftruncate(self._fd, length)
+
+    def trim_to_valid_size(self) -> None:
+        """Cut the preallocated tail so the file holds exactly the valid entries, and stop writing."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, self.size_bytes)
+            os.close(self._fd)
+            self._fd = None
+        elif self._keys is not None and self.path.exists() and self.path.stat().st_size != self.size_bytes:
+            os.truncate(self.path, self.size_bytes)
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        self.trim_to_valid_size()
+
+    def rename_to(self, new_path: Path) -> None:
+        if self.path.exists():
+            os.replace(self.path, new_path)
+        self.path = Path(new_path)
+
+    def delete(self) -> bool:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        try:
+            self.path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def _write_entry(self, index: int, a: int, b: int) -> None:
+        if self._fd is None:
+            raise IndexOffsetError(f"index {self.path} is not open for writing")
+        os.pwrite(self._fd, self._entry.pack(a, b), index * self.entry_size)
+
+    def _truncate_entries(self, keep: int) -> None:
+        keys, vals = self._columns()
+        del keys[keep:]
+        del vals[keep:]
+        if self._fd is None:
+            # Truncating a rolled segment makes it the active one again (Kafka resizes it back).
+            self.make_writable()
+        else:
+            # Cutting and re-extending zeroes the dropped entries, so a crash cannot resurrect them.
+            end = self._max_entries * self.entry_size
+            os.ftruncate(self._fd, keep * self.entry_size)
+            os.ftruncate(self._fd, max(end, keep * self.entry_size))
+
+    def reset(self) -> None:
+        """Drop every entry (recovery rebuilds the index from the log)."""
+        self._truncate_entries(0)
+
+    def file_bytes(self) -> bytes:
+        """The valid entries exactly as they are laid out on disk."""
+        keys, vals = self._columns()
+        return b"".join(self._entry.pack(*self._pack_order(k, v)) for k, v in zip(keys, vals))
+
+    def _pack_order(self, key: int, val: int) -> tuple[int, int]:
+        raise NotImplementedError
+
+
+class OffsetIndex(_SparseIndex):
+    """Sparse offset -> file position map of one segment."""
+
+    entry_size = 8
+    _entry = _OFFSET_ENTRY
+
+    def _decode(self, data: memoryview) -> tuple[array, array]:
+        flat = array("i", bytes(data))
+        if sys.byteorder == "little":
+            flat.byteswap()
+        return flat[0::2], flat[1::2]
+
+    def _pack_order(self, key: int, val: int) -> tuple[int, int]:
+        return key, val
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self._max_entries
+
+    @property
+    def last_offset(self) -> int:
+        keys, _ = self._columns()
+        return self.base_offset + keys[-1] if keys else self.base_offset
+
+    def append(self, offset: int, position: int) -> None:
+        keys, vals = self._columns()
+        if keys and offset - self.base_offset <= keys[-1]:
+            raise IndexOffsetError(
+                f"offset {offset} is not larger than the last indexed offset {self.last_offset} in {self.path}"
+            )
+        if len(keys) >= self._max_entries:
+            raise IndexOffsetError(f"offset index {self.path} is full ({self._max_entries} entries)")
+        rel = offset - self.base_offset
+        if not 0 <= rel <= INT32_MAX:
+            raise IndexOffsetError(f"offset {offset} is out of range for segment base {self.base_offset}")
+        self._write_entry(len(keys), rel, position)
+        keys.append(rel)
+        vals.append(position)
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry with offset <= target, else (base offset, 0)."""
+        keys, vals = self._columns()
+        i = bisect.bisect_right(keys, target_offset - self.base_offset)
+        if i == 0:
+            return self.base_offset, 0
+        return self.base_offset + keys[i - 1], vals[i - 1]
+
+    def entry(self, n: int) -> tuple[int, int]:
+        keys, vals = self._columns()
+        return self.base_offset + keys[n], vals[n]
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``."""
+        keys, _ = self._columns()
+        rel = offset - self.base_offset
+        keep = 0 if rel <= 0 else bisect.bisect_left(keys, rel)
+        self._truncate_entries(keep)
+
+    def sanity_check(self, log_size: int | None = None) -> None:
+        """Raise CorruptIndexError unless the file could have been written by a segment of this base offset."""
+        keys, vals = self._columns()
+        if self._fd is None and self._file_len % self.entry_size:
+            raise CorruptIndexError(f"index file {self.path} has size {self._file_len}, not a multiple of 8")
+        if not keys:
+            return
+        if keys[0] < 0 or any(a >= b for a, b in zip(keys, keys[1:])):
+            raise CorruptIndexError(f"index file {self.path} has offsets out of order")
+        if vals[0] < 0 or any(a > b for a, b in zip(vals, vals[1:])):
+            raise CorruptIndexError(f"index file {self.path} has positions out of order")
+        if log_size is not None and vals[-1] >= log_size:
+            raise CorruptIndexError(f"index file {self.path} points at byte {vals[-1]} beyond the log size {log_size}")
+
+
+class TimeIndex(_SparseIndex):
+    """Sparse max-timestamp -> offset map of one segment; entries only when the max timestamp grows."""
+
+    entry_size = 12
+    _entry = _TIME_ENTRY
+
+    def _decode(self, data: memoryview) -> tuple[array, array]:
+        ts, rel = array("q"), array("i")
+        for t, r in _TIME_ENTRY.iter_unpack(data):
+            ts.append(t)
+            rel.append(r)
+        return ts, rel
+
+    def _pack_order(self, key: int, val: int) -> tuple[int, int]:
+        return key, val
+
+    @property
+    def is_full(self) -> bool:
+        # The last slot is kept for the entry written when the segment rolls (as Kafka does).
+        return self.entries >= self._max_entries - 1
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base offset) when empty."""
+        ts, rel = self._columns()
+        if not ts:
+            return NO_TIMESTAMP, self.base_offset
+        return ts[-1], self.base_offset + rel[-1]
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        ts, rel = self._columns()
+        if not skip_full_check and self.is_full:
+            raise IndexOffsetError(f"time index {self.path} is full")
+        last_ts, last_off = self.last_entry
+        if ts and offset < last_off:
+            raise IndexOffsetError(f"offset {offset} is below the last time-indexed offset {last_off} in {self.path}")
+        if ts and timestamp < last_ts:
+            raise IndexOffsetError(f"timestamp {timestamp} is below the last indexed timestamp {last_ts} in {self.path}")
+        if timestamp > last_ts:
+            if len(ts) >= self._max_entries:
+                raise IndexOffsetError(f"time index {self.path} has no room left")
+            self._write_entry(len(ts), timestamp, offset - self.base_offset)
+            ts.append(timestamp)
+            rel.append(offset - self.base_offset)
+
+    def lookup(self, target_timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the largest entry with timestamp <= target, else (-1, base offset)."""
+        ts, rel = self._columns()
+        i = bisect.bisect_right(ts, target_timestamp)
+        if i == 0:
+            return NO_TIMESTAMP, self.base_offset
+        return ts[i - 1], self.base_offset + rel[i - 1]
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``."""
+        _, rel = self._columns()
+        r = offset - self.base_offset
+        keep = 0 if r <= 0 else bisect.bisect_left(rel, r)
+        self._truncate_entries(keep)
+
+    def sanity_check(self, next_offset: int | None = None) -> None:
+        ts, rel = self._columns()
+        if self._fd is None and self._file_len % self.entry_size:
+            raise CorruptIndexError(f"time index file {self.path} has size {self._file_len}, not a multiple of 12")
+        if not ts:
+            return
+        if any(a >= b for a, b in zip(ts, ts[1:])) or rel[0] < 0 or any(a > b for a, b in zip(rel, rel[1:])):
+            raise CorruptIndexError(f"time index file {self.path} has entries out of order")
+        if next_offset is not None and self.base_offset + rel[-1] >= max(next_offset, self.base_offset + 1):
+            raise CorruptIndexError(f"time index file {self.path} points past the end of the log")
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+    def to_bytes(self) -> bytes:
+        return _TXN_ENTRY.pack(0, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnIndexSearchResult:
+    aborted: list[AbortedTxn]
+    is_complete: bool  # an entry's LSO reached the upper bound: later segments cannot add more
+
+
+class TransactionIndex:
+    """Aborted transactions whose abort marker lies in this segment. Not preallocated; created on first use."""
+
+    entry_size = 34
+
+    def __init__(self, path: Path | str, base_offset: int):
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self._entries: list[AbortedTxn] | None = None
+        self._fd: int | None = None
+
+    def _all(self) -> list[AbortedTxn]:
+        if self._entries is None:
+            try:
+                data = self.path.read_bytes()
+            except FileNotFoundError:
+                data = b""
+            if len(data) % self.entry_size:
+                raise CorruptIndexError(f"transaction index {self.path} has size {len(data)}, not a multiple of 34")
+            out = []
+            for version, pid, first, last, lso in _TXN_ENTRY.iter_unpack(data):
+                if version != 0:
+                    raise CorruptIndexError(f"transaction index {self.path} has an entry of unknown version {version}")
+                out.append(AbortedTxn(pid, first, last, lso))
+            self._entries = out
+        return self._entries
+
+    def entries(self) -> list[AbortedTxn]:
+        return list(self._all())
+
+    def append(self, txn: AbortedTxn) -> None:
+        entries = self._all()
+        if entries and txn.last_offset <= entries[-1].last_offset:
+            raise IndexOffsetError(
+                f"aborted txn ending at {txn.last_offset} is not after the last one ({entries[-1].last_offset})"
+            )
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        os.pwrite(self._fd, txn.to_bytes(), len(entries) * self.entry_size)
+        entries.append(txn)
+
+    def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        out = []
+        for txn in self._all():
+            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+                out.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                return TxnIndexSearchResult(out, True)
+        return TxnIndexSearchResult(out, False)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries whose abort marker is at or after ``offset``."""
+        entries = self._all()
+        keep = [t for t in entries if t.last_offset < offset]
+        if len(keep) != len(entries):
+            self._entries = keep
+            if self.path.exists():
+                os.truncate(self.path, len(keep) * self.entry_size)
+
+    def reset(self) -> None:
+        self.truncate_to(-1)
+
+    def flush(self) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def rename_to(self, new_path: Path) -> None:
+        if self.path.exists():
+            os.replace(self.path, new_path)
+        self.path = Path(new_path)
+
+    def delete(self) -> bool:
+        self.close()
+        try:
+            self.path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def sanity_check(self) -> None:
+        self._all()
