@@ -1,0 +1,41 @@
+"""Group coordinator settings, under Kafka's broker config names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    max_size: int = 2**31 - 1  # group.max.size
+    offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024  # offsets.topic.segment.bytes
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> "GroupConfig":
+        """Build from a key -> value mapping (values may be strings, as in server.properties)."""
+        names = {
+            "group.min.session.timeout.ms": "min_session_timeout_ms",
+            "group.max.session.timeout.ms": "max_session_timeout_ms",
+            "group.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
+            "group.max.size": "max_size",
+            "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+            "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+            "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+        }
+        values: dict[str, int] = {}
+        for key, attr in names.items():
+            raw = props.get(key)
+            if raw is not None and raw != "":
+                values[attr] = int(raw)
+        config = cls(**values)
+        if config.offsets_topic_num_partitions < 1:
+            raise ValueError("offsets.topic.num.partitions must be at least 1")
+        if config.min_session_timeout_ms > config.max_session_timeout_ms:
+            raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+        return config
