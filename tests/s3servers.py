@@ -1,0 +1,249 @@
+"""Real S3 servers on loopback for tests: moto's server mode and SeaweedFS (``weed mini``).
+
+Usage in a test module (run pytest from the repo root, as ``make test`` does)::
+
+    from tests.s3servers import moto_s3, seaweed_s3   # noqa: F401  (pytest fixtures)
+
+    def test_something(moto_s3):
+        client = moto_s3.client()                       # boto3 client, path style
+        configs = moto_s3.rsm_configs(prefix="t1/")     # configs for S3RemoteStorageManager
+        bucket = moto_s3.new_bucket()                   # a fresh bucket when sharing is not enough
+
+Both fixtures are session scoped and each server process is shared by every module that imports the
+fixture (reference counted), so a whole run starts at most one of each. Each server has the bucket
+``tieredlog`` created; tests isolate themselves with their own key prefix or ``new_bucket()``.
+Credentials are fixed test values (SeaweedFS checks them; moto accepts anything).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import boto3
+import pytest
+from botocore.config import Config
+
+ACCESS_KEY = "tieredlog"
+SECRET_KEY = "tieredlog-secret"
+REGION = "us-east-1"
+BUCKET = "tieredlog"
+WEED = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "weed"
+
+
+@dataclass
+class S3Endpoint:
+    """Where a running server listens, with the credentials and bucket it was set up with."""
+
+    name: str
+    url: str
+    bucket: str = BUCKET
+    access_key: str = ACCESS_KEY
+    secret_key: str = SECRET_KEY
+    region: str = REGION
+    _stop: Callable[[], None] | None = field(default=None, repr=False)
+
+    def client(self, **config):
+        return boto3.client(
+            "s3", endpoint_url=self.url, aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key, region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
+                          response_checksum_validation="when_required", **config),
+        )
+
+    def new_bucket(self) -> str:
+        name = f"t-{uuid.uuid4().hex[:20]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def rsm_configs(self, prefix: str = "", bucket: str | None = None, **extra: object) -> dict[str, object]:
+        """Configs for ``S3RemoteStorageManager.configure`` (``rsm.config.`` already stripped)."""
+        configs: dict[str, object] = {
+            "storage.s3.bucket.name": bucket or self.bucket,
+            "key.prefix": prefix,
+            "storage.s3.endpoint.url": self.url,
+            "storage.s3.region": self.region,
+            "storage.s3.path.style.access.enabled": "true",
+            "storage.aws.access.key.id": self.access_key,
+            "storage.aws.secret.access.key": self.secret_key,
+        }
+        configs.update(extra)
+        return configs
+
+    def fsspec_options(self) -> dict[str, object]:
+        """``storage.fsspec.options.*`` entries for s3fs against this server."""
+        return {
+            "storage.fsspec.options.key": self.access_key,
+            "storage.fsspec.options.secret": self.secret_key,
+            "storage.fsspec.options.endpoint_url": self.url,
+            "storage.fsspec.options.client_kwargs.region_name": self.region,
+        }
+
+
+def free_port(also_free_plus: int | None = None) -> int:
+    """A free loopback port; with ``also_free_plus`` (SeaweedFS derives gRPC ports as port+10000)
+    the derived port is free too."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if also_free_plus is None:
+            return port
+        if port + also_free_plus < 65536:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + also_free_plus))
+                    return port
+                except OSError:
+                    continue
+    raise RuntimeError("no free loopback port")
+
+
+def wait_for_bucket(endpoint: S3Endpoint, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    client = endpoint.client(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5)
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{endpoint.name} exited with {proc.returncode} before serving")
+        try:
+            client.head_bucket(Bucket=endpoint.bucket)
+            return
+        except Exception as exc:  # not up yet, or the bucket is not created yet
+            last = exc
+            time.sleep(0.2)
+    raise RuntimeError(f"{endpoint.name} at {endpoint.url} did not serve bucket {endpoint.bucket}: {last!r}")
+
+
+def start_moto() -> S3Endpoint:
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = S3Endpoint("moto", f"http://127.0.0.1:{port}", _stop=server.stop)
+    endpoint.client().create_bucket(Bucket=BUCKET)
+    return endpoint
+
+
+def seaweed_command(data_dir: Path, s3_port: int, config_file: Path, bucket: str = BUCKET) -> list[str]:
+    """``weed mini`` bound to loopback, every listener on a free port, telemetry off."""
+    p = {name: free_port(10000) for name in ("master", "volume", "filer", "admin")}
+    g = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+    return [
+        str(WEED), "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        f"-master.port={p['master']}", f"-master.port.grpc={g['master']}",
+        f"-volume.port={p['volume']}", f"-volume.port.grpc={g['volume']}",
+        f"-filer.port={p['filer']}", f"-filer.port.grpc={g['filer']}",
+        f"-s3.port={s3_port}", f"-s3.port.grpc={g['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+        f"-admin.port={p['admin']}", "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
+        "-master.volumeSizeLimitMB=64", f"-s3.config={config_file}", f"-bucket={bucket}",
+    ]
+
+
+def write_seaweed_identity(path: Path, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY) -> None:
+    path.write_text(json.dumps({"identities": [{
+        "name": "tieredlog",
+        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }]}))
+
+
+def start_seaweedfs() -> S3Endpoint:
+    workdir = Path(tempfile.mkdtemp(prefix="tieredlog-weed-"))
+    (workdir / "data").mkdir()
+    config = workdir / "s3.json"
+    write_seaweed_identity(config)
+    port = free_port()
+    logfile = (workdir / "weed.log").open("wb")
+    proc = subprocess.Popen(seaweed_command(workdir / "data", port, config), stdout=logfile,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        logfile.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    endpoint = S3Endpoint("seaweedfs", f"http://127.0.0.1:{port}", _stop=stop)
+    try:
+        wait_for_bucket(endpoint, proc=proc)
+    except Exception:
+        tail = (workdir / "weed.log").read_bytes()[-2000:].decode(errors="replace")
+        stop()
+        raise RuntimeError(f"SeaweedFS did not start; log tail:\n{tail}") from None
+    return endpoint
+
+
+class _Shared:
+    """One server per process, started on first use and stopped when the last user releases it."""
+
+    def __init__(self, start: Callable[[], S3Endpoint]) -> None:
+        self._start = start
+        self._lock = threading.Lock()
+        self._users = 0
+        self._endpoint: S3Endpoint | None = None
+
+    def acquire(self) -> S3Endpoint:
+        with self._lock:
+            if self._endpoint is None:
+                self._endpoint = self._start()
+            self._users += 1
+            return self._endpoint
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._endpoint is not None:
+                stop, self._endpoint = self._endpoint._stop, None
+                if stop is not None:
+                    stop()
+
+
+_MOTO = _Shared(start_moto)
+_SEAWEED = _Shared(start_seaweedfs)
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[S3Endpoint]:
+    endpoint = _MOTO.acquire()
+    try:
+        yield endpoint
+    finally:
+        _MOTO.release()
+
+
+@pytest.fixture(scope="session")
+def seaweed_s3() -> Iterator[S3Endpoint]:
+    endpoint = _SEAWEED.acquire()
+    try:
+        yield endpoint
+    finally:
+        _SEAWEED.release()
+
+
+@pytest.fixture(params=["moto", "seaweedfs"])
+def any_s3(request) -> S3Endpoint:
+    """Runs the test once against each server."""
+    return request.getfixturevalue("moto_s3" if request.param == "moto" else "seaweed_s3")
+
+
+def unique_prefix() -> str:
+    return f"p{uuid.uuid4().hex[:12]}/"
+
+
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")  # never probe 169.254.169.254 from tests

@@ -1,0 +1,309 @@
+"""What every object-store RSM (S3, fsspec) shares: config parsing with one-line errors, the segment
+manifest, and the copy / fetch / delete / list algorithm over five primitive operations.
+
+A segment is stored as one object per file (see :mod:`tieredlog.rsm.keys`), written in the order
+log, indexes, producer snapshot, leader-epoch checkpoint, and the manifest **last**: a reader that
+lists the bucket (Spark, ``tieredlog remote ls``) treats a segment without a manifest as uncommitted.
+"""
+
+from __future__ import annotations
+
+import abc
+import io
+import json
+import logging
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator, Mapping
+
+from tieredlog.rsm.api import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    RemoteStorageException,
+    RemoteStorageManager,
+    TopicIdPartition,
+    CustomMetadata,
+)
+from tieredlog.rsm.keys import (
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    MANIFEST_SUFFIX,
+    InvalidKeyError,
+    SegmentObjectKey,
+    parse_segment_key,
+    partition_prefix,
+    segment_keys,
+    uuid_to_base64,
+    validate_key_prefix,
+)
+
+log = logging.getLogger(__name__)
+
+MANIFEST_VERSION = 1
+
+
+class RemoteStorageConfigError(RemoteStorageException, ValueError):
+    """A bad ``rsm.config.*`` value. The message is one line and never contains a secret."""
+
+
+_REQUIRED = object()
+
+
+class ConfigReader:
+    """Typed access to the configs handed to ``configure()``. Values may be strings (from a properties
+    file) or already typed (from Python callers)."""
+
+    def __init__(self, configs: Mapping[str, object], *, display_prefix: str = "rsm.config.") -> None:
+        self.configs = dict(configs)
+        self.display_prefix = display_prefix
+
+    def _name(self, name: str) -> str:
+        return f"{self.display_prefix}{name}"
+
+    def _error(self, name: str, value: object, reason: str, secret: bool = False) -> RemoteStorageConfigError:
+        shown = "<hidden>" if secret else repr(value)
+        return RemoteStorageConfigError(f"invalid config {self._name(name)}={shown}: {reason}")
+
+    def has(self, name: str) -> bool:
+        value = self.configs.get(name)
+        return value is not None and value != ""
+
+    def string(self, name: str, default: object = _REQUIRED, *, secret: bool = False) -> str | None:
+        value = self.configs.get(name)
+        if value is None or value == "":
+            if default is _REQUIRED:
+                raise RemoteStorageConfigError(f"missing required config {self._name(name)}")
+            return default  # type: ignore[return-value]
+        if not isinstance(value, str):
+            raise self._error(name, value, "expected a string", secret)
+        return value.strip()
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.configs.get(name)
+        if value is None or value == "":
+            return default
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise self._error(name, value, "expected true or false")
+
+    def integer(self, name: str, default: int | None, *, minimum: int | None = None,
+                maximum: int | None = None) -> int | None:
+        value = self.configs.get(name)
+        if value is None or value == "":
+            return default
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = int(value.strip()) if isinstance(value, str) else int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise self._error(name, value, "expected an integer") from None
+        if minimum is not None and number < minimum:
+            raise self._error(name, value, f"must be >= {minimum}")
+        if maximum is not None and number > maximum:
+            raise self._error(name, value, f"must be <= {maximum}")
+        return number
+
+    def choice(self, name: str, default: str | None, choices: Iterable[str]) -> str | None:
+        allowed = list(choices)
+        value = self.string(name, default)
+        if value is not None and value not in allowed:
+            raise self._error(name, value, f"expected one of {', '.join(allowed)}")
+        return value
+
+    def with_prefix(self, prefix: str) -> dict[str, object]:
+        """The configs under ``prefix``, with the prefix stripped."""
+        return {k[len(prefix):]: v for k, v in self.configs.items() if k.startswith(prefix) and len(k) > len(prefix)}
+
+
+def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str, int]) -> bytes:
+    """The commit marker: everything a broker-less reader needs to use the segment's objects."""
+    tp = metadata.topic_id_partition
+    body = {
+        "version": MANIFEST_VERSION,
+        "remoteLogSegmentMetadata": {
+            "topic": tp.topic,
+            "topicId": uuid_to_base64(tp.topic_id),
+            "partition": tp.partition,
+            "segmentId": uuid_to_base64(metadata.remote_log_segment_id.id),
+            "startOffset": metadata.start_offset,
+            "endOffset": metadata.end_offset,
+            "maxTimestampMs": metadata.max_timestamp_ms,
+            "brokerId": metadata.broker_id,
+            "eventTimestampMs": metadata.event_timestamp_ms,
+            "segmentSizeInBytes": metadata.segment_size_in_bytes,
+            "segmentLeaderEpochs": {str(e): o for e, o in sorted(metadata.segment_leader_epochs.items())},
+        },
+        "objects": dict(object_sizes),
+    }
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def parse_manifest(data: bytes) -> dict:
+    try:
+        body = json.loads(data)
+    except ValueError as exc:
+        raise RemoteStorageException(f"segment manifest is not JSON: {exc}") from None
+    if not isinstance(body, dict) or body.get("version") != MANIFEST_VERSION:
+        raise RemoteStorageException(f"unsupported segment manifest version {body.get('version')!r}"
+                                     if isinstance(body, dict) else "segment manifest is not an object")
+    return body
+
+
+def check_positions(start_position: int, end_position: int | None) -> None:
+    if start_position < 0:
+        raise ValueError(f"start_position {start_position} must be >= 0")
+    if end_position is not None and end_position < start_position:
+        raise ValueError(f"end_position {end_position} must be >= start_position {start_position}")
+
+
+class ObjectStoreRemoteStorageManager(RemoteStorageManager):
+    """The segment algorithm over a flat key space. Subclasses supply the five primitives; all of
+    them must be thread safe and map failures to the ``tieredlog.rsm`` exceptions."""
+
+    key_prefix: str = ""
+
+    @abc.abstractmethod
+    def _put_file(self, key: str, path: Path) -> None: ...
+
+    @abc.abstractmethod
+    def _put_bytes(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def _get_range(self, key: str, start: int, end: int | None) -> BinaryIO:
+        """Bytes ``start..end`` inclusive (``None``: to the end), cut at the end of the object; empty
+        when ``start`` is past it. Missing object: RemoteResourceNotFoundException."""
+
+    @abc.abstractmethod
+    def _delete_keys(self, keys: list[str]) -> None:
+        """Delete the keys; keys already gone are not an error."""
+
+    @abc.abstractmethod
+    def _list_keys(self, prefix: str) -> Iterator[str]: ...
+
+    # -- the RSM contract ------------------------------------------------------------------------
+
+    def copy_log_segment_data(
+        self, remote_log_segment_metadata: RemoteLogSegmentMetadata, log_segment_data: LogSegmentData
+    ) -> CustomMetadata | None:
+        keys = segment_keys(self.key_prefix, remote_log_segment_metadata)
+        files: list[tuple[str, Path | bytes]] = [
+            (LOG_SUFFIX, log_segment_data.log_segment),
+            (INDEX_SUFFIXES[IndexType.OFFSET], log_segment_data.offset_index),
+            (INDEX_SUFFIXES[IndexType.TIMESTAMP], log_segment_data.time_index),
+        ]
+        if log_segment_data.transaction_index is not None:
+            files.append((INDEX_SUFFIXES[IndexType.TRANSACTION], log_segment_data.transaction_index))
+        files.append((INDEX_SUFFIXES[IndexType.PRODUCER_SNAPSHOT], log_segment_data.producer_snapshot_index))
+        files.append((INDEX_SUFFIXES[IndexType.LEADER_EPOCH], bytes(log_segment_data.leader_epoch_index)))
+        written: list[str] = []
+        sizes: dict[str, int] = {}
+        try:
+            if log_segment_data.transaction_index is None:
+                # Copy is idempotent: an earlier attempt of this segment may have left a txn index.
+                self._delete_keys([keys[INDEX_SUFFIXES[IndexType.TRANSACTION]]])
+            for suffix, source in files:
+                if isinstance(source, bytes):
+                    self._put_bytes(keys[suffix], source)
+                    sizes[suffix] = len(source)
+                else:
+                    self._put_file(keys[suffix], Path(source))
+                    sizes[suffix] = Path(source).stat().st_size
+                written.append(keys[suffix])
+            self._put_bytes(keys[MANIFEST_SUFFIX], build_manifest(remote_log_segment_metadata, sizes))
+        except Exception:
+            # Orphans cost money and confuse listings; the RLM retries with a new segment id anyway.
+            try:
+                self._delete_keys(written)
+            except Exception as cleanup_exc:  # the original failure is the one to report
+                log.warning("could not clean up partial copy of %s: %s",
+                            remote_log_segment_metadata.remote_log_segment_id.id, cleanup_exc)
+            raise
+        return None
+
+    def fetch_log_segment(
+        self,
+        remote_log_segment_metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        check_positions(start_position, end_position)
+        keys = segment_keys(self.key_prefix, remote_log_segment_metadata)
+        return self._get_range(keys[LOG_SUFFIX], start_position, end_position)
+
+    def fetch_index(self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        keys = segment_keys(self.key_prefix, remote_log_segment_metadata)
+        return self._get_range(keys[INDEX_SUFFIXES[index_type]], 0, None)
+
+    def delete_log_segment_data(self, remote_log_segment_metadata: RemoteLogSegmentMetadata) -> None:
+        keys = segment_keys(self.key_prefix, remote_log_segment_metadata)
+        # The manifest goes first so a lister never sees a committed segment with missing parts.
+        self._delete_keys([keys[MANIFEST_SUFFIX]])
+        self._delete_keys([k for suffix, k in keys.items() if suffix != MANIFEST_SUFFIX])
+
+    # -- beyond the contract: listing for tools and broker-less readers ----------------------------
+
+    def list_segment_objects(self, topic_id_partition: TopicIdPartition | None = None) -> list[SegmentObjectKey]:
+        """Every valid segment object under the prefix (or one partition). Keys that do not parse
+        (foreign objects, hand-made keys) are skipped, never trusted."""
+        prefix = self.key_prefix if topic_id_partition is None else partition_prefix(self.key_prefix, topic_id_partition)
+        found = []
+        for key in self._list_keys(prefix):
+            try:
+                found.append(parse_segment_key(key, self.key_prefix))
+            except InvalidKeyError as exc:
+                log.warning("ignoring object that is not a tieredlog segment key: %s", str(exc)[:300])
+        return sorted(found, key=lambda k: (k.topic, k.partition, k.start_offset, k.suffix))
+
+    def read_manifest(self, key: SegmentObjectKey | str) -> dict:
+        name = key.key if isinstance(key, SegmentObjectKey) else key
+        parsed = parse_segment_key(name, self.key_prefix)
+        if parsed.suffix != MANIFEST_SUFFIX:
+            raise InvalidKeyError(f"{name!r} is not a manifest key")
+        with self._get_range(name, 0, None) as stream:
+            return parse_manifest(stream.read())
+
+
+def validated_prefix(reader: ConfigReader, name: str = "key.prefix") -> str:
+    prefix = reader.string(name, "") or ""
+    try:
+        return validate_key_prefix(prefix)
+    except InvalidKeyError as exc:
+        raise RemoteStorageConfigError(f"invalid config {reader._name(name)}: {exc}") from None
+
+
+class LimitedReader(io.RawIOBase):
+    """Reads at most ``limit`` bytes (``None``: all) from ``raw`` and maps read errors through
+    ``on_error``, so a reset in the middle of a body still surfaces as a tieredlog exception."""
+
+    def __init__(self, raw, limit: int | None, on_error=None) -> None:
+        super().__init__()
+        self._raw = raw
+        self._left = limit
+        self._on_error = on_error
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        want = len(buffer) if self._left is None else min(len(buffer), self._left)
+        if want == 0:
+            return 0
+        try:
+            data = self._raw.read(want)
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            raise self._on_error(exc) from exc
+        n = len(data)
+        buffer[:n] = data
+        if self._left is not None:
+            self._left -= n
+        return n
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
