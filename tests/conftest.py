@@ -1,0 +1,43 @@
+"""Shared fixtures.
+
+- ``broker``: one broker subprocess per test module (fresh data dir); tests in the module share it,
+  so use distinct topic names.
+- ``broker_factory``: ``broker_factory(overrides={...}, data_dir=None)`` starts a broker for one test;
+  every broker it started is stopped when the test ends.
+See tests/broker_harness.py for the BrokerProcess API (bootstrap, restart, kill9, stop, log_text).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from broker_harness import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data").start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    started: list[BrokerProcess] = []
+
+    def make(overrides: dict[str, str] | None = None, data_dir: Path | None = None, start: bool = True) -> BrokerProcess:
+        b = BrokerProcess(data_dir or tmp_path / f"data{len(started)}", overrides)
+        started.append(b)
+        return b.start() if start else b
+
+    yield make
+    for b in started:
+        b.stop()

@@ -1,0 +1,106 @@
+"""API keys and the version ranges this broker advertises in ApiVersions.
+
+Ranges are chosen so confluent-kafka, kafka-python 3 and aiokafka all find their versions
+(ecosystem.md §6). Produce is advertised from v0 although v0-2 are rejected, as Kafka 4 does
+(KAFKA-18659): librdkafka < 2.11.1 turns compression off when Produce's minimum is above 0.
+"""
+
+from __future__ import annotations
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+INIT_PRODUCER_ID = 22
+OFFSET_FOR_LEADER_EPOCH = 23
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+DELETE_GROUPS = 42
+INCREMENTAL_ALTER_CONFIGS = 44
+OFFSET_DELETE = 47
+DESCRIBE_CLUSTER = 60
+
+API_NAMES: dict[int, str] = {
+    PRODUCE: "Produce",
+    FETCH: "Fetch",
+    LIST_OFFSETS: "ListOffsets",
+    METADATA: "Metadata",
+    OFFSET_COMMIT: "OffsetCommit",
+    OFFSET_FETCH: "OffsetFetch",
+    FIND_COORDINATOR: "FindCoordinator",
+    JOIN_GROUP: "JoinGroup",
+    HEARTBEAT: "Heartbeat",
+    LEAVE_GROUP: "LeaveGroup",
+    SYNC_GROUP: "SyncGroup",
+    DESCRIBE_GROUPS: "DescribeGroups",
+    LIST_GROUPS: "ListGroups",
+    API_VERSIONS: "ApiVersions",
+    CREATE_TOPICS: "CreateTopics",
+    DELETE_TOPICS: "DeleteTopics",
+    DELETE_RECORDS: "DeleteRecords",
+    INIT_PRODUCER_ID: "InitProducerId",
+    OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
+    DESCRIBE_CONFIGS: "DescribeConfigs",
+    ALTER_CONFIGS: "AlterConfigs",
+    CREATE_PARTITIONS: "CreatePartitions",
+    DELETE_GROUPS: "DeleteGroups",
+    INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    OFFSET_DELETE: "OffsetDelete",
+    DESCRIBE_CLUSTER: "DescribeCluster",
+}
+
+# APIs the server itself implements: key -> (min advertised, max advertised).
+CORE_VERSIONS: dict[int, tuple[int, int]] = {
+    PRODUCE: (0, 11),
+    FETCH: (4, 16),
+    LIST_OFFSETS: (1, 9),
+    METADATA: (0, 12),
+    API_VERSIONS: (0, 4),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
+    DELETE_RECORDS: (0, 2),
+    INIT_PRODUCER_ID: (0, 5),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    DESCRIBE_CONFIGS: (1, 4),
+    ALTER_CONFIGS: (0, 2),
+    CREATE_PARTITIONS: (0, 3),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    DESCRIBE_CLUSTER: (0, 1),
+}
+
+# Produce versions a Kafka 4 broker advertises but refuses (answered with UNSUPPORTED_VERSION).
+PRODUCE_REJECTED_BELOW = 3
+
+# Group APIs (served by tieredlog.server.group_apis when present). Kafka 4.0's ranges capped by kio;
+# group_apis may publish its own API_VERSIONS dict to narrow or widen these.
+GROUP_VERSIONS: dict[int, tuple[int, int]] = {
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
+    FIND_COORDINATOR: (0, 6),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
+}
+
+
+def api_name(api_key: int) -> str:
+    return API_NAMES.get(api_key, f"api#{api_key}")

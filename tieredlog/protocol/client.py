@@ -1,0 +1,118 @@
+"""A small blocking Kafka client for tools and tests: one socket, one request at a time.
+
+    with KafkaClient("127.0.0.1:9092") as c:
+        md = c.request(METADATA, {"topics": None})          # highest version both sides speak
+        r = c.request(CREATE_TOPICS, {...}, version=7)       # or a fixed version
+
+Bodies are dicts of kio field names (or kio entities); answers are kio response entities.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kio.index import load_request_schema
+
+from tieredlog.protocol.api import API_VERSIONS
+from tieredlog.protocol.codec import decode_response, encode_request
+
+_I32 = struct.Struct(">i")
+
+
+class KafkaProtocolError(Exception):
+    pass
+
+
+def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
+    first = bootstrap.split(",")[0].strip()
+    if "://" in first:
+        first = first.split("://", 1)[1]
+    host, _, port = first.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def _kio_max(api_key: int, hi: int) -> int | None:
+    for v in range(hi, -1, -1):
+        try:
+            load_request_schema(api_key, v)
+            return v
+        except Exception:  # noqa: BLE001 - kio raises UnknownEntity for versions it lacks
+            continue
+    return None
+
+
+class KafkaClient:
+    def __init__(self, bootstrap: str, client_id: str = "tieredlog-tools", timeout: float = 30.0) -> None:
+        self.host, self.port = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.timeout = timeout
+        self.sock: socket.socket | None = None
+        self._correlation = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+
+    def connect(self) -> "KafkaClient":
+        self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        api = self.request(API_VERSIONS, {"client_software_name": "tieredlog", "client_software_version": "0.1"}, version=3)
+        if api.error_code.value != 0:
+            raise KafkaProtocolError(f"ApiVersions failed: {api.error_code.name}")
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in api.api_keys}
+        return self
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def __enter__(self) -> "KafkaClient":
+        return self.connect()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def version_for(self, api_key: int) -> int:
+        rng = self.versions.get(api_key)
+        if rng is None:
+            raise KafkaProtocolError(f"broker does not serve API key {api_key}")
+        v = _kio_max(api_key, rng[1])
+        if v is None or v < rng[0]:
+            raise KafkaProtocolError(f"no common version for API key {api_key}")
+        return v
+
+    def _recv_exact(self, n: int) -> bytes:
+        assert self.sock is not None
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+    def send_raw(self, frame: bytes) -> None:
+        assert self.sock is not None
+        self.sock.sendall(frame)
+
+    def recv_frame(self) -> bytes:
+        (size,) = _I32.unpack(self._recv_exact(4))
+        return self._recv_exact(size)
+
+    def request(self, api_key: int, body: Any, version: int | None = None, expect_response: bool = True) -> Any:
+        if self.sock is None:
+            self.connect()
+        if version is None:
+            version = self.version_for(api_key)
+        self._correlation += 1
+        cid = self._correlation
+        self.send_raw(encode_request(api_key, version, cid, self.client_id, body))
+        if not expect_response:
+            return None
+        payload = self.recv_frame()
+        got, resp = decode_response(api_key, version, payload)
+        if got != cid:
+            raise KafkaProtocolError(f"correlation id {got} does not match request {cid}")
+        return resp

@@ -1,0 +1,157 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DeleteRecords (21)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tieredlog.errors import (
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    KafkaError,
+    OffsetOutOfRangeError,
+)
+from tieredlog.protocol.api import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS
+from tieredlog.server.config_apis import topic_config_entries
+from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.produce_api import error_code_of
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+INVALID_REQUEST = 42
+
+
+def _check_assignments(broker: Any, assignments: Any) -> int:
+    """Manual assignments name replicas; on one broker they must all be this node."""
+    n = 0
+    for a in assignments:
+        ids = list(a.broker_ids)
+        if not ids or any(b != broker.node_id for b in ids):
+            raise InvalidReplicaAssignmentError(f"Replica assignment {ids} names brokers that are not registered")
+        if len(ids) > 1:
+            raise InvalidReplicaAssignmentError(f"Duplicate brokers in replica assignment {ids}")
+        n += 1
+    return n
+
+
+async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    out = []
+    seen: set[str] = set()
+    for t in req.topics:
+        entry: dict[str, Any] = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
+                                 "num_partitions": -1, "replication_factor": -1, "configs": None}
+        try:
+            if t.name in seen:
+                raise InvalidRequestError(f"Create topics request from client contains duplicate topic {t.name}")
+            seen.add(t.name)
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            if t.assignments:
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    raise InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignments were set.")
+                partitions, rf = _check_assignments(broker, t.assignments), 1
+            else:
+                partitions = broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
+                rf = broker.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
+            broker.check_new_topic(t.name, partitions, rf, configs)
+            if req.validate_only:
+                meta = None
+            else:
+                meta = broker.create_topic(t.name, partitions, rf, configs)
+                entry["topic_id"] = meta.topic_id
+            entry.update(num_partitions=partitions, replication_factor=rf)
+            entry["configs"] = [
+                {"name": e["name"], "value": e["value"], "read_only": e["read_only"], "config_source": e["config_source"],
+                 "is_sensitive": False}
+                for e in topic_config_entries(broker, configs)
+            ]
+        except KafkaError as exc:
+            entry.update(error_code=exc.code, error_message=str(exc))
+        except Exception as exc:  # noqa: BLE001
+            log.exception("CreateTopics %s failed", t.name)
+            entry.update(error_code=error_code_of(exc), error_message=str(exc))
+        out.append(entry)
+    return {"throttle_time": 0, "topics": out}
+
+
+async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    out = []
+    if ctx.api_version >= 6:
+        items = [(t.name, t.topic_id) for t in req.topics]
+    else:
+        items = [(n, None) for n in req.topic_names]
+    for name, tid in items:
+        entry: dict[str, Any] = {"name": name, "topic_id": tid, "error_code": 0, "error_message": None}
+        if name is None and tid is not None:
+            meta = broker.topic_by_id(tid)
+            if meta is None:
+                entry["error_code"] = UNKNOWN_TOPIC_ID
+                out.append(entry)
+                continue
+            name = entry["name"] = meta.name
+        meta = broker.get_topic(name)
+        if meta is None:
+            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        elif meta.internal:
+            entry.update(error_code=INVALID_REQUEST, error_message=f"Topic {name} is an internal topic")
+        else:
+            entry["topic_id"] = meta.topic_id
+            try:
+                broker.delete_topic(name)
+            except KafkaError as exc:
+                entry.update(error_code=exc.code, error_message=str(exc))
+        out.append(entry)
+    return {"throttle_time": 0, "responses": out}
+
+
+async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    out = []
+    for t in req.topics:
+        entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+        try:
+            if t.assignments:
+                for a in t.assignments:
+                    if any(b != broker.node_id for b in a.broker_ids) or len(a.broker_ids) != 1:
+                        raise InvalidReplicaAssignmentError(f"Invalid replica assignment {list(a.broker_ids)}")
+            broker.create_partitions(t.name, t.count, req.validate_only)
+        except KafkaError as exc:
+            entry.update(error_code=exc.code, error_message=str(exc))
+        out.append(entry)
+    return {"throttle_time": 0, "results": out}
+
+
+async def handle_delete_records(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": 0}
+            plog = broker.get_partition_log(t.name, p.partition_index)
+            if plog is None:
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    offset = plog.high_watermark if p.offset == -1 else p.offset
+                    if offset < 0 or offset > plog.high_watermark:
+                        raise OffsetOutOfRangeError(f"offset {offset} is beyond the high watermark {plog.high_watermark}")
+                    plog.maybe_increment_log_start_offset(offset, "client delete records")
+                    entry["low_watermark"] = plog.log_start_offset
+                except Exception as exc:  # noqa: BLE001
+                    entry["error_code"] = error_code_of(exc)
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def handlers() -> dict[int, Handler]:
+    return {
+        CREATE_TOPICS: handle_create_topics,
+        DELETE_TOPICS: handle_delete_topics,
+        CREATE_PARTITIONS: handle_create_partitions,
+        DELETE_RECORDS: handle_delete_records,
+    }

@@ -1,0 +1,336 @@
+"""The Broker: one node's state shared by every request handler.
+
+Owns the LogManager, the topic metadata, producer-id allocation, and the optional group coordinator
+and RemoteLogManager. Handlers reach it through ``RequestContext.broker``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tieredlog.config import BrokerConfig
+from tieredlog.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from tieredlog.log.config import ConfigError, LogConfig
+from tieredlog.log.types import TopicPartition
+from tieredlog.server.delayed import PartitionWatchers
+from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
+
+log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK = 1000
+_PID_FILE = "tieredlog-producer-id-block"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ProducerIdManager:
+    """Hands out producer ids that never repeat across restarts: a block of ids is reserved on disk
+    before any id of it is used, and a restart starts at the next block."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._next = int(path.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            self._next = 0
+        self._block_end = self._next
+
+    def allocate(self) -> int:
+        if self._next >= self._block_end:
+            self._block_end = self._next + PRODUCER_ID_BLOCK
+            _atomic_write(self.path, f"{self._block_end}\n")
+        pid = self._next
+        self._next += 1
+        return pid
+
+
+def _load_cluster_id(log_dir: Path, node_id: int, configured: str | None) -> str:
+    """Kafka keeps cluster.id in meta.properties in every log dir; we do the same."""
+    meta = log_dir / "meta.properties"
+    if meta.exists():
+        for line in meta.read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+    import base64
+
+    cid = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    _atomic_write(meta, f"version=1\ncluster.id={cid}\nnode.id={node_id}\n")
+    return cid
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        adv = config.advertised_listeners[0]
+        self.advertised_host = adv.host or "127.0.0.1"
+        self.advertised_port = adv.port
+        self.log_dirs = [Path(p) for p in config.log_dirs]
+        self.default_log_config: LogConfig = config.default_log_config()
+        self.topics: dict[str, TopicMetadata] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
+        self.log_manager: Any = None
+        self.group_coordinator: Any = None
+        self.remote_log_manager: Any = None  # set by the RLM engineer's start-up hook; None = no remote tier
+        self.append_watchers = PartitionWatchers()
+        self.cluster_id = ""
+        self.producer_ids: ProducerIdManager | None = None
+        self._store: TopicStore | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.stopping = False  # set on SIGTERM; parked fetches return at once
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        first = self.log_dirs[0]
+        self.cluster_id = _load_cluster_id(first, self.node_id, self.config["cluster.id"])
+        self.producer_ids = ProducerIdManager(first / _PID_FILE)
+        self._store = TopicStore(first)
+        self.log_manager = self._make_log_manager()
+        self.topics = self._store.load()
+        self._reconcile_with_logs()
+        self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
+        for t in list(self.topics.values()):
+            for p in range(t.partitions):
+                self._ensure_log(t, p)
+        await self._start_coordinator()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._periodic("log.retention.check.interval.ms", self._retention)))
+        self._tasks.append(loop.create_task(self._periodic("log.flush.offset.checkpoint.interval.ms", self._checkpoint)))
+        if self.config["log.flush.scheduler.interval.ms"] < 2**62:
+            self._tasks.append(loop.create_task(self._periodic("log.flush.scheduler.interval.ms", self._flush)))
+
+    def _make_log_manager(self) -> Any:
+        from tieredlog.log.log_manager import LogManager
+
+        params = inspect.signature(LogManager).parameters
+        kwargs: dict[str, Any] = {}
+        if "producer_id_expiration_ms" in params:
+            kwargs["producer_id_expiration_ms"] = self.config["producer.id.expiration.ms"]
+        if "topic_configs" in params:
+            kwargs["topic_configs"] = self._topic_config_for
+        return LogManager(self.log_dirs, self.default_log_config, **kwargs)
+
+    def _topic_config_for(self, topic: str) -> LogConfig:
+        t = self.topics.get(topic)
+        return self.log_config_for(t.configs) if t else self.default_log_config
+
+    def _reconcile_with_logs(self) -> None:
+        """Topics whose partition dirs exist but are missing from the store (store lost or written
+        by an older run) are rebuilt from the logs' partition.metadata."""
+        counts: dict[str, int] = {}
+        ids: dict[str, uuid.UUID] = {}
+        for plog in self.log_manager.all_logs():
+            tp = plog.topic_partition
+            counts[tp.topic] = max(counts.get(tp.topic, 0), tp.partition + 1)
+            if getattr(plog, "topic_id", None):
+                ids[tp.topic] = plog.topic_id
+        changed = False
+        for name, n in counts.items():
+            t = self.topics.get(name)
+            if t is None:
+                self.topics[name] = TopicMetadata(name, ids.get(name) or uuid.uuid4(), n)
+                changed = True
+            elif n > t.partitions:
+                t.partitions = n
+                changed = True
+        if changed:
+            self._store.save(self.topics)
+
+    async def _start_coordinator(self) -> None:
+        try:
+            mod = importlib.import_module("tieredlog.coordinator")
+        except ImportError:
+            return
+        factory = getattr(mod, "create_group_coordinator", None)
+        if factory is None:
+            return
+        self.group_coordinator = factory(self)
+        start = getattr(self.group_coordinator, "start", None)
+        if start is not None:
+            res = start()
+            if inspect.isawaitable(res):
+                await res
+
+    async def _periodic(self, key: str, fn) -> None:
+        interval = max(self.config[key], 10) / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                # file deletion and fsync run off the loop so requests keep flowing
+                await loop.run_in_executor(None, fn)
+            except Exception:
+                log.exception("periodic task for %s failed", key)
+
+    def _retention(self) -> None:
+        self.log_manager.cleanup_logs()
+
+    def _checkpoint(self) -> None:
+        self.log_manager.checkpoint_recovery_points()
+        self.log_manager.checkpoint_log_start_offsets()
+
+    def _flush(self) -> None:
+        self.log_manager.flush_dirty_logs()
+
+    async def shutdown(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.group_coordinator is not None and hasattr(self.group_coordinator, "shutdown"):
+            try:
+                res = self.group_coordinator.shutdown()
+                if inspect.isawaitable(res):
+                    await res
+            except Exception:
+                log.exception("group coordinator shutdown failed")
+        rlm = self.remote_log_manager
+        if rlm is not None and hasattr(rlm, "close"):
+            try:
+                rlm.close()
+            except Exception:
+                log.exception("remote log manager close failed")
+        if self.log_manager is not None:
+            # LogManager.shutdown flushes, writes checkpoints and the clean-shutdown marker
+            self.log_manager.shutdown()
+
+    # ---- topics -------------------------------------------------------------------------------------
+
+    def log_config_for(self, overrides: dict[str, str]) -> LogConfig:
+        try:
+            return self.default_log_config.with_overrides(overrides)
+        except ConfigError as exc:
+            raise InvalidConfigError(str(exc)) from None
+
+    def _ensure_log(self, t: TopicMetadata, partition: int) -> Any:
+        tp = TopicPartition(t.name, partition)
+        return self.log_manager.get_or_create_log(tp, t.topic_id, self.log_config_for(t.configs))
+
+    def get_topic(self, name: str) -> TopicMetadata | None:
+        return self.topics.get(name)
+
+    def get_partition_log(self, topic: str, partition: int) -> Any:
+        """The PartitionLog or None when the topic or partition does not exist."""
+        t = self.topics.get(topic)
+        if t is None or not 0 <= partition < t.partitions:
+            return None
+        return self.log_manager.get_log(TopicPartition(topic, partition))
+
+    def check_new_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> LogConfig:
+        """Kafka's CreateTopics validation order: name, existence, partitions, RF, configs."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+        key = collision_key(name)
+        for other in self.topics:
+            if collision_key(other) == key:
+                raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
+        if partitions <= 0:
+            raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+        if replication_factor <= 0:
+            raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
+        if replication_factor > 1:
+            raise InvalidReplicationFactorError(
+                f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
+                f"of {replication_factor} cannot be reached because only 1 broker(s) are registered."
+            )
+        return self.log_config_for(configs)
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int = 1, configs: dict[str, str] | None = None
+    ) -> TopicMetadata:
+        configs = {k: str(v) for k, v in (configs or {}).items()}
+        self.check_new_topic(name, partitions, replication_factor, configs)
+        t = TopicMetadata(name, uuid.uuid4(), partitions, configs)
+        self.topics[name] = t
+        self.topics_by_id[t.topic_id] = t
+        self._store.save(self.topics)
+        for p in range(partitions):
+            self._ensure_log(t, p)
+        log.info("created topic %s with %d partition(s), id %s", name, partitions, t.topic_id)
+        return t
+
+    def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicMetadata:
+        """Create ``name`` if missing (idempotent); used by the coordinator and the RLMM."""
+        t = self.topics.get(name)
+        if t is not None:
+            return t
+        return self.create_topic(name, partitions, 1, configs)
+
+    def delete_topic(self, name: str) -> None:
+        t = self.topics.get(name)
+        if t is None:
+            raise UnknownTopicOrPartitionError(f"Topic {name} not found")
+        del self.topics[name]
+        self.topics_by_id.pop(t.topic_id, None)
+        self._store.save(self.topics)
+        for p in range(t.partitions):
+            tp = TopicPartition(name, p)
+            self.append_watchers.notify(tp)
+            if self.log_manager.get_log(tp) is not None:
+                self.log_manager.delete_log(tp)
+        log.info("deleted topic %s", name)
+
+    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+        t = self.topics.get(name)
+        if t is None:
+            raise UnknownTopicOrPartitionError(f"Topic {name} not found")
+        if count < t.partitions:
+            raise InvalidPartitionsError(f"Topic currently has {t.partitions} partitions, which is higher than the requested {count}.")
+        if count == t.partitions:
+            raise InvalidPartitionsError(f"Topic already has {t.partitions} partitions.")
+        if validate_only:
+            return
+        old = t.partitions
+        t.partitions = count
+        self._store.save(self.topics)
+        for p in range(old, count):
+            self._ensure_log(t, p)
+
+    def alter_topic_configs(self, name: str, overrides: dict[str, str], validate_only: bool = False) -> None:
+        """Replace the topic's overrides; validated as a whole, persisted, then pushed to its logs."""
+        t = self.topics.get(name)
+        if t is None:
+            raise UnknownTopicOrPartitionError(f"Topic {name} not found")
+        cfg = self.log_config_for(overrides)
+        if validate_only:
+            return
+        t.configs = dict(overrides)
+        self._store.save(self.topics)
+        for p in range(t.partitions):
+            plog = self.log_manager.get_log(TopicPartition(name, p))
+            if plog is None:
+                continue
+            update = getattr(plog, "update_config", None)
+            if update is not None:
+                update(cfg)
+            else:
+                plog.config = cfg
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self.topics_by_id.get(topic_id)

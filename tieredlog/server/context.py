@@ -1,0 +1,39 @@
+"""What a request handler knows about the request it serves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    client_port: int
+    broker: "Broker"
+    connection_id: str = ""
+
+
+# A handler gets the decoded kio request body and returns the response body: a kio entity or a dict
+# of the response's fields (tieredlog.protocol.codec.build_entity fills the rest), or one of the
+# sentinels below.
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class _Sentinel:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NO_RESPONSE = _Sentinel("NO_RESPONSE")  # Produce acks=0: the client expects nothing back
+CLOSE_CONNECTION = _Sentinel("CLOSE_CONNECTION")  # Kafka closes the socket (e.g. acks=0 produce error)

@@ -1,0 +1,99 @@
+"""Maps (api key, version) to a handler and turns the handler's answer into response bytes."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import struct
+from typing import Any
+
+from tieredlog.protocol.api import API_VERSIONS, CORE_VERSIONS, GROUP_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW
+from tieredlog.protocol.codec import encode_response
+from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
+from tieredlog.server.network import RawResponse
+
+log = logging.getLogger(__name__)
+
+UNSUPPORTED_VERSION = 35
+
+
+class Dispatcher:
+    def __init__(self, broker: Any) -> None:
+        from tieredlog.server import admin_apis, config_apis, fetch_api, metadata_apis, offset_apis, produce_api
+
+        self.broker = broker
+        self.handlers: dict[int, Handler] = {API_VERSIONS: self.api_versions}
+        for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis):
+            self.handlers.update(mod.handlers())
+        self.versions: dict[int, tuple[int, int]] = dict(CORE_VERSIONS)
+        self._load_group_apis()
+        self.versions = {k: v for k, v in self.versions.items() if k in self.handlers}
+
+    def _load_group_apis(self) -> None:
+        try:
+            mod = importlib.import_module("tieredlog.server.group_apis")
+        except ImportError as exc:
+            log.info("group APIs not available (%s)", exc)
+            return
+        group = mod.group_handlers(self.broker)
+        versions = dict(GROUP_VERSIONS)
+        versions.update(getattr(mod, "API_VERSIONS", {}))
+        for key, handler in group.items():
+            self.handlers[key] = handler
+            if key in versions:
+                self.versions[key] = versions[key]
+
+    def handler_for(self, api_key: int, version: int) -> Handler | None:
+        rng = self.versions.get(api_key)
+        if rng is None or not rng[0] <= version <= rng[1]:
+            return None
+        return self.handlers.get(api_key)
+
+    async def run(self, handler: Handler, ctx: RequestContext, body: Any) -> Any:
+        result = await handler(ctx, body)
+        if result is NO_RESPONSE or result is CLOSE_CONNECTION or isinstance(result, (RawResponse, bytes)):
+            return result
+        return encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, result)
+
+    def api_keys(self) -> list[dict[str, int]]:
+        return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(self.versions.items())]
+
+    async def api_versions(self, ctx: RequestContext, req: Any) -> dict:
+        return {"error_code": 0, "api_keys": self.api_keys(), "throttle_time": 0}
+
+    def unsupported_api_versions(self, correlation_id: int) -> bytes:
+        """ApiVersions v0 response with UNSUPPORTED_VERSION and the table (Kafka's answer to a version
+        it does not know, so the client can retry with one it does)."""
+        return encode_response(
+            API_VERSIONS, 0, correlation_id, {"error_code": UNSUPPORTED_VERSION, "api_keys": self.api_keys()}
+        )
+
+    def reject_old_produce(self, payload: bytes, version: int, correlation_id: int) -> bytes:
+        """Produce v0-2 are advertised (KAFKA-18659) but refused: every partition gets
+        UNSUPPORTED_VERSION. kio has no v0-2 schemas, so these few fields are read by hand."""
+        assert version < PRODUCE_REJECTED_BELOW
+        pos = 8
+        (cid_len,) = struct.unpack_from(">h", payload, pos)
+        pos += 2 + max(cid_len, 0)
+        acks, _timeout, ntopics = struct.unpack_from(">hii", payload, pos)
+        pos += 10
+        out = bytearray(struct.pack(">i", correlation_id))
+        out += struct.pack(">i", ntopics)
+        for _ in range(ntopics):
+            (nlen,) = struct.unpack_from(">h", payload, pos)
+            name = bytes(payload[pos : pos + 2 + nlen])
+            pos += 2 + nlen
+            (nparts,) = struct.unpack_from(">i", payload, pos)
+            pos += 4
+            out += name + struct.pack(">i", nparts)
+            for _ in range(nparts):
+                index, rlen = struct.unpack_from(">ii", payload, pos)
+                pos += 8 + max(rlen, 0)
+                out += struct.pack(">ihq", index, UNSUPPORTED_VERSION, -1)
+                if version >= 2:
+                    out += struct.pack(">q", -1)  # log_append_time
+        if version >= 1:
+            out += struct.pack(">i", 0)  # throttle_time_ms
+        if acks == 0:
+            return NO_RESPONSE  # type: ignore[return-value]
+        return struct.pack(">i", len(out)) + bytes(out)

@@ -1,0 +1,230 @@
+"""Fetch (1): local reads as file regions sent with sendfile, remote reads through the RLM.
+
+A fetch that has fewer than ``min_bytes`` parks on its partitions until an append wakes it or
+``max_wait`` passes (never blocking the loop). Sessions: every answer is a full, sessionless
+response (session id 0), which Kafka also gives when its session cache is full; clients then keep
+sending full fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from tieredlog.errors import OffsetOutOfRangeError
+from tieredlog.log.types import TopicPartition
+from tieredlog.protocol.api import FETCH
+from tieredlog.protocol.fetch_encoder import FetchPartitionData, FetchTopicData, encode_fetch_response
+from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.network import OpenRegion, RawResponse
+from tieredlog.server.produce_api import error_code_of
+
+log = logging.getLogger(__name__)
+
+try:  # the log package defines it; older checkouts may not have it yet
+    from tieredlog.errors import OffsetMovedToTieredStorageError  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    class OffsetMovedToTieredStorageError(Exception):  # type: ignore[no-redef]
+        code = 109
+
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+OFFSET_MOVED_TO_TIERED_STORAGE = 109
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+READ_COMMITTED = 1
+
+
+def _ms(value: Any) -> float:
+    return value.total_seconds() * 1000 if hasattr(value, "total_seconds") else float(value)
+
+
+def _records_size(records: Any) -> int:
+    if records is None:
+        return 0
+    if isinstance(records, (bytes, bytearray, memoryview)):
+        return len(records)
+    return int(records.size)
+
+
+def _aborted(info: Any) -> list[tuple[int, int]] | None:
+    items = getattr(info, "aborted_transactions", None)
+    if items is None:
+        return None
+    out = []
+    for a in items:
+        if isinstance(a, tuple):
+            out.append((int(a[0]), int(a[1])))
+        else:
+            out.append((int(a.producer_id), int(a.first_offset)))
+    return out
+
+
+class _PartitionRead:
+    __slots__ = ("topic", "partition", "fetch_offset", "max_bytes", "data", "remote")
+
+    def __init__(self, topic: str, partition: int, fetch_offset: int, max_bytes: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.fetch_offset = fetch_offset
+        self.max_bytes = max_bytes
+        self.data = FetchPartitionData(partition)
+        self.remote = False
+
+
+def _fill_offsets(d: FetchPartitionData, plog: Any) -> None:
+    d.high_watermark = plog.high_watermark
+    d.last_stable_offset = plog.last_stable_offset
+    d.log_start_offset = plog.log_start_offset
+
+
+def _read_local(broker: Any, pr: _PartitionRead, isolation: str, budget: int, first: bool, follower: bool) -> int:
+    """Read one partition into ``pr.data``; returns the bytes it adds to the response."""
+    d = pr.data
+    d.records = b""
+    plog = broker.get_partition_log(pr.topic, pr.partition)
+    if plog is None:
+        d.error_code = UNKNOWN_TOPIC_OR_PARTITION
+        return 0
+    _fill_offsets(d, plog)
+    max_bytes = min(pr.max_bytes, budget)
+    if max_bytes <= 0 and not first:
+        return 0
+    try:
+        info = plog.read(pr.fetch_offset, max(max_bytes, 0), isolation, min_one_message=first)
+    except OffsetMovedToTieredStorageError:
+        if follower:
+            d.error_code = OFFSET_MOVED_TO_TIERED_STORAGE
+        elif broker.remote_log_manager is not None:
+            pr.remote = True
+        else:
+            d.error_code = OFFSET_OUT_OF_RANGE
+        return 0
+    except OffsetOutOfRangeError:
+        d.error_code = OFFSET_OUT_OF_RANGE
+        return 0
+    except Exception as exc:  # noqa: BLE001
+        d.error_code = error_code_of(exc)
+        if d.error_code == -1:
+            log.exception("read of %s-%d at %d failed", pr.topic, pr.partition, pr.fetch_offset)
+        return 0
+    d.error_code = 0
+    d.records = info.records
+    d.aborted_transactions = _aborted(info) if isolation == "txn_committed" else None
+    return _records_size(info.records)
+
+
+async def _read_remote(broker: Any, pr: _PartitionRead) -> int:
+    """KIP-405 consumer read below the local log start, bounded by remote.fetch.max.wait.ms. On
+    timeout the partition comes back empty without an error, so the client simply fetches again."""
+    d = pr.data
+    rlm = broker.remote_log_manager
+    wait_s = broker.config["remote.fetch.max.wait.ms"] / 1000
+    try:
+        fut = rlm.read_async(TopicPartition(pr.topic, pr.partition), pr.fetch_offset, pr.max_bytes)
+        data = await asyncio.wait_for(asyncio.wrap_future(fut), wait_s)
+    except asyncio.TimeoutError:
+        d.records = b""
+        return 0
+    except Exception as exc:  # noqa: BLE001
+        d.error_code = error_code_of(exc)
+        if d.error_code == -1:
+            log.warning("remote read of %s-%d at %d failed: %r", pr.topic, pr.partition, pr.fetch_offset, exc)
+        d.records = b""
+        return 0
+    d.records = bytes(data or b"")
+    return len(d.records)
+
+
+def _open_regions(topics: list[FetchTopicData]) -> None:
+    """Replace log FileSlices with regions opened here, read now (a segment deleted by retention
+    after this point stays readable through the open handle)."""
+    for t in topics:
+        for d in t.partitions:
+            r = d.records
+            if r is None or isinstance(r, (bytes, bytearray, memoryview)):
+                continue
+            if not r.size:
+                d.records = b""
+                continue
+            try:
+                fobj = r.open() if hasattr(r, "open") else open(r.path, "rb", buffering=0)
+                d.records = OpenRegion(fobj, r.position, r.size)
+            except OSError:
+                d.records = r.read_bytes()
+
+
+async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
+    broker = ctx.broker
+    version = ctx.api_version
+    replica_id = getattr(req, "replica_id", None)
+    if replica_id is None:
+        rs = getattr(req, "replica_state", None)
+        replica_id = rs.replica_id if rs is not None else -1
+    follower = replica_id >= 0
+    isolation = "log_end" if follower else ("txn_committed" if req.isolation_level == READ_COMMITTED else "high_watermark")
+    session_id = getattr(req, "session_id", 0)
+    session_epoch = getattr(req, "session_epoch", -1)
+
+    if session_id != 0:
+        # we never hand out sessions, so any id the client names is unknown
+        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=FETCH_SESSION_ID_NOT_FOUND)
+        return RawResponse(parts, size)
+    if session_epoch > 0:
+        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=INVALID_FETCH_SESSION_EPOCH)
+        return RawResponse(parts, size)
+
+    topics: list[FetchTopicData] = []
+    reads: list[_PartitionRead] = []
+    for ft in req.topics:
+        if version >= 13:
+            tid = ft.topic_id
+            meta = broker.topic_by_id(tid)
+            name = meta.name if meta else ""
+        else:
+            name = ft.topic
+            meta = broker.get_topic(name)
+            tid = meta.topic_id if meta else uuid.UUID(int=0)
+        td = FetchTopicData(name, tid)
+        for fp in ft.partitions:
+            pr = _PartitionRead(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes)
+            if meta is None:
+                pr.data.error_code = UNKNOWN_TOPIC_ID if version >= 13 else UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                reads.append(pr)
+            td.partitions.append(pr.data)
+        topics.append(td)
+
+    max_wait_ms = _ms(req.max_wait)
+    min_bytes = req.min_bytes
+    response_max = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+    deadline = time.monotonic() + max_wait_ms / 1000
+    keys = [(pr.topic, pr.partition) for pr in reads]
+    while True:
+        total = 0
+        errors = False
+        for pr in reads:
+            pr.remote = False
+            total += _read_local(broker, pr, isolation, response_max - total, total == 0, follower)
+            errors = errors or pr.data.error_code != 0
+        remote = [pr for pr in reads if pr.remote]
+        if remote:
+            # several partitions of one fetch are read from the remote tier in parallel
+            sizes = await asyncio.gather(*(_read_remote(broker, pr) for pr in remote))
+            total += sum(sizes)
+            break
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or errors or not reads or remaining <= 0 or getattr(broker, "stopping", False):
+            break
+        await broker.append_watchers.wait(keys, remaining)
+    _open_regions(topics)
+    parts, size = encode_fetch_response(version, ctx.correlation_id, topics)
+    return RawResponse(parts, size)
+
+
+def handlers() -> dict[int, Handler]:
+    return {FETCH: handle_fetch}

@@ -1,0 +1,335 @@
+"""Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+
+Each handler reads the fields its request version has (getattr with Kafka's default for the others),
+asks the coordinator, and answers with a dict of response fields; the dispatcher builds the kio response
+class of `ctx.api_version` from it, ignoring the fields that version lacks. The few fields whose type
+changes between versions (nullable only in newer ones) are filled per version here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from tieredlog.protocol.api import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+)
+from tieredlog.server.context import Handler, RequestContext
+
+log = logging.getLogger(__name__)
+
+NONE = 0
+COORDINATOR_NOT_AVAILABLE = 15
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_REQUEST = 42
+# DescribeGroups: Kafka's "authorized operations not requested" marker.
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
+
+
+def _ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
+def _coordinator(broker: Any) -> Any:
+    return getattr(broker, "group_coordinator", None)
+
+
+def _partition_exists(broker: Any, topic: str, partition: int) -> bool:
+    get_topic = getattr(broker, "get_topic", None)
+    if get_topic is None:
+        return True
+    meta = get_topic(topic)
+    return meta is not None and 0 <= partition < meta.partitions
+
+
+def group_handlers(broker: Any) -> dict[int, Handler]:
+    # -- FindCoordinator ---------------------------------------------------------------------------------
+    def coordinator_entry(key: str, key_type: int) -> dict:
+        entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": NONE, "error_message": None}
+        coordinator = _coordinator(broker)
+        if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+            entry["error_code"] = INVALID_REQUEST
+            entry["error_message"] = f"unknown coordinator key type {key_type}"
+        elif key_type == TRANSACTION_KEY_TYPE and getattr(broker, "transaction_coordinator", None) is None:
+            entry["error_code"] = COORDINATOR_NOT_AVAILABLE
+        elif key_type == GROUP_KEY_TYPE and (coordinator is None or not coordinator.active):
+            entry["error_code"] = COORDINATOR_NOT_AVAILABLE
+        else:
+            # One broker coordinates every group (and leads every __consumer_offsets partition).
+            entry.update(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port)
+        return entry
+
+    async def find_coordinator(ctx: RequestContext, req: Any) -> dict:
+        key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
+        if ctx.api_version >= 4:
+            keys = getattr(req, "coordinator_keys", ()) or ()
+            return {"throttle_time": 0, "coordinators": [coordinator_entry(k, key_type) for k in keys]}
+        entry = coordinator_entry(getattr(req, "key", ""), key_type)
+        entry.pop("key")
+        entry["throttle_time"] = 0
+        return entry
+
+    # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------------------------
+    async def join_group(ctx: RequestContext, req: Any) -> dict:
+        v = ctx.api_version
+        coordinator = _coordinator(broker)
+        session = _ms(req.session_timeout)
+        rebalance = _ms(getattr(req, "rebalance_timeout", -1)) if v >= 1 else session
+        if coordinator is None:
+            result = None
+        else:
+            result = await coordinator.join_group(
+                req.group_id,
+                req.member_id,
+                getattr(req, "group_instance_id", None),
+                ctx.client_id or "",
+                "/" + ctx.client_host,
+                session,
+                rebalance,
+                req.protocol_type,
+                [(p.name, bytes(p.metadata)) for p in req.protocols],
+                v >= 4,
+            )
+        if result is None:
+            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "generation_id": -1,
+                    "protocol_name": "" if v < 7 else None, "leader": "", "member_id": req.member_id,
+                    "members": []}
+        protocol_name = result.protocol_name
+        if protocol_name is None and v < 7:
+            protocol_name = ""  # nullable only from v7
+        return {
+            "throttle_time": 0,
+            "error_code": result.error,
+            "generation_id": result.generation_id,
+            "protocol_type": result.protocol_type,
+            "protocol_name": protocol_name,
+            "leader": result.leader_id,
+            "skip_assignment": False,
+            "member_id": result.member_id,
+            "members": [
+                {"member_id": mid, "group_instance_id": iid, "metadata": meta} for mid, iid, meta in result.members
+            ],
+        }
+
+    async def sync_group(ctx: RequestContext, req: Any) -> dict:
+        coordinator = _coordinator(broker)
+        if coordinator is None:
+            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "assignment": b""}
+        assignments = {a.member_id: bytes(a.assignment) for a in (req.assignments or ())}
+        result = await coordinator.sync_group(
+            req.group_id,
+            req.generation_id,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+            getattr(req, "protocol_type", None),
+            getattr(req, "protocol_name", None),
+            assignments,
+        )
+        return {
+            "throttle_time": 0,
+            "error_code": result.error,
+            "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name,
+            "assignment": result.assignment,
+        }
+
+    async def heartbeat(ctx: RequestContext, req: Any) -> dict:
+        coordinator = _coordinator(broker)
+        if coordinator is None:
+            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE}
+        code = coordinator.heartbeat(
+            req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id
+        )
+        return {"throttle_time": 0, "error_code": code}
+
+    async def leave_group(ctx: RequestContext, req: Any) -> dict:
+        coordinator = _coordinator(broker)
+        if ctx.api_version < 3:
+            leaving = [(req.member_id, None)]
+        else:
+            leaving = [(m.member_id, m.group_instance_id) for m in (req.members or ())]
+        if coordinator is None:
+            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "members": []}
+        code, results = coordinator.leave_group(req.group_id, leaving)
+        if ctx.api_version < 3:
+            # One member: its own error is the response's error.
+            if code == NONE and results:
+                code = results[0][2]
+            return {"throttle_time": 0, "error_code": code}
+        return {
+            "throttle_time": 0,
+            "error_code": code,
+            "members": [
+                {"member_id": mid, "group_instance_id": iid, "error_code": err} for mid, iid, err in results
+            ],
+        }
+
+    # -- offsets -------------------------------------------------------------------------------------------
+    async def offset_commit(ctx: RequestContext, req: Any) -> dict:
+        coordinator = _coordinator(broker)
+        requested: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+        errors_by_tp: dict[tuple[str, int], int] = {}
+        order: list[tuple[str, int]] = []
+        for topic in req.topics or ():
+            for p in topic.partitions or ():
+                tp = (topic.name, p.partition_index)
+                order.append(tp)
+                if not _partition_exists(broker, *tp):
+                    errors_by_tp[tp] = UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                requested[tp] = (
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
+                )
+        if coordinator is None:
+            errors_by_tp.update({tp: COORDINATOR_NOT_AVAILABLE for tp in requested})
+        elif requested:
+            errors_by_tp.update(coordinator.commit_offsets(
+                req.group_id,
+                req.member_id,
+                getattr(req, "group_instance_id", None),
+                req.generation_id_or_member_epoch,
+                requested,
+            ))
+        return {"throttle_time": 0, "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp[tp]})}
+
+    def fetch_group(group_id: str, topics: Any) -> tuple[int, list[dict]]:
+        coordinator = _coordinator(broker)
+        wanted = None
+        if topics is not None:
+            wanted = [(t.name, int(p)) for t in topics for p in (t.partition_indexes or ())]
+        if coordinator is None:
+            return COORDINATOR_NOT_AVAILABLE, []
+        code, committed = coordinator.fetch_offsets(group_id, wanted)
+        if code != NONE:
+            return code, []
+        order = wanted if wanted is not None else sorted(committed)
+
+        def partition(tp: tuple[str, int]) -> dict:
+            found = committed.get(tp)
+            if found is None:
+                return {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": "", "error_code": NONE}
+            return {"committed_offset": found.offset, "committed_leader_epoch": found.leader_epoch,
+                    "metadata": found.metadata, "error_code": NONE}
+
+        return NONE, _by_topic(order, partition)
+
+    async def offset_fetch(ctx: RequestContext, req: Any) -> dict:
+        if ctx.api_version >= 8:
+            groups = []
+            for g in req.groups or ():
+                code, topics = fetch_group(g.group_id, g.topics)
+                groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+            return {"throttle_time": 0, "groups": groups}
+        code, topics = fetch_group(req.group_id, req.topics)
+        if code != NONE and ctx.api_version < 2:
+            # v1 has no group-level error: report it on every requested partition.
+            topics = [
+                {"name": t.name, "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
+                    for p in t.partition_indexes or ()]}
+                for t in req.topics or ()
+            ]
+        return {"throttle_time": 0, "topics": topics, "error_code": code}
+
+    async def offset_delete(ctx: RequestContext, req: Any) -> dict:
+        coordinator = _coordinator(broker)
+        order = [(t.name, p.partition_index) for t in req.topics or () for p in t.partitions or ()]
+        errors_by_tp = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in order if not _partition_exists(broker, *tp)}
+        if coordinator is None:
+            return {"error_code": COORDINATOR_NOT_AVAILABLE, "throttle_time": 0, "topics": []}
+        code, result = coordinator.delete_offsets(req.group_id, [tp for tp in order if tp not in errors_by_tp])
+        if code != NONE:
+            return {"error_code": code, "throttle_time": 0, "topics": []}
+        errors_by_tp.update(result)
+        return {"error_code": NONE, "throttle_time": 0,
+                "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp.get(tp, NONE)})}
+
+    # -- admin ---------------------------------------------------------------------------------------------
+    async def describe_groups(ctx: RequestContext, req: Any) -> dict:
+        coordinator = _coordinator(broker)
+        groups = []
+        for group_id in req.groups or ():
+            if coordinator is None:
+                groups.append({"error_code": COORDINATOR_NOT_AVAILABLE, "group_id": group_id, "group_state": "",
+                               "protocol_type": "", "protocol_data": "", "members": [],
+                               "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                continue
+            s = coordinator.describe_group(group_id)
+            groups.append({
+                "error_code": s.error,
+                "group_id": s.group_id,
+                "group_state": s.state,
+                "protocol_type": s.protocol_type,
+                "protocol_data": s.protocol,
+                "members": [
+                    {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
+                     "client_host": m.client_host, "member_metadata": m.metadata, "member_assignment": m.assignment}
+                    for m in s.members
+                ],
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            })
+        return {"throttle_time": 0, "groups": groups}
+
+    async def list_groups(ctx: RequestContext, req: Any) -> dict:
+        coordinator = _coordinator(broker)
+        if coordinator is None:
+            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "groups": []}
+        types = {t.lower() for t in (getattr(req, "types_filter", None) or ())}
+        code, listed = coordinator.list_groups(getattr(req, "states_filter", None) or ())
+        if types and "classic" not in types:
+            listed = []  # every group here speaks the classic protocol
+        return {
+            "throttle_time": 0,
+            "error_code": code,
+            "groups": [
+                {"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
+                for gid, ptype, state in listed
+            ],
+        }
+
+    async def delete_groups(ctx: RequestContext, req: Any) -> dict:
+        coordinator = _coordinator(broker)
+        names = list(req.groups_names or ())
+        if coordinator is None:
+            results = {name: COORDINATOR_NOT_AVAILABLE for name in names}
+        else:
+            results = coordinator.delete_groups(names)
+        return {"throttle_time": 0,
+                "results": [{"group_id": name, "error_code": results[name]} for name in dict.fromkeys(names)]}
+
+    return {
+        FIND_COORDINATOR: find_coordinator,
+        JOIN_GROUP: join_group,
+        SYNC_GROUP: sync_group,
+        HEARTBEAT: heartbeat,
+        LEAVE_GROUP: leave_group,
+        OFFSET_COMMIT: offset_commit,
+        OFFSET_FETCH: offset_fetch,
+        DESCRIBE_GROUPS: describe_groups,
+        LIST_GROUPS: list_groups,
+        DELETE_GROUPS: delete_groups,
+        OFFSET_DELETE: offset_delete,
+    }
+
+
+def _by_topic(order: list[tuple[str, int]], fill: Any) -> list[dict]:
+    """Group (topic, partition) pairs by topic, keeping first-seen order, as Kafka's responses do."""
+    topics: dict[str, list[dict]] = {}
+    for topic, partition in dict.fromkeys(order):
+        topics.setdefault(topic, []).append({"partition_index": partition, **fill((topic, partition))})
+    return [{"name": name, "partitions": parts} for name, parts in topics.items()]

@@ -1,0 +1,78 @@
+"""`tieredlog broker [--config server.properties] [--override key=value ...]`.
+
+SIGTERM / Ctrl-C: stop accepting, finish in-flight requests, flush logs, write checkpoints, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from tieredlog.config import BrokerConfig, BrokerConfigError
+
+log = logging.getLogger("tieredlog.broker")
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="tieredlog broker", description="run a tieredlog broker")
+    p.add_argument("--config", "-c", help="server.properties file (Kafka property names)")
+    p.add_argument("config_file", nargs="?", help="server.properties file, as kafka-server-start takes it")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="set a property")
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int:
+    from tieredlog.server.broker import Broker
+    from tieredlog.server.dispatcher import Dispatcher
+    from tieredlog.server.network import KafkaServer
+
+    broker = Broker(config)
+    await broker.start()
+    server = KafkaServer(broker, Dispatcher(broker))
+    try:
+        bound = await server.start()
+    except OSError as exc:
+        log.error("cannot listen: %s", exc)
+        await broker.shutdown()
+        return 1
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "broker %d started, listening on %s, advertised %s:%d, cluster %s",
+        broker.node_id, ", ".join(f"{h}:{p}" for h, p in bound), broker.advertised_host, broker.advertised_port,
+        broker.cluster_id,
+    )
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    log.info("shutting down")
+    broker.stopping = True
+    await server.stop()
+    await broker.shutdown()
+    log.info("shut down cleanly")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = BrokerConfig.load(args.config or args.config_file, args.override)
+    except (BrokerConfigError, OSError) as exc:
+        print(f"tieredlog broker: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

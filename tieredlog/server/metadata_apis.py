@@ -1,0 +1,100 @@
+"""Metadata (3) and DescribeCluster (60): this broker leads every partition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tieredlog.errors import KafkaError
+from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
+from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.topic_store import TopicMetadata
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC = 17
+UNKNOWN_TOPIC_ID = 100
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+def _broker_entry(broker: Any) -> dict:
+    return {"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.advertised_port, "rack": broker.config["broker.rack"]}
+
+
+def topic_entry(broker: Any, t: TopicMetadata) -> dict:
+    node = broker.node_id
+    return {
+        "error_code": 0,
+        "name": t.name,
+        "topic_id": t.topic_id,
+        "is_internal": t.internal,
+        "partitions": [
+            {
+                "error_code": 0,
+                "partition_index": p,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+            for p in range(t.partitions)
+        ],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _error_topic(name: str | None, code: int, topic_id: Any = None) -> dict:
+    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": [],
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+
+
+async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    allow_auto = getattr(req, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+    topics_out = []
+    # v0: an empty list means all topics; v1+: null means all, empty means none
+    if req.topics is None or (ctx.api_version == 0 and not req.topics):
+        topics_out = [topic_entry(broker, t) for t in sorted(broker.topics.values(), key=lambda t: t.name)]
+    else:
+        for rt in req.topics:
+            name = getattr(rt, "name", None)
+            tid = getattr(rt, "topic_id", None)
+            if name is None and tid is not None and tid.int != 0:
+                t = broker.topic_by_id(tid)
+                topics_out.append(topic_entry(broker, t) if t else _error_topic(None, UNKNOWN_TOPIC_ID, tid))
+                continue
+            t = broker.get_topic(name)
+            if t is None and allow_auto:
+                try:
+                    t = broker.create_topic(
+                        name, broker.config["num.partitions"], broker.config["default.replication.factor"]
+                    )
+                except KafkaError as exc:
+                    topics_out.append(_error_topic(name, exc.code))
+                    continue
+            topics_out.append(topic_entry(broker, t) if t else _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION))
+    return {
+        "throttle_time": 0,
+        "brokers": [_broker_entry(broker)],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "topics": topics_out,
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    b = _broker_entry(broker)
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "endpoint_type": getattr(req, "endpoint_type", 1),
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,
+        "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}],
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def handlers() -> dict[int, Handler]:
+    return {METADATA: handle_metadata, DESCRIBE_CLUSTER: handle_describe_cluster}

@@ -1,0 +1,247 @@
+"""The asyncio listener and per-connection request pipeline.
+
+Each connection has a reader coroutine and a writer coroutine joined by a bounded queue of handler
+tasks. The reader keeps decoding requests while earlier ones wait (a Fetch parked for min bytes),
+handler tasks start in arrival order, and the writer sends responses strictly in request order, as
+Kafka clients match responses to requests FIFO. A frame we cannot read closes only its connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+from typing import Any
+
+from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
+from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request, peek_header
+from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
+
+log = logging.getLogger(__name__)
+
+_I32 = struct.Struct(">i")
+
+
+class RawResponse:
+    """A pre-encoded response: ``bytes`` parts and file regions (``OpenRegion``) sent in order."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[Any], size: int) -> None:
+        self.parts = parts
+        self.size = size
+
+    def close(self) -> None:
+        for p in self.parts:
+            if isinstance(p, OpenRegion):
+                p.close()
+
+
+class OpenRegion:
+    """A region of a segment file on a file object the server owns and closes: ``loop.sendfile``
+    moves its file position, and the log only uses positional I/O, so nothing else is disturbed.
+    Opened when the response is built, so a segment deleted by retention meanwhile stays readable."""
+
+    __slots__ = ("file", "position", "size")
+
+    def __init__(self, file: Any, position: int, size: int) -> None:
+        self.file = file
+        self.position = position
+        self.size = size
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class Connection:
+    def __init__(self, server: "KafkaServer", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        self.host, self.port = str(peer[0]), int(peer[1])
+        self.name = f"{self.host}:{self.port}"
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=server.broker.config["queued.max.requests"])
+        self.closing = False
+
+    async def run(self) -> None:
+        writer_task = asyncio.get_running_loop().create_task(self._write_loop())
+        try:
+            await self._read_loop()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("connection %s failed", self.name)
+        finally:
+            await self.queue.put(None)  # writer finishes the in-flight responses, then stops
+            try:
+                await writer_task
+            finally:
+                self.writer.close()
+
+    async def _read_loop(self) -> None:
+        max_bytes = self.server.broker.config["socket.request.max.bytes"]
+        loop = asyncio.get_running_loop()
+        while not self.closing and not self.server.stopping:
+            try:
+                prefix = await self.reader.readexactly(4)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    log.warning("closing %s: connection ended inside a size prefix", self.name)
+                return
+            (size,) = _I32.unpack(prefix)
+            if size < 8 or size > max_bytes:
+                log.warning(
+                    "closing %s: request size %d outside [8, socket.request.max.bytes=%d]", self.name, size, max_bytes
+                )
+                return
+            try:
+                payload = await self.reader.readexactly(size)
+            except asyncio.IncompleteReadError:
+                log.warning("closing %s: connection ended inside a %d-byte request", self.name, size)
+                return
+            api_key, version, correlation_id = peek_header(payload)
+            try:
+                header, body = decode_request(payload)
+            except UnsupportedVersion:
+                if api_key == API_VERSIONS:
+                    # Kafka answers an unknown ApiVersions version in v0 format so the client learns the table
+                    await self.queue.put(self.server.dispatcher.unsupported_api_versions(correlation_id))
+                    continue
+                if api_key == PRODUCE and 0 <= version < PRODUCE_REJECTED_BELOW:
+                    try:
+                        answer = self.server.dispatcher.reject_old_produce(payload, version, correlation_id)
+                    except (struct.error, ValueError) as exc:
+                        log.warning("closing %s: malformed Produce v%d: %s", self.name, version, exc)
+                        return
+                    await self.queue.put(answer)
+                    continue
+                log.warning(
+                    "closing %s: unsupported %s v%d (correlation id %d)", self.name, api_name(api_key), version, correlation_id
+                )
+                return
+            except InvalidRequest as exc:
+                log.warning("closing %s: %s", self.name, exc)
+                return
+            ctx = RequestContext(
+                api_key, version, correlation_id, header.client_id, self.host, self.port, self.server.broker, self.name
+            )
+            handler = self.server.dispatcher.handler_for(api_key, version)
+            if handler is None:
+                log.warning("closing %s: %s v%d is not served", self.name, api_name(api_key), version)
+                return
+            # Tasks start in creation order, so handlers' synchronous parts (e.g. a Produce's
+            # append) run in request order even though later requests need not wait.
+            task = loop.create_task(self.server.dispatcher.run(handler, ctx, body))
+            self.server.track(task)
+            await self.queue.put(task)
+
+    async def _write_loop(self) -> None:
+        while True:
+            item = await self.queue.get()
+            if item is None:
+                return
+            if isinstance(item, bytes) or item is NO_RESPONSE:
+                result: Any = item
+            else:
+                try:
+                    result = await item
+                except asyncio.CancelledError:
+                    self._abort()
+                    continue
+                except Exception:
+                    log.exception("closing %s: request handler failed", self.name)
+                    self._abort()
+                    continue
+            if result is NO_RESPONSE:
+                continue
+            if self.closing:
+                if isinstance(result, RawResponse):
+                    result.close()
+                continue
+            if result is CLOSE_CONNECTION:
+                self._abort()
+                continue
+            try:
+                if isinstance(result, RawResponse):
+                    await self._send_raw(result)
+                else:
+                    self.writer.write(result)
+                    await self.writer.drain()
+            except (ConnectionError, OSError):
+                self._abort()
+
+    def _abort(self) -> None:
+        """Stop reading and drop later responses; the socket closes when run() ends."""
+        self.closing = True
+        transport = self.writer.transport
+        if transport is not None and not transport.is_closing():
+            transport.abort()
+
+    async def _send_raw(self, resp: RawResponse) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            for part in resp.parts:
+                if isinstance(part, OpenRegion):
+                    await self.writer.drain()
+                    # zero-copy from the page cache; asyncio falls back to read+write where it cannot
+                    await loop.sendfile(self.writer.transport, part.file, part.position, part.size)
+                else:
+                    self.writer.write(part)
+            await self.writer.drain()
+        finally:
+            resp.close()
+
+
+class KafkaServer:
+    def __init__(self, broker: Any, dispatcher: Any) -> None:
+        self.broker = broker
+        self.dispatcher = dispatcher
+        self.servers: list[asyncio.base_events.Server] = []
+        self.connections: set[asyncio.Task] = set()
+        self.inflight: set[asyncio.Task] = set()
+        self.stopping = False
+
+    def track(self, task: asyncio.Task) -> None:
+        self.inflight.add(task)
+        task.add_done_callback(self.inflight.discard)
+
+    async def start(self) -> list[tuple[str, int]]:
+        bound = []
+        for listener in self.broker.config.listeners:
+            srv = await asyncio.start_server(self._accept, listener.host or None, listener.port, reuse_address=True)
+            self.servers.append(srv)
+            for sock in srv.sockets:
+                bound.append(sock.getsockname()[:2])
+        return bound
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.stopping:
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections.add(task)
+        try:
+            await Connection(self, reader, writer).run()
+        finally:
+            self.connections.discard(task)
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop accepting, let in-flight requests finish (bounded by ``grace``), close connections."""
+        self.stopping = True
+        for srv in self.servers:
+            srv.close()
+        # parked fetches wake on notify and return what they have
+        self.broker.append_watchers.notify_all()
+        if self.inflight:
+            await asyncio.wait(list(self.inflight), timeout=grace)
+        for t in list(self.connections):
+            t.cancel()
+        if self.connections:
+            await asyncio.wait(list(self.connections), timeout=grace)
+        for srv in self.servers:
+            await srv.wait_closed()

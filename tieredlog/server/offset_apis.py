@@ -1,0 +1,111 @@
+"""ListOffsets (2) and OffsetForLeaderEpoch (23)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from tieredlog.log.types import TopicPartition
+from tieredlog.protocol.api import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
+from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.produce_api import error_code_of
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+READ_COMMITTED = 1
+
+
+def _epoch_for(plog: Any, offset: int) -> int:
+    cache = getattr(plog, "leader_epoch_cache", None)
+    if cache is None or offset < 0:
+        return -1
+    try:
+        e = cache.epoch_for_offset(offset)
+    except Exception:  # noqa: BLE001 - epoch is advisory in this response
+        return -1
+    return -1 if e is None else e
+
+
+async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: int, isolation: int) -> tuple[int, int, int]:
+    """(offset, timestamp, leader_epoch) for one ListOffsets partition."""
+    if ts == LATEST:
+        off = plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
+        return off, -1, _epoch_for(plog, off - 1)
+    if ts == EARLIEST:
+        return plog.log_start_offset, -1, _epoch_for(plog, plog.log_start_offset)
+    if ts == EARLIEST_LOCAL:
+        return plog.local_log_start_offset, -1, _epoch_for(plog, plog.local_log_start_offset)
+    if ts == LATEST_TIERED:
+        off = plog.highest_offset_in_remote_storage
+        return off, -1, _epoch_for(plog, off)
+    rlm = ctx.broker.remote_log_manager
+    if ts >= 0 and rlm is not None and plog.local_log_start_offset > plog.log_start_offset:
+        # part of the log lives only in the remote tier; ask it first, off the loop
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(None, rlm.find_offset_by_timestamp, tp, ts)
+        if found is not None:
+            return tuple(found)[:3]  # type: ignore[return-value]
+    found = plog.fetch_offset_by_timestamp(ts)
+    if found is None:
+        return -1, -1, -1
+    off, found_ts, epoch = tuple(found)[:3]
+    # by-timestamp lookups never return offsets the consumer cannot read yet
+    if ts >= 0 and off >= plog.high_watermark:
+        return -1, -1, -1
+    return off, found_ts, -1 if epoch is None else epoch
+
+
+async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    isolation = getattr(req, "isolation_level", 0)
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            plog = broker.get_partition_log(t.name, p.partition_index)
+            if plog is None:
+                out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    off, ts, epoch = await _offset_for(ctx, plog, TopicPartition(t.name, p.partition_index), p.timestamp, isolation)
+                    out.update(offset=off, timestamp=ts, leader_epoch=epoch)
+                except Exception as exc:  # noqa: BLE001
+                    out["error_code"] = error_code_of(exc)
+                    if out["error_code"] == -1:
+                        log.exception("ListOffsets %s-%d failed", t.name, p.partition_index)
+            parts.append(out)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            out = {"error_code": 0, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
+            plog = broker.get_partition_log(t.topic, p.partition)
+            if plog is None:
+                out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    epoch, end = plog.leader_epoch_cache.end_offset_for(p.leader_epoch, plog.log_end_offset)
+                    out.update(leader_epoch=epoch, end_offset=end)
+                except Exception as exc:  # noqa: BLE001
+                    out["error_code"] = error_code_of(exc)
+            parts.append(out)
+        topics.append({"topic": t.topic, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def handlers() -> dict[int, Handler]:
+    return {LIST_OFFSETS: handle_list_offsets, OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch}

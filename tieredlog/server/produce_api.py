@@ -1,0 +1,105 @@
+"""Produce (0) and InitProducerId (22).
+
+Record bytes go to PartitionLog.append_as_leader untouched (it validates CRC, sizes and sequences
+and patches offsets in place). With one broker the ISR is this broker, so acks=1 and acks=all are
+both satisfied once the append returns; the high watermark moves and parked fetches wake.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tieredlog.errors import KafkaError
+from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
+from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_REQUIRED_ACKS = 21
+CORRUPT_MESSAGE = 2
+INVALID_RECORD = 87
+UNKNOWN_SERVER_ERROR = -1
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+LEADER_EPOCH = 0  # single broker: the leader epoch never changes
+
+
+def error_code_of(exc: BaseException) -> int:
+    if isinstance(exc, KafkaError):
+        return exc.code
+    if isinstance(exc, CorruptRecordError):
+        return CORRUPT_MESSAGE
+    if isinstance(exc, InvalidRecordError):
+        return INVALID_RECORD
+    return UNKNOWN_SERVER_ERROR
+
+
+def _append(broker: Any, topic: str, partition: int, records: bytes | None) -> dict:
+    out: dict[str, Any] = {"index": partition, "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
+    plog = broker.get_partition_log(topic, partition)
+    if plog is None:
+        out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        return out
+    try:
+        if not records:
+            raise InvalidRecordError("produce request without records")
+        info = plog.append_as_leader(records, LEADER_EPOCH)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
+        code = error_code_of(exc)
+        if code == UNKNOWN_SERVER_ERROR:
+            log.exception("append to %s-%d failed", topic, partition)
+        out["error_code"] = code
+        out["error_message"] = str(exc)
+        out["log_start_offset"] = plog.log_start_offset
+        if code == INVALID_RECORD:
+            out["record_errors"] = [{"batch_index": getattr(exc, "batch_index", 0), "batch_index_error_message": str(exc)}]
+        return out
+    # one replica: acks=all is satisfied as soon as the leader has the data
+    plog.update_high_watermark(plog.log_end_offset)
+    broker.append_watchers.notify((topic, partition))
+    out["error_code"] = 0
+    out["base_offset"] = info.first_offset
+    append_time = getattr(info, "log_append_time", -1)
+    out["log_append_time"] = append_time if append_time is not None else -1
+    out["log_start_offset"] = getattr(info, "log_start_offset", plog.log_start_offset)
+    return out
+
+
+async def handle_produce(ctx: RequestContext, req: Any) -> Any:
+    broker = ctx.broker
+    acks = req.acks
+    responses = []
+    any_error = False
+    for td in req.topic_data:
+        parts = []
+        for pd in td.partition_data:
+            if acks not in (0, 1, -1):
+                parts.append({"index": pd.index, "error_code": INVALID_REQUIRED_ACKS, "base_offset": -1})
+                any_error = True
+                continue
+            res = _append(broker, td.name, pd.index, pd.records)
+            any_error = any_error or res["error_code"] != 0
+            parts.append(res)
+        responses.append({"name": td.name, "partition_responses": parts})
+    if acks == 0:
+        # the client reads nothing back; Kafka closes the socket so it notices a failure
+        return CLOSE_CONNECTION if any_error else NO_RESPONSE
+    return {"responses": responses, "throttle_time": 0}
+
+
+async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict:
+    if req.transactional_id is not None:
+        # no transaction coordinator on this broker
+        return {"error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
+    pid = getattr(req, "producer_id", -1)
+    epoch = getattr(req, "producer_epoch", -1)
+    if pid >= 0 and 0 <= epoch < 32766:
+        # KIP-360: an idempotent producer bumps its own epoch after a fatal sequence error
+        return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1, "throttle_time": 0}
+    return {"error_code": 0, "producer_id": ctx.broker.producer_ids.allocate(), "producer_epoch": 0, "throttle_time": 0}
+
+
+def handlers() -> dict[int, Handler]:
+    return {PRODUCE: handle_produce, INIT_PRODUCER_ID: handle_init_producer_id}
