@@ -5,7 +5,7 @@ Layout (Kafka/Aiven style, one object per file of a segment)::
     <key.prefix><topic>-<topicId>/<partition>/<20-digit start offset>-<segment id>.<suffix>
 
 ``topicId`` and ``segment id`` are Kafka's URL-safe base64 of the UUID without padding (22 chars).
-The end offset is not in the key: it lives in the ``rsm-manifest`` object, written last.
+The end offset is not in the key: it lives in the ``.manifest`` object, written last.
 
 Every name that becomes part of a key is validated on the way in, and every key read back from a
 listing is parsed and validated again before anything trusts it (buckets are shared with other
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from tieredlog.rsm.api import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 
 LOG_SUFFIX = "log"
-MANIFEST_SUFFIX = "rsm-manifest"
+# Same name and JSON schema as LocalTieredStorage writes, so broker-less readers see one shape.
+MANIFEST_SUFFIX = "manifest"
 # Kafka's local file suffixes, so a listing reads like a partition directory.
 INDEX_SUFFIXES: dict[IndexType, str] = {
     IndexType.OFFSET: "index",

@@ -118,24 +118,25 @@ class ConfigReader:
 
 
 def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str, int]) -> bytes:
-    """The commit marker: everything a broker-less reader needs to use the segment's objects."""
+    """The commit marker: everything a broker-less reader needs to use the segment's objects. The
+    schema is the one ``LocalTieredStorage`` writes (``object_sizes`` maps suffix -> bytes)."""
     tp = metadata.topic_id_partition
+    stem = f"{metadata.start_offset:020d}-{uuid_to_base64(metadata.remote_log_segment_id.id)}"
     body = {
         "version": MANIFEST_VERSION,
-        "remoteLogSegmentMetadata": {
-            "topic": tp.topic,
-            "topicId": uuid_to_base64(tp.topic_id),
-            "partition": tp.partition,
-            "segmentId": uuid_to_base64(metadata.remote_log_segment_id.id),
-            "startOffset": metadata.start_offset,
-            "endOffset": metadata.end_offset,
-            "maxTimestampMs": metadata.max_timestamp_ms,
-            "brokerId": metadata.broker_id,
-            "eventTimestampMs": metadata.event_timestamp_ms,
-            "segmentSizeInBytes": metadata.segment_size_in_bytes,
-            "segmentLeaderEpochs": {str(e): o for e, o in sorted(metadata.segment_leader_epochs.items())},
-        },
-        "objects": dict(object_sizes),
+        "topic": tp.topic,
+        "topic_id": uuid_to_base64(tp.topic_id),
+        "partition": tp.partition,
+        "segment_id": uuid_to_base64(metadata.remote_log_segment_id.id),
+        "start_offset": metadata.start_offset,
+        "end_offset": metadata.end_offset,
+        "max_timestamp_ms": metadata.max_timestamp_ms,
+        "broker_id": metadata.broker_id,
+        "event_timestamp_ms": metadata.event_timestamp_ms,
+        "segment_size_in_bytes": metadata.segment_size_in_bytes,
+        "segment_leader_epochs": [[e, o] for e, o in sorted(metadata.segment_leader_epochs.items())],
+        "tx_index_present": INDEX_SUFFIXES[IndexType.TRANSACTION] in object_sizes,
+        "files": {suffix: {"name": f"{stem}.{suffix}", "size": size} for suffix, size in object_sizes.items()},
     }
     return json.dumps(body, sort_keys=True).encode()
 
@@ -200,9 +201,12 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         written: list[str] = []
         sizes: dict[str, int] = {}
         try:
+            # Copy is idempotent: an earlier attempt with this id must not keep vouching (manifest)
+            # for objects about to be replaced, nor leave a txn index this segment does not have.
+            stale = [keys[MANIFEST_SUFFIX]]
             if log_segment_data.transaction_index is None:
-                # Copy is idempotent: an earlier attempt of this segment may have left a txn index.
-                self._delete_keys([keys[INDEX_SUFFIXES[IndexType.TRANSACTION]]])
+                stale.append(keys[INDEX_SUFFIXES[IndexType.TRANSACTION]])
+            self._delete_keys(stale)
             for suffix, source in files:
                 if isinstance(source, bytes):
                     self._put_bytes(keys[suffix], source)

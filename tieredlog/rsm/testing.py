@@ -194,8 +194,8 @@ class RemoteStorageManagerConformance:
     def test_copy_is_idempotent_and_overwrites(self, rsm, copied, tmp_path):
         rsm.copy_log_segment_data(copied.metadata, copied.data)
         assert read_all(rsm.fetch_log_segment(copied.metadata, 0)) == copied.log
-        # Same segment id, new content (and no txn index any more): the second copy wins.
-        again = make_segment(tmp_path / "again", size=len(copied.log) // 2, with_txn_index=False,
+        # Same segment id, new content: the second copy wins.
+        again = make_segment(tmp_path / "again", size=len(copied.log) // 2,
                              topic=copied.metadata.topic_id_partition.topic,
                              partition=copied.metadata.topic_id_partition.partition,
                              start_offset=copied.metadata.start_offset,
@@ -203,7 +203,19 @@ class RemoteStorageManagerConformance:
                              segment_id=copied.metadata.remote_log_segment_id.id, seed=7)
         rsm.copy_log_segment_data(again.metadata, again.data)
         assert read_all(rsm.fetch_log_segment(again.metadata, 0)) == again.log
-        assert read_all(rsm.fetch_index(again.metadata, IndexType.OFFSET)) == again.indexes[IndexType.OFFSET]
+        for index_type in IndexType:
+            assert read_all(rsm.fetch_index(again.metadata, index_type)) == again.indexes[index_type]
+
+    def test_recopy_without_txn_index_drops_the_old_one(self, rsm, copied, tmp_path):
+        # A stale txn index would make readers apply aborted-transaction ranges the segment lacks.
+        again = make_segment(tmp_path / "again", size=1000, with_txn_index=False,
+                             topic=copied.metadata.topic_id_partition.topic,
+                             partition=copied.metadata.topic_id_partition.partition,
+                             start_offset=copied.metadata.start_offset,
+                             topic_id=copied.metadata.topic_id_partition.topic_id,
+                             segment_id=copied.metadata.remote_log_segment_id.id, seed=8)
+        rsm.copy_log_segment_data(again.metadata, again.data)
+        assert read_all(rsm.fetch_log_segment(again.metadata, 0)) == again.log
         with pytest.raises(RemoteResourceNotFoundException):
             read_all(rsm.fetch_index(again.metadata, IndexType.TRANSACTION))
 
