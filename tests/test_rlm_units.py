@@ -1,0 +1,327 @@
+"""Unit tests of the RLM's building blocks: quota, reader pool, scheduler, remote index cache,
+lineage arithmetic. Real segments (LogSegment) and a real LocalTieredStorage, no mocks."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tieredlog.log.segment import LogSegment
+from tieredlog.records.batch import iter_headers
+from tieredlog.records.record import build_batch
+from tieredlog.rlm.index_cache import DIR_NAME, RemoteIndexCache, uuid_to_kafka
+from tieredlog.rlm.lineage import (
+    checkpoint_text,
+    highest_remote_offset,
+    is_within_lineage,
+    segment_leader_epochs,
+)
+from tieredlog.rlm.pool import FixedDelayScheduler, RemoteReaderPool, RemoteReaderQueueFullError
+from tieredlog.rlm.quota import RLMQuotaManager
+from tieredlog.rsm.api import (
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+)
+from tieredlog.rsm.local import LocalTieredStorage
+
+
+# ---- quota ------------------------------------------------------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_quota_throttles_until_tokens_refill():
+    clock = FakeClock()
+    q = RLMQuotaManager(1000, window_size_seconds=1, clock=clock)
+    assert q.throttle_time_ms() == 0
+    q.record(3000)  # 1000 burst available: 2000 bytes in debt
+    assert q.throttle_time_ms() == pytest.approx(2000)
+    clock.t += 1.5
+    assert q.throttle_time_ms() == pytest.approx(500)
+    clock.t += 0.5
+    assert q.throttle_time_ms() == 0
+    assert not q.is_quota_exceeded()
+
+
+def test_quota_unlimited_by_default_and_dynamic_update():
+    clock = FakeClock()
+    q = RLMQuotaManager(clock=clock)
+    q.record(10**12)
+    assert q.throttle_time_ms() == 0
+    q.update_quota(100)
+    q.record(300)
+    assert q.throttle_time_ms() == pytest.approx(2000)
+    q.update_quota((1 << 63) - 1)
+    assert q.throttle_time_ms() == 0
+
+
+def test_quota_acquire_waits_then_records_and_stops_when_cancelled():
+    q = RLMQuotaManager(1_000_000, window_size_seconds=0.01)  # 10 kB burst, real clock
+    assert q.acquire(10_000)
+    assert q.acquire(20_000)  # debt: 20 ms at 1 MB/s
+    t0 = time.monotonic()
+    assert q.acquire(1)
+    assert time.monotonic() - t0 > 0.005  # it had to wait for the debt to be repaid
+    q.update_quota(1)
+    q.record(10)
+    assert q.acquire(1, cancelled=lambda: True) is False
+
+
+# ---- reader pool ----------------------------------------------------------------------------------
+def test_reader_pool_rejects_when_queue_full_and_runs_queued_work():
+    gate = threading.Event()
+    pool = RemoteReaderPool(threads=1, max_pending_tasks=2)
+    try:
+        started = threading.Event()
+
+        def blocker():
+            started.set()
+            gate.wait(10)
+            return "first"
+
+        f1 = pool.submit(blocker)
+        assert started.wait(5)
+        f2 = pool.submit(lambda: 2)
+        f3 = pool.submit(lambda: 3)
+        assert pool.queue_size == 2
+        with pytest.raises(RemoteReaderQueueFullError) as exc:
+            pool.submit(lambda: 4)
+        assert exc.value.retriable
+        f3.cancel()  # a fetch that timed out before its turn is skipped
+        gate.set()
+        assert f1.result(5) == "first"
+        assert f2.result(5) == 2
+        assert f3.cancelled()
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_reader_pool_reports_errors_through_the_future():
+    pool = RemoteReaderPool(threads=2, max_pending_tasks=4)
+    try:
+        def boom():
+            raise ValueError("remote down")
+
+        with pytest.raises(ValueError, match="remote down"):
+            pool.submit(boom).result(5)
+        assert 0.0 <= pool.idle.sample() <= 1.0
+    finally:
+        pool.shutdown()
+
+
+# ---- scheduler ------------------------------------------------------------------------------------
+def test_scheduler_runs_with_fixed_delay_and_backs_off_on_failure():
+    sched = FixedDelayScheduler("t", 2, backoff_ms=20, backoff_max_ms=40, jitter=0.0)
+    try:
+        runs: list[float] = []
+        done = threading.Event()
+
+        def flaky(ctx):
+            runs.append(time.monotonic())
+            if len(runs) < 3:
+                raise RuntimeError("transient")
+            done.set()
+
+        sched.schedule("k", flaky, interval_ms=60_000)
+        assert done.wait(5)
+        assert len(runs) == 3  # retried twice after failures, well before the 60 s interval
+        assert sched.backoff_s(1, 60) == pytest.approx(0.02)
+        assert sched.backoff_s(5, 60) == pytest.approx(0.04)  # capped
+        sched.cancel("k")
+        assert not sched.is_scheduled("k")
+    finally:
+        sched.shutdown()
+
+
+def test_scheduler_never_runs_a_task_twice_at_once():
+    sched = FixedDelayScheduler("t", 4)
+    try:
+        active = []
+        peak = []
+        lock = threading.Lock()
+        count = [0]
+        enough = threading.Event()
+
+        def task(ctx):
+            with lock:
+                active.append(1)
+                peak.append(len(active))
+            time.sleep(0.01)
+            with lock:
+                active.pop()
+                count[0] += 1
+                if count[0] >= 5:
+                    enough.set()
+
+        sched.schedule("k", task, interval_ms=1)
+        for _ in range(20):
+            sched.run_now("k")
+        assert enough.wait(5)
+        assert max(peak) == 1
+    finally:
+        sched.shutdown()
+
+
+# ---- remote index cache ---------------------------------------------------------------------------
+def _write_segment(d: Path, base: int, batches: int, records_per_batch: int = 5) -> tuple[LogSegment, bytes]:
+    seg = LogSegment(d, base, index_interval_bytes=256, active=True)
+    offset = base
+    out = bytearray()
+    for b in range(batches):
+        recs = [(f"k{offset + i}".encode(), (b"v%d-" % (offset + i)) * 20, [], 1_000_000 + offset + i) for i in range(records_per_batch)]
+        batch = build_batch(recs, base_offset=offset, partition_leader_epoch=0)
+        headers = [h for _, h in iter_headers(batch)]
+        seg.append(batch, headers)
+        out += batch
+        offset += records_per_batch
+    seg.on_become_inactive()
+    seg.flush()
+    return seg, bytes(out)
+
+
+def _copy(rsm: LocalTieredStorage, seg: LogSegment, tip: TopicIdPartition, tmp: Path) -> RemoteLogSegmentMetadata:
+    snap = tmp / f"{seg.next_offset:020d}.snapshot"
+    snap.write_bytes(b"snapshot")
+    md = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate_new(tip), seg.base_offset, seg.next_offset - 1, seg.largest_timestamp, 0,
+        int(time.time() * 1000), seg.size, {0: seg.base_offset},
+    )
+    rsm.copy_log_segment_data(
+        md,
+        LogSegmentData(seg.log_path, seg.offset_index_path, seg.time_index_path, None, snap, checkpoint_text([(0, 0)])),
+    )
+    return md
+
+
+@pytest.fixture
+def remote(tmp_path):
+    rsm = LocalTieredStorage(tmp_path / "remote")
+    rsm.configure({"broker.id": 0})
+    events = []
+    rsm.add_listener(lambda e: events.append(e))
+    return rsm, TopicIdPartition(uuid.uuid4(), "t", 0), events
+
+
+def test_index_cache_matches_the_local_index_and_fetches_once(tmp_path, remote):
+    rsm, tip, events = remote
+    seg, data = _write_segment(tmp_path / "log", 0, batches=40)
+    md = _copy(rsm, seg, tip, tmp_path)
+    assert seg.offset_index.entries > 3  # the test needs a real index
+    cache = RemoteIndexCache(rsm, tmp_path / "logdir", 1 << 20)
+    for offset in (0, 7, 55, 123, 199):
+        assert cache.lookup_offset_entry(md, offset) == seg.offset_index.lookup(offset)
+    fetches = sorted(e.type for e in events if "INDEX" in e.type)
+    # offset and time index fetched once; the missing txn index became an empty file
+    assert fetches == ["FETCH_OFFSET_INDEX", "FETCH_TIMESTAMP_INDEX"]
+    assert cache.misses == 1 and cache.hits == 4
+    files = sorted(p.name for p in (tmp_path / "logdir" / DIR_NAME).iterdir())
+    assert [f.split(".")[-1] for f in files] == ["index", "timeindex", "txnindex"]
+    assert files[0].startswith("0_")
+    # the byte position found is where the batch holding the offset (or an earlier one) starts
+    pos = cache.lookup_offset(md, 123)
+    hdrs = [(p, h) for p, h in iter_headers(data) if p >= pos]
+    assert hdrs[0][1].base_offset <= 123
+
+
+def test_index_cache_evicts_lru_and_deletes_files_and_survives_restart(tmp_path, remote):
+    rsm, tip, _ = remote
+    mds = []
+    for i in range(3):
+        seg, _ = _write_segment(tmp_path / f"log{i}", i * 1000, batches=30)
+        mds.append(_copy(rsm, seg, tip, tmp_path))
+    probe = RemoteIndexCache(rsm, tmp_path / "probe", 1 << 30)
+    one = probe.get_entry(mds[0]).weight
+    cache_dir = tmp_path / "logdir"
+    cache = RemoteIndexCache(rsm, cache_dir, int(one * 2.5))
+    cache.get_entry(mds[0])
+    cache.get_entry(mds[1])
+    cache.get_entry(mds[0])  # 0 is now the most recently used
+    cache.get_entry(mds[2])  # evicts 1
+    assert mds[1].remote_log_segment_id.id not in cache
+    assert mds[0].remote_log_segment_id.id in cache and mds[2].remote_log_segment_id.id in cache
+    names = {p.name.split(".")[0] for p in (cache_dir / DIR_NAME).iterdir()}
+    assert names == {f"{m.start_offset}_{uuid_to_kafka(m.remote_log_segment_id.id)}" for m in (mds[0], mds[2])}
+    assert cache.evictions == 1
+    # leftovers of a crash: a temp file and an incomplete triple are removed at start-up
+    (cache_dir / DIR_NAME / "5_garbage.index.tmp").write_bytes(b"x")
+    (cache_dir / DIR_NAME / "7_AAAAAAAAAAAAAAAAAAAAAA.index").write_bytes(b"")
+    reopened = RemoteIndexCache(rsm, cache_dir, int(one * 2.5))
+    assert len(reopened) == 2 and reopened.size_bytes == cache.size_bytes
+    assert sorted(p.name.split(".")[0] for p in (cache_dir / DIR_NAME).iterdir()) == sorted(
+        n for n in names for _ in range(3)
+    )
+    reopened.get_entry(mds[0])
+    assert reopened.hits == 1 and reopened.misses == 0
+
+
+def test_index_cache_refetches_a_corrupt_file(tmp_path, remote):
+    rsm, tip, _ = remote
+    seg, _ = _write_segment(tmp_path / "log", 0, batches=30)
+    md = _copy(rsm, seg, tip, tmp_path)
+    cache = RemoteIndexCache(rsm, tmp_path / "logdir", 1 << 20)
+    entry = cache.get_entry(md)
+    path = entry.files[".index"]
+    cache.close()
+    path.write_bytes(path.read_bytes()[:-3])  # not a multiple of 8 bytes
+    reopened = RemoteIndexCache(rsm, tmp_path / "logdir", 1 << 20)
+    assert len(reopened) == 0  # dropped at start-up
+    assert reopened.lookup_offset_entry(md, 100) == seg.offset_index.lookup(100)
+
+
+def test_index_cache_single_loader_per_segment(tmp_path, remote):
+    rsm, tip, events = remote
+    seg, _ = _write_segment(tmp_path / "log", 0, batches=30)
+    md = _copy(rsm, seg, tip, tmp_path)
+    cache = RemoteIndexCache(rsm, tmp_path / "logdir", 1 << 20)
+    n0 = len(events)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.lookup_offset(md, 77))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(results)) == 1 and len(results) == 8
+    assert len([e for e in events[n0:] if "INDEX" in e.type]) == 2
+
+
+# ---- lineage ----------------------------------------------------------------------------------------
+def test_segment_leader_epochs_and_checkpoint_text():
+    entries = [(0, 0), (1, 10), (2, 10), (3, 25)]  # epoch 1 holds no records
+    assert segment_leader_epochs(entries, 5, 20) == {0: 5, 2: 10}
+    assert segment_leader_epochs(entries, 12, 30) == {2: 12, 3: 25}
+    assert segment_leader_epochs(entries, 30, 40) == {3: 30}
+    assert checkpoint_text([(0, 0), (3, 25)]) == b"0\n2\n0 0\n3 25\n"
+
+
+def test_highest_remote_offset_walks_epochs_back_and_clips_to_local_epoch_end():
+    entries = [(0, 0), (1, 10), (2, 20)]
+    remote = {0: 14, 1: 17}  # epoch 0 data up to 14 was uploaded by a leader whose log diverged
+    assert highest_remote_offset(entries, 30, remote.get) == (17, 1)
+    assert highest_remote_offset(entries, 30, {0: 14}.get) == (9, 0)  # clipped to epoch 0's local end
+    assert highest_remote_offset(entries, 30, {}.get) == (-1, -1)
+
+
+def test_lineage_check_rejects_divergent_segments():
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+
+    def md(start, end, epochs):
+        return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), start, end, 0, 0, 0, 1, epochs)
+
+    lineage = [(0, 0), (2, 10), (3, 20)]
+    assert is_within_lineage(md(0, 9, {0: 0}), lineage, 30)
+    assert is_within_lineage(md(5, 14, {0: 5, 2: 10}), lineage, 30)
+    assert not is_within_lineage(md(5, 14, {0: 5, 1: 10}), lineage, 30)  # epoch 1 lost in an unclean election
+    assert not is_within_lineage(md(5, 12, {0: 5, 2: 11}), lineage, 30)  # epoch 2 began elsewhere
+    assert not is_within_lineage(md(0, 12, {0: 0}), lineage, 30)  # epoch 0 ran past its local end
+    assert not is_within_lineage(md(20, 35, {3: 20}), lineage, 30)  # beyond the log end

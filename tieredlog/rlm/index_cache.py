@@ -1,0 +1,365 @@
+"""RemoteIndexCache: a bounded on-disk cache of remote segments' offset, time and txn indexes.
+
+Files live in ``<log dir>/remote-log-index-cache/<start offset>_<segment uuid>.{index,timeindex,txnindex}``
+(Kafka's layout; the uuid in Kafka's URL-safe base64). Each entry weighs the sum of its three file
+sizes; the least recently used entries are evicted once the total passes
+``remote.log.index.file.cache.total.size.bytes``, and their files are deleted.
+
+Indexes are read through ``mmap``. An evicted entry's files are unlinked at once, but an entry a
+reader thread still holds keeps its mapping alive until the reader drops it (the mapping is
+closed by garbage collection, never under a reader's feet: Kafka's KAFKA-19971 race).
+Only one thread fetches a given segment's indexes; the others wait for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import logging
+import mmap
+import os
+import struct
+import threading
+import uuid
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from tieredlog.rsm.api import (
+    IndexType,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundException,
+    RemoteStorageManager,
+)
+
+log = logging.getLogger(__name__)
+
+DIR_NAME = "remote-log-index-cache"
+OFFSET_SUFFIX = ".index"
+TIME_SUFFIX = ".timeindex"
+TXN_SUFFIX = ".txnindex"
+_SUFFIXES = (OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX)
+_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, file position
+_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+_TXN_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
+
+
+def uuid_to_kafka(u: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+
+
+def uuid_from_kafka(s: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=="))
+
+
+class CorruptIndexError(ValueError):
+    pass
+
+
+class _MappedIndex:
+    """Read-only view of one index file; entries are fixed-size and sorted."""
+
+    def __init__(self, path: Path, entry: struct.Struct) -> None:
+        self.path = path
+        self._entry = entry
+        size = path.stat().st_size
+        if size % entry.size:
+            raise CorruptIndexError(f"{path.name}: size {size} is not a multiple of {entry.size}")
+        self.entries = size // entry.size
+        self._buf: mmap.mmap | bytes = b""
+        if size:
+            with open(path, "rb") as f:
+                self._buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+        self.entries = self._effective_len()
+
+    def _effective_len(self) -> int:
+        """Entries before any preallocated zero tail (an index not trimmed at roll): after the
+        first entry every real entry has a positive relative offset, so zeros mark the end."""
+        n = self.entries
+        if n <= 1 or self[n - 1] != (0,) * len(self[n - 1]):
+            return n
+        lo, hi = 1, n - 1  # first all-zero entry is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self[mid] == (0,) * len(self[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def __len__(self) -> int:
+        return self.entries
+
+    def __getitem__(self, i: int) -> tuple:
+        return self._entry.unpack_from(self._buf, i * self._entry.size)
+
+
+class OffsetIndexView:
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self._idx = _MappedIndex(path, _OFFSET_ENTRY)
+        self.base_offset = base_offset
+        self._keys = _Keys(self._idx, 0)
+        n = len(self._idx)
+        if n:  # sanity check, as Kafka's OffsetIndex.sanityCheck: ends ordered and non-negative
+            first, last = self._idx[0], self._idx[n - 1]
+            if first[0] < 0 or last[0] < first[0] or first[1] < 0 or last[1] < first[1]:
+                raise CorruptIndexError(f"{path.name}: entries out of order")
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the last entry at or below ``offset``; (base, 0) if none."""
+        i = bisect.bisect_right(self._keys, offset - self.base_offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        rel, pos = self._idx[i]
+        return self.base_offset + rel, pos
+
+
+class TimeIndexView:
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self._idx = _MappedIndex(path, _TIME_ENTRY)
+        self.base_offset = base_offset
+        self._keys = _Keys(self._idx, 0)
+
+    def lookup(self, timestamp: int) -> int:
+        """Offset of the last entry whose timestamp is at or below ``timestamp`` (base if none)."""
+        i = bisect.bisect_right(self._keys, timestamp) - 1
+        if i < 0:
+            return self.base_offset
+        return self.base_offset + self._idx[i][1]
+
+
+class _Keys:
+    """A lazy sequence of one field of an index, so bisect works on the mapped file."""
+
+    def __init__(self, idx: _MappedIndex, field_no: int) -> None:
+        self._idx = idx
+        self._field = field_no
+
+    def __len__(self) -> int:
+        return len(self._idx)
+
+    def __getitem__(self, i: int) -> int:
+        return self._idx[i][self._field]
+
+
+@dataclass(frozen=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+class Entry:
+    def __init__(self, key: uuid.UUID, base_offset: int, files: dict[str, Path]) -> None:
+        self.key = key
+        self.base_offset = base_offset
+        self.files = files
+        self.offset_index = OffsetIndexView(files[OFFSET_SUFFIX], base_offset)
+        self.time_index = TimeIndexView(files[TIME_SUFFIX], base_offset)
+        txn = _MappedIndex(files[TXN_SUFFIX], _TXN_ENTRY)
+        self.aborted_txns = [AbortedTxn(*txn[i][1:]) for i in range(len(txn))]
+        self.weight = sum(p.stat().st_size for p in files.values())
+
+    def aborted_in_range(self, start: int, end_exclusive: int) -> list[AbortedTxn]:
+        return [t for t in self.aborted_txns if t.last_offset >= start and t.first_offset < end_exclusive]
+
+
+class RemoteIndexCache:
+    def __init__(
+        self,
+        rsm: RemoteStorageManager,
+        log_dir: str | os.PathLike,
+        max_size_bytes: int = 1 << 30,
+        on_hit=None,
+        on_miss=None,
+        on_evict=None,
+    ) -> None:
+        self.rsm = rsm
+        self.dir = Path(log_dir) / DIR_NAME
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_size_bytes = max_size_bytes
+        self._lock = threading.Lock()
+        self._entries: "OrderedDict[uuid.UUID, Entry]" = OrderedDict()
+        self._loading: dict[uuid.UUID, Future] = {}
+        self._size = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self._on_hit, self._on_miss, self._on_evict = on_hit, on_miss, on_evict
+        self._closed = False
+        self._init_from_disk()
+
+    # -- start-up -----------------------------------------------------------------------------
+    def _init_from_disk(self) -> None:
+        """Drop leftovers of interrupted writes and evictions; re-register complete triples."""
+        groups: dict[str, dict[str, Path]] = {}
+        for p in self.dir.iterdir():
+            if p.name.endswith((".tmp", ".deleted")):
+                p.unlink(missing_ok=True)
+                continue
+            stem, suffix = os.path.splitext(p.name)
+            groups.setdefault(stem, {})[suffix] = p
+        for stem, files in groups.items():
+            try:
+                start_s, uid_s = stem.split("_", 1)
+                base, key = int(start_s), uuid_from_kafka(uid_s)
+                if set(files) != set(_SUFFIXES):
+                    raise CorruptIndexError("incomplete")
+                entry = Entry(key, base, files)
+            except (ValueError, CorruptIndexError, OSError):
+                for p in files.values():
+                    p.unlink(missing_ok=True)
+                continue
+            self._entries[key] = entry
+            self._size += entry.weight
+        self._evict_locked()
+
+    # -- public -------------------------------------------------------------------------------
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: uuid.UUID) -> bool:
+        return key in self._entries
+
+    def get_entry(self, md: RemoteLogSegmentMetadata) -> Entry:
+        key = md.remote_log_segment_id.id
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("RemoteIndexCache is closed")
+                entry = self._entries.get(key)
+                if entry is not None:
+                    self._entries.move_to_end(key)
+                    self.hits += 1
+                    if self._on_hit:
+                        self._on_hit()
+                    return entry
+                fut = self._loading.get(key)
+                owner = fut is None
+                if owner:
+                    fut = Future()
+                    self._loading[key] = fut
+                    self.misses += 1
+                    if self._on_miss:
+                        self._on_miss()
+            if not owner:
+                # another thread is fetching these indexes; share its result (or its error)
+                fut.result()
+                continue
+            try:
+                entry = self._load(md)
+            except BaseException as exc:
+                with self._lock:
+                    self._loading.pop(key, None)
+                fut.set_exception(exc)
+                raise
+            with self._lock:
+                self._loading.pop(key, None)
+                self._entries[key] = entry
+                self._size += entry.weight
+                self._evict_locked(keep=key)
+            fut.set_result(entry)
+            return entry
+
+    def lookup_offset(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
+        """File position in the remote segment to start reading ``offset`` from."""
+        return self.get_entry(md).offset_index.lookup(offset)[1]
+
+    def lookup_offset_entry(self, md: RemoteLogSegmentMetadata, offset: int) -> tuple[int, int]:
+        return self.get_entry(md).offset_index.lookup(offset)
+
+    def lookup_timestamp(self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int) -> int:
+        """Position to scan from for the first record with timestamp >= ``timestamp``."""
+        entry = self.get_entry(md)
+        offset = max(entry.time_index.lookup(timestamp), starting_offset)
+        return entry.offset_index.lookup(offset)[1]
+
+    def remove(self, key: uuid.UUID) -> None:
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self._size -= entry.weight
+                self._delete_files(entry)
+
+    def remove_all(self, keys) -> None:
+        for k in keys:
+            self.remove(k)
+
+    def resize(self, max_size_bytes: int) -> None:
+        """Dynamic config: remote.log.index.file.cache.total.size.bytes."""
+        with self._lock:
+            self.max_size_bytes = max_size_bytes
+            self._evict_locked()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._entries.clear()
+
+    # -- internals ----------------------------------------------------------------------------
+    def _evict_locked(self, keep: uuid.UUID | None = None) -> None:
+        while self._size > self.max_size_bytes and self._entries:
+            key, entry = next(iter(self._entries.items()))
+            if key == keep and len(self._entries) == 1:
+                break  # an entry larger than the whole cache still serves the read that loaded it
+            del self._entries[key]
+            self._size -= entry.weight
+            self.evictions += 1
+            if self._on_evict:
+                self._on_evict()
+            self._delete_files(entry)
+
+    @staticmethod
+    def _delete_files(entry: Entry) -> None:
+        # rename first so a crash mid-way leaves only *.deleted files, which start-up removes
+        for p in entry.files.values():
+            try:
+                tmp = p.with_name(p.name + ".deleted")
+                os.replace(p, tmp)
+                tmp.unlink(missing_ok=True)
+            except FileNotFoundError:
+                pass
+
+    def _fetch_to_file(self, md: RemoteLogSegmentMetadata, index_type: IndexType, dest: Path) -> None:
+        tmp = dest.with_name(dest.name + ".tmp")
+        try:
+            stream = self.rsm.fetch_index(md, index_type)
+        except RemoteResourceNotFoundException:
+            if index_type is not IndexType.TRANSACTION:
+                raise
+            tmp.write_bytes(b"")  # a segment without transactions has no txn index
+        else:
+            try:
+                with open(tmp, "wb") as out:
+                    while True:
+                        chunk = stream.read(1 << 20)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+            finally:
+                stream.close()
+        os.replace(tmp, dest)
+
+    def _load(self, md: RemoteLogSegmentMetadata) -> Entry:
+        key = md.remote_log_segment_id.id
+        stem = f"{md.start_offset}_{uuid_to_kafka(key)}"
+        files = {s: self.dir / (stem + s) for s in _SUFFIXES}
+        kinds = {OFFSET_SUFFIX: IndexType.OFFSET, TIME_SUFFIX: IndexType.TIMESTAMP, TXN_SUFFIX: IndexType.TRANSACTION}
+        for suffix, path in files.items():
+            if not path.exists():
+                self._fetch_to_file(md, kinds[suffix], path)
+        try:
+            return Entry(key, md.start_offset, files)
+        except CorruptIndexError:
+            # a file left by an older run or a bad transfer: fetch everything once more
+            log.warning("corrupt cached index for %s, fetching again", stem)
+            for suffix, path in files.items():
+                self._fetch_to_file(md, kinds[suffix], path)
+            return Entry(key, md.start_offset, files)

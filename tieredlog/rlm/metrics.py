@@ -1,0 +1,106 @@
+"""Tiered-storage metrics under Kafka's names, exported with prometheus-client.
+
+Kafka publishes JMX MBeans; Prometheus names must match ``[a-zA-Z_:][a-zA-Z0-9_:]*``. The mapping
+follows the JMX-exporter convention: ``<domain>_<type>_<name>`` lower-cased, dots to underscores,
+a ``PerSec`` meter becomes a ``_total`` counter (Prometheus derives the rate with ``rate()``),
+and the ``topic`` / ``partition`` MBean keys become labels.
+
+==================================================================================  ====================================================================  =======
+Kafka MBean                                                                          Prometheus                                                            labels
+==================================================================================  ====================================================================  =======
+kafka.server:type=BrokerTopicMetrics,name=RemoteCopyBytesPerSec                      kafka_server_brokertopicmetrics_remotecopybytes_total                 topic
+kafka.server:type=BrokerTopicMetrics,name=RemoteCopyRequestsPerSec                   kafka_server_brokertopicmetrics_remotecopyrequests_total              topic
+kafka.server:type=BrokerTopicMetrics,name=RemoteCopyErrorsPerSec                     kafka_server_brokertopicmetrics_remotecopyerrors_total                topic
+kafka.server:type=BrokerTopicMetrics,name=RemoteFetchBytesPerSec                     kafka_server_brokertopicmetrics_remotefetchbytes_total                topic
+kafka.server:type=BrokerTopicMetrics,name=RemoteFetchRequestsPerSec                  kafka_server_brokertopicmetrics_remotefetchrequests_total             topic
+kafka.server:type=BrokerTopicMetrics,name=RemoteFetchErrorsPerSec                    kafka_server_brokertopicmetrics_remotefetcherrors_total               topic
+kafka.server:type=BrokerTopicMetrics,name=RemoteDeleteRequestsPerSec                 kafka_server_brokertopicmetrics_remotedeleterequests_total            topic
+kafka.server:type=BrokerTopicMetrics,name=RemoteDeleteErrorsPerSec                   kafka_server_brokertopicmetrics_remotedeleteerrors_total              topic
+kafka.server:type=BrokerTopicMetrics,name=RemoteCopyLagBytes                         kafka_server_brokertopicmetrics_remotecopylagbytes                    topic, partition
+kafka.server:type=BrokerTopicMetrics,name=RemoteCopyLagSegments                      kafka_server_brokertopicmetrics_remotecopylagsegments                 topic, partition
+kafka.server:type=BrokerTopicMetrics,name=RemoteLogSizeBytes                         kafka_server_brokertopicmetrics_remotelogsizebytes                    topic, partition
+kafka.server:type=BrokerTopicMetrics,name=RemoteLogMetadataCount                     kafka_server_brokertopicmetrics_remotelogmetadatacount                topic, partition
+org.apache.kafka.storage.internals.log:type=RemoteStorageThreadPool,
+    name=RemoteLogReaderTaskQueueSize                                                kafka_storage_remotestoragethreadpool_remotelogreadertaskqueuesize
+    name=RemoteLogReaderAvgIdlePercent                                               kafka_storage_remotestoragethreadpool_remotelogreaderavgidlepercent
+kafka.log.remote:type=RemoteLogManager,name=RemoteLogManagerTasksAvgIdlePercent      kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent
+kafka.server:type=RemoteLogManager,name=remote-copy-throttle-time (ms, summed)       kafka_server_remotelogmanager_remote_copy_throttle_time_ms_total
+kafka.server:type=RemoteLogManager,name=remote-fetch-throttle-time (ms, summed)      kafka_server_remotelogmanager_remote_fetch_throttle_time_ms_total
+RemoteIndexCache hits / misses / evictions (KAFKA-15094, proposed in Kafka)          kafka_storage_remoteindexcache_{hits,misses,evictions}_total
+==================================================================================  ====================================================================  =======
+
+The metric objects live in the process-wide default registry and are created once, so several
+RemoteLogManagers in one process (tests) share them; labels keep their series apart.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
+
+_lock = threading.Lock()
+_metrics: "RemoteStorageMetrics | None" = None
+
+
+class RemoteStorageMetrics:
+    def __init__(self) -> None:
+        p = "kafka_server_brokertopicmetrics_"
+        t = ["topic"]
+        tp = ["topic", "partition"]
+        self.copy_bytes = Counter(p + "remotecopybytes", "RemoteCopyBytesPerSec: segment bytes copied", t)
+        self.copy_requests = Counter(p + "remotecopyrequests", "RemoteCopyRequestsPerSec: RSM copy attempts", t)
+        self.copy_errors = Counter(p + "remotecopyerrors", "RemoteCopyErrorsPerSec: failed copies", t)
+        self.fetch_bytes = Counter(p + "remotefetchbytes", "RemoteFetchBytesPerSec: bytes read remotely", t)
+        self.fetch_requests = Counter(p + "remotefetchrequests", "RemoteFetchRequestsPerSec: remote reads", t)
+        self.fetch_errors = Counter(p + "remotefetcherrors", "RemoteFetchErrorsPerSec: failed remote reads", t)
+        self.delete_requests = Counter(p + "remotedeleterequests", "RemoteDeleteRequestsPerSec", t)
+        self.delete_errors = Counter(p + "remotedeleteerrors", "RemoteDeleteErrorsPerSec", t)
+        self.copy_lag_bytes = Gauge(p + "remotecopylagbytes", "RemoteCopyLagBytes: local-only bytes not yet copied", tp)
+        self.copy_lag_segments = Gauge(p + "remotecopylagsegments", "RemoteCopyLagSegments", tp)
+        self.remote_log_size_bytes = Gauge(p + "remotelogsizebytes", "RemoteLogSizeBytes", tp)
+        self.remote_log_metadata_count = Gauge(p + "remotelogmetadatacount", "RemoteLogMetadataCount", tp)
+        q = "kafka_storage_remotestoragethreadpool_"
+        self.reader_queue_size = Gauge(q + "remotelogreadertaskqueuesize", "RemoteLogReaderTaskQueueSize")
+        self.reader_avg_idle = Gauge(q + "remotelogreaderavgidlepercent", "RemoteLogReaderAvgIdlePercent")
+        self.tasks_avg_idle = Gauge(
+            "kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent",
+            "RemoteLogManagerTasksAvgIdlePercent: copier pool idle fraction",
+        )
+        self.copy_throttle_ms = Counter(
+            "kafka_server_remotelogmanager_remote_copy_throttle_time_ms", "remote-copy-throttle-time, summed"
+        )
+        self.fetch_throttle_ms = Counter(
+            "kafka_server_remotelogmanager_remote_fetch_throttle_time_ms", "remote-fetch-throttle-time, summed"
+        )
+        c = "kafka_storage_remoteindexcache_"
+        self.index_cache_hits = Counter(c + "hits", "RemoteIndexCache hits")
+        self.index_cache_misses = Counter(c + "misses", "RemoteIndexCache misses (index fetched from the RSM)")
+        self.index_cache_evictions = Counter(c + "evictions", "RemoteIndexCache evictions")
+
+    def remove_partition(self, topic: str, partition: int) -> None:
+        for g in (self.copy_lag_bytes, self.copy_lag_segments, self.remote_log_size_bytes, self.remote_log_metadata_count):
+            try:
+                g.remove(topic, str(partition))
+            except KeyError:
+                pass
+
+
+def metrics() -> RemoteStorageMetrics:
+    global _metrics
+    with _lock:
+        if _metrics is None:
+            _metrics = RemoteStorageMetrics()
+        return _metrics
+
+
+def bind_gauge(gauge: Gauge, fn: Callable[[], float]) -> None:
+    """Point an unlabelled gauge at a live value (the newest RemoteLogManager wins)."""
+    gauge.set_function(fn)
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve /metrics for Prometheus on ``metrics.port``; the broker calls this when it is set."""
+    metrics()
+    start_http_server(int(port), addr=addr, registry=REGISTRY)

@@ -1,0 +1,278 @@
+"""Thread pools for remote I/O: a bounded reader pool and a fixed-delay task scheduler.
+
+Both use daemon threads: an RSM call that never returns (a hung object store) must not keep the
+broker process alive at exit, which ``concurrent.futures.ThreadPoolExecutor`` would.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import random
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from tieredlog.errors import RequestTimedOutError
+
+log = logging.getLogger(__name__)
+
+
+class RemoteReaderQueueFullError(RequestTimedOutError):
+    """``remote.log.reader.max.pending.tasks`` reached: the fetch is rejected, the client retries
+    (Kafka rejects with RejectedExecutionException; we answer with a retriable error code)."""
+
+
+class _IdleMeter:
+    """Fraction of thread-time spent idle since the previous sample (Kafka's AvgIdlePercent)."""
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._busy = 0.0
+        self._busy_since: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+
+    def begin(self) -> None:
+        with self._lock:
+            self._busy_since[threading.get_ident()] = time.monotonic()
+
+    def end(self) -> None:
+        with self._lock:
+            t0 = self._busy_since.pop(threading.get_ident(), None)
+            if t0 is not None:
+                self._busy += time.monotonic() - max(t0, self._last)
+
+    def sample(self) -> float:
+        with self._lock:
+            now = time.monotonic()
+            busy = self._busy + sum(now - max(t0, self._last) for t0 in self._busy_since.values())
+            # in-flight work up to now is counted in this window; start the next window at now
+            for k in self._busy_since:
+                self._busy_since[k] = now
+            elapsed = max(now - self._last, 1e-9) * self._threads
+            self._busy = 0.0
+            self._last = now
+            return max(0.0, min(1.0, 1.0 - busy / elapsed))
+
+
+class RemoteReaderPool:
+    """``remote.log.reader.threads`` workers over a queue bounded by ``remote.log.reader.max.pending.tasks``."""
+
+    def __init__(self, threads: int = 10, max_pending_tasks: int = 100, name: str = "remote-log-reader") -> None:
+        self._queue: "queue.Queue[tuple[Future, Callable, tuple] | None]" = queue.Queue(max(1, max_pending_tasks))
+        self.idle = _IdleMeter(threads)
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(max(1, threads))
+        ]
+        self._shutdown = False
+        for t in self._threads:
+            t.start()
+
+    @property
+    def queue_size(self) -> int:
+        return self._queue.qsize()
+
+    def has_room(self, fraction: float = 1.0) -> bool:
+        return self._queue.qsize() < self._queue.maxsize * fraction
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Queue ``fn``; raises RemoteReaderQueueFullError at once when the queue is full."""
+        if self._shutdown:
+            raise RemoteReaderQueueFullError("remote log reader pool is shut down")
+        fut: Future = Future()
+        try:
+            self._queue.put_nowait((fut, fn, args))
+        except queue.Full:
+            raise RemoteReaderQueueFullError(
+                f"remote log reader queue is full ({self._queue.maxsize} pending tasks)"
+            ) from None
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fut, fn, args = item
+            if not fut.set_running_or_notify_cancel():
+                continue  # the fetch gave up (timed out) before its turn: skip the remote read
+            self.idle.begin()
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as exc:
+                fut.set_exception(exc)
+            finally:
+                self.idle.end()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self._shutdown = True
+        # drain queued work (their futures are cancelled) and wake every worker
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in self._threads:
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                break
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+class TaskContext:
+    """Handed to a scheduled task: lets long work notice cancellation."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+
+class _Scheduled:
+    __slots__ = ("key", "fn", "interval_s", "ctx", "running", "failures", "due", "seq")
+
+    def __init__(self, key: Any, fn: Callable[[TaskContext], Any], interval_s: float) -> None:
+        self.key = key
+        self.fn = fn
+        self.interval_s = interval_s
+        self.ctx = TaskContext()
+        self.running = False
+        self.failures = 0
+        self.due = 0.0
+        self.seq = 0
+
+
+class FixedDelayScheduler:
+    """Runs each keyed task repeatedly on ``threads`` daemon workers: first at once, then
+    ``interval`` after the previous run ended (Kafka's scheduleWithFixedDelay). A run that raises
+    is retried after an exponential backoff with jitter (KIP-405's
+    ``remote.log.manager.task.retry.*``), capped at the interval if that is shorter than the cap.
+    A task never runs twice at once; a cancelled task finishes its current run and stops.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        threads: int,
+        backoff_ms: int = 500,
+        backoff_max_ms: int = 30_000,
+        jitter: float = 0.2,
+    ) -> None:
+        self.name = name
+        self._backoff_s = backoff_ms / 1000.0
+        self._backoff_max_s = backoff_max_ms / 1000.0
+        self._jitter = jitter
+        self._tasks: dict[Any, _Scheduled] = {}
+        self._heap: list[tuple[float, int, _Scheduled]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._ready: "queue.Queue[_Scheduled | None]" = queue.Queue()
+        self._stopped = False
+        self.idle = _IdleMeter(threads)
+        self._timer = threading.Thread(target=self._timer_loop, name=f"{name}-timer", daemon=True)
+        self._workers = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(max(1, threads))
+        ]
+        self._timer.start()
+        for t in self._workers:
+            t.start()
+
+    def schedule(self, key: Any, fn: Callable[[TaskContext], Any], interval_ms: float) -> None:
+        """Start ``fn`` now and then every interval; a task already scheduled under ``key`` stays."""
+        with self._cond:
+            if self._stopped or key in self._tasks:
+                return
+            task = _Scheduled(key, fn, interval_ms / 1000.0)
+            self._tasks[key] = task
+            self._push(task, time.monotonic())
+
+    def run_now(self, key: Any) -> None:
+        """Bring the next run of ``key`` forward (tests, config changes)."""
+        with self._cond:
+            task = self._tasks.get(key)
+            if task is not None and not task.running:
+                self._push(task, time.monotonic())
+
+    def is_scheduled(self, key: Any) -> bool:
+        return key in self._tasks
+
+    def keys(self) -> list[Any]:
+        with self._cond:
+            return list(self._tasks)
+
+    def cancel(self, key: Any) -> None:
+        with self._cond:
+            task = self._tasks.pop(key, None)
+            if task is not None:
+                task.ctx.cancelled = True
+
+    def _push(self, task: _Scheduled, due: float) -> None:
+        task.due = due
+        task.seq = next(self._seq)
+        heapq.heappush(self._heap, (due, task.seq, task))
+        self._cond.notify_all()
+
+    def _timer_loop(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    _, seq, task = heapq.heappop(self._heap)
+                    # stale heap entries (rescheduled or cancelled tasks) are skipped
+                    if seq != task.seq or task.ctx.cancelled or task.running:
+                        continue
+                    task.running = True
+                    self._ready.put(task)
+                timeout = (self._heap[0][0] - now) if self._heap else None
+                self._cond.wait(timeout)
+
+    def _work(self) -> None:
+        while True:
+            task = self._ready.get()
+            if task is None:
+                return
+            self.idle.begin()
+            ok = True
+            try:
+                task.fn(task.ctx)
+            except Exception:
+                ok = False
+                log.warning("%s: task %s failed", self.name, task.key, exc_info=True)
+            finally:
+                self.idle.end()
+            with self._cond:
+                task.running = False
+                if task.ctx.cancelled or self._stopped:
+                    continue
+                if ok:
+                    task.failures = 0
+                    delay = task.interval_s
+                else:
+                    task.failures += 1
+                    delay = self.backoff_s(task.failures, task.interval_s)
+                self._push(task, time.monotonic() + delay)
+
+    def backoff_s(self, failures: int, interval_s: float) -> float:
+        base = min(self._backoff_max_s, self._backoff_s * (2 ** (failures - 1)))
+        base = min(base, max(interval_s, self._backoff_s))
+        return max(0.0, base * (1 + random.uniform(-self._jitter, self._jitter)))
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopped = True
+            for task in self._tasks.values():
+                task.ctx.cancelled = True
+            self._tasks.clear()
+            self._cond.notify_all()
+        for _ in self._workers:
+            self._ready.put(None)
+        deadline = time.monotonic() + timeout
+        for t in self._workers:
+            t.join(max(0.0, deadline - time.monotonic()))
