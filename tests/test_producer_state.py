@@ -7,7 +7,6 @@ import pytest
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
 from tieredlog.log.producer_state import (
     CompletedTxn,
-    ControlRecord,
     CorruptSnapshotError,
     DuplicateBatch,
     ProducerStateManager,
@@ -15,6 +14,7 @@ from tieredlog.log.producer_state import (
     read_control_record,
 )
 from tieredlog.records.batch import BatchHeader
+from tieredlog.records.record import ControlRecord, build_control_batch
 
 INT32_MAX = 2**31 - 1
 
@@ -103,9 +103,10 @@ def control_batch_bytes(control_type, coordinator_epoch):
 
 
 def test_read_control_record():
-    assert read_control_record(control_batch_bytes(1, 7)) == ControlRecord(1, 7)
-    abort = read_control_record(b"xx" + control_batch_bytes(0, 3), 2)
-    assert abort.is_abort and abort.coordinator_epoch == 3
+    assert read_control_record(control_batch_bytes(1, 7)) == ControlRecord(0, 1, 7)
+    assert read_control_record(b"xx" + control_batch_bytes(0, 3), 2) == ControlRecord(0, 0, 3)
+    # Agrees with the records package's marker builder.
+    assert read_control_record(build_control_batch(0, 5, 1, 100, 1234, coordinator_epoch=9)) == ControlRecord(0, 0, 9)
     with pytest.raises(ValueError):
         read_control_record(control_batch_bytes(1, 7)[:66])
 
@@ -119,7 +120,7 @@ def test_transactions_and_first_unstable_offset(psm):
     assert psm.first_unstable_offset() == 10 and psm.first_undecided_offset() == 10
     with pytest.raises(InvalidTxnStateError, match="transaction open since offset 10"):
         psm.check_sequence(hdr(1, 0, 2))
-    commit = append(psm, hdr(1, 0, -1, control=True), 20, control=ControlRecord(1, 4))
+    commit = append(psm, hdr(1, 0, -1, control=True), 20, control=ControlRecord(0, 1, 4))
     assert commit == CompletedTxn(1, 10, 20, is_aborted=False)
     assert psm.last_entry(1).coordinator_epoch == 4 and psm.last_entry(1).current_txn_first_offset is None
     # Decided but the marker is not replicated yet: still unstable until the HW passes it.
@@ -129,7 +130,7 @@ def test_transactions_and_first_unstable_offset(psm):
     assert psm.first_unstable_offset() == 10
     psm.on_high_watermark_updated(21)
     assert psm.first_unstable_offset() == 15
-    abort = append(psm, hdr(2, 0, -1, control=True), 22, control=ControlRecord(0, 4))
+    abort = append(psm, hdr(2, 0, -1, control=True), 22, control=ControlRecord(0, 0, 4))
     assert abort == CompletedTxn(2, 15, 22, is_aborted=True)
     assert psm.last_stable_offset(abort) == 23
     psm.on_high_watermark_updated(23)
@@ -142,7 +143,7 @@ def test_transactions_and_first_unstable_offset(psm):
 def test_last_stable_offset_with_another_open_transaction(psm):
     append(psm, hdr(1, 0, 0, txn=True), 5)
     append(psm, hdr(2, 0, 0, txn=True), 6)
-    txn = psm.update(hdr(2, 0, -1, control=True), 8, 0, ControlRecord(0, 0))
+    txn = psm.update(hdr(2, 0, -1, control=True), 8, 0, ControlRecord(0, 0, 0))
     assert psm.last_stable_offset(txn) == 5
 
 

@@ -32,6 +32,7 @@ import crc32c as _crc32c
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
 from tieredlog.log.checkpoints import atomic_write
 from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from tieredlog.records.record import CONTROL_ABORT, ControlRecord
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,6 @@ _COUNT = struct.Struct(">i")
 _ENTRY = struct.Struct(">qhiqiqiq")
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
 
 
 class CorruptSnapshotError(ValueError):
@@ -88,18 +87,6 @@ class CompletedTxn:
     first_offset: int
     last_offset: int
     is_aborted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ControlRecord:
-    """Key and value of a control batch's record: type 0 ABORT / 1 COMMIT, and the coordinator epoch."""
-
-    control_type: int
-    coordinator_epoch: int
-
-    @property
-    def is_abort(self) -> bool:
-        return self.control_type == CONTROL_ABORT
 
 
 @dataclass(slots=True)
@@ -234,7 +221,8 @@ def _read_varint(buf, pos: int) -> tuple[int, int]:
 
 
 def read_control_record(buf, pos: int = 0) -> ControlRecord:
-    """The control record of the (never compressed) control batch at ``pos``."""
+    """The control record of the (never compressed) control batch at ``pos``, read in place
+    (records.record.parse_control_record needs the batch decoded first)."""
     p = pos + HEADER_SIZE
     try:
         _, p = _read_varint(buf, p)  # record length
@@ -244,13 +232,13 @@ def read_control_record(buf, pos: int = 0) -> ControlRecord:
         key_len, p = _read_varint(buf, p)
         if key_len < 4 or p + key_len > len(buf):
             raise ValueError(f"control record key of {key_len} bytes at byte {p}")
-        _, control_type = struct.unpack_from(">hh", buf, p)
+        version, control_type = struct.unpack_from(">hh", buf, p)
         p += key_len
         value_len, p = _read_varint(buf, p)
-        coordinator_epoch = struct.unpack_from(">i", buf, p + 2)[0] if value_len >= 6 else -1
+        coordinator_epoch = struct.unpack_from(">i", buf, p + 2)[0] if value_len >= 6 else None
     except struct.error as e:
         raise ValueError(f"truncated control record in batch at byte {pos}: {e}") from None
-    return ControlRecord(control_type, coordinator_epoch)
+    return ControlRecord(version, control_type, coordinator_epoch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,8 +327,8 @@ class ProducerStateManager:
                 header.producer_epoch,
                 last_offset,
                 append_timestamp,
-                is_aborted=control is not None and control.is_abort,
-                coordinator_epoch=control.coordinator_epoch if control is not None else -1,
+                is_aborted=control is not None and control.type == CONTROL_ABORT,
+                coordinator_epoch=-1 if control is None or control.coordinator_epoch is None else control.coordinator_epoch,
             )
         entry = self._producers.get(pid)
         if entry is None:
