@@ -1,0 +1,86 @@
+"""The coordinator's state written to real `__consumer_offsets` PartitionLogs and loaded back."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tieredlog.coordinator import schema
+from tieredlog.coordinator.config import GroupConfig
+from tieredlog.coordinator.coordinator import GroupCoordinator
+from tieredlog.coordinator.group import GroupState
+from tieredlog.coordinator.storage import OFFSETS_TOPIC, LogGroupStore
+from tieredlog.coordinator.timer import ManualScheduler
+from tieredlog.log.config import LogConfig
+from tieredlog.log.partition_log import PartitionLog
+from tieredlog.records.record import iter_batches_records
+
+PARTITIONS = 3
+
+
+def open_logs(root: Path) -> dict[int, PartitionLog]:
+    # Tiny segments so the load has to walk several of them.
+    config = LogConfig().with_overrides({"segment.bytes": "600", "cleanup.policy": "compact"})
+    return {p: PartitionLog(root / f"{OFFSETS_TOPIC}-{p}", config) for p in range(PARTITIONS)}
+
+
+def coordinator_on(logs: dict[int, PartitionLog], clock: ManualScheduler) -> GroupCoordinator:
+    config = GroupConfig(min_session_timeout_ms=1000, initial_rebalance_delay_ms=0)
+    return GroupCoordinator(config, clock, LogGroupStore(logs.get, PARTITIONS))
+
+
+def test_offsets_and_groups_survive_reopening_the_logs(tmp_path: Path):
+    async def first_life() -> tuple[str, str]:
+        logs = open_logs(tmp_path)
+        clock = ManualScheduler()
+        coord = coordinator_on(logs, clock)
+        await coord.start()
+        for i in range(30):
+            assert coord.commit_offsets(f"solo-{i % 5}", "", None, -1, {("t", i % 4): (i, 1, f"m{i}")}) \
+                == {("t", i % 4): 0}
+        coord.commit_offsets("doomed", "", None, -1, {("t", 0): (1, -1, "")})
+        assert coord.delete_groups(["doomed"]) == {"doomed": 0}
+
+        futures = [coord.join_group("live", "", None, "cli", "/h", 5000, 9000, "consumer", [("range", b"sub")], False)
+                   for _ in range(2)]
+        clock.advance(0)
+        results = [f.result() for f in futures]
+        leader = results[0].leader_id
+        follower = next(r.member_id for r in results if r.member_id != leader)
+        coord.sync_group("live", 1, follower, None, None, None, {})
+        coord.sync_group("live", 1, leader, None, None, None, {leader: b"A", follower: b"B"})
+        assert coord.commit_offsets("live", follower, None, 1, {("t", 2): (77, 4, "x")}) == {("t", 2): 0}
+        await coord.shutdown()
+        # The group's records sit in the partition Kafka would pick for it.
+        home = logs[schema.partition_for("live", PARTITIONS)]
+        keys, offset = [], home.log_start_offset
+        while offset < home.log_end_offset:  # one read returns at most one segment's worth
+            data = home.read(offset, 1 << 20, "log_end").records
+            raw = data if isinstance(data, (bytes, bytearray)) else data.read_bytes()
+            for header, recs in iter_batches_records(raw):
+                keys += [schema.decode_key(r.key) for r in recs]
+                offset = header.last_offset + 1
+        assert schema.GroupKey("live") in keys
+        assert sum(len(list(plog.dir.glob("*.log"))) for plog in logs.values()) > PARTITIONS  # rolled
+        for plog in logs.values():
+            plog.close()
+        return leader, follower
+
+    async def second_life(leader: str, follower: str) -> None:
+        logs = open_logs(tmp_path)
+        coord = coordinator_on(logs, ManualScheduler())
+        await coord.start()
+        for i in range(25, 30):  # the last commit of each solo group wins
+            got = coord.fetch_offsets(f"solo-{i % 5}", [("t", i % 4)])[1][("t", i % 4)]
+            assert (got.offset, got.leader_epoch, got.metadata) == (i, 1, f"m{i}")
+        assert "doomed" not in coord.groups
+        live = coord.groups["live"]
+        assert live.state is GroupState.STABLE and live.generation_id == 1 and live.leader_id == leader
+        assert live.members[follower].assignment == b"B" and live.protocol_name == "range"
+        assert coord.fetch_offsets("live", [("t", 2)])[1][("t", 2)].offset == 77
+        await coord.shutdown()
+        for plog in logs.values():
+            plog.close()
+
+    leader, follower = asyncio.run(first_life())
+    asyncio.run(second_life(leader, follower))
