@@ -1,0 +1,318 @@
+"""TopicBasedRemoteLogMetadataManager over an in-memory metadata topic: read-your-write, sharing
+between brokers, restarts, and snapshot + tail replay giving the same state as a full replay."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from tieredlog.errors import ReplicaNotAvailableError
+from tieredlog.rlmm import serde
+from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
+from tieredlog.rlmm.partitioner import metadata_partition
+from tieredlog.rlmm.snapshot import SNAPSHOT_DIR, snapshot_path
+from tieredlog.rlmm.topic import MetadataTopic
+from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager
+from tieredlog.rsm import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    RemoteResourceNotFoundException,
+    TopicIdPartition,
+)
+
+S = RemoteLogSegmentState
+NUM = 5
+
+
+class MemoryMetadataTopic:
+    """A metadata topic held in lists: the unit-test stand-in for the broker's partition logs."""
+
+    def __init__(self) -> None:
+        self.partitions: list[list[bytes]] | None = None
+        self.lock = threading.Lock()
+        self.records_read = 0
+
+    def ensure_created(self, num_partitions: int) -> None:
+        with self.lock:
+            if self.partitions is None:
+                self.partitions = [[] for _ in range(num_partitions)]
+            elif len(self.partitions) != num_partitions:
+                raise RemoteLogMetadataManagerFatalError("partition count mismatch")
+
+    def append(self, partition: int, value: bytes) -> int:
+        with self.lock:
+            self.partitions[partition].append(bytes(value))
+            return len(self.partitions[partition]) - 1
+
+    def read(self, partition: int, from_offset: int):
+        with self.lock:
+            records = list(self.partitions[partition][from_offset:])
+        for i, value in enumerate(records):
+            self.records_read += 1
+            yield from_offset + i, value
+
+    def end_offset(self, partition: int) -> int:
+        with self.lock:
+            return len(self.partitions[partition])
+
+
+def tp(i: int) -> TopicIdPartition:
+    return TopicIdPartition(uuid.UUID(int=1000 + i), f"topic{i % 3}", i)
+
+
+TPS = [tp(i) for i in range(8)]
+
+
+def seg(t, start, end, epochs=None, size=10) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId(t, uuid.uuid4()), start, end, end, 0, 1, size,
+                                    epochs or {0: start})
+
+
+def upd(md, state) -> RemoteLogSegmentMetadataUpdate:
+    return RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, 5, None, state, 0)
+
+
+def manager(topic, log_dir=None, **extra) -> TopicBasedRemoteLogMetadataManager:
+    configs = {"remote.log.metadata.topic.num.partitions": NUM, "broker.id": 0,
+               "remote.log.metadata.snapshot.interval.ms": 0}
+    if log_dir is not None:
+        configs["log.dir"] = str(log_dir)
+    configs.update(extra)
+    m = TopicBasedRemoteLogMetadataManager(topic, configs)
+    m.on_partition_leadership_changes(TPS[:4], TPS[4:])
+    m.wait_until_ready(TPS, timeout=30)
+    return m
+
+
+def canonical(m: TopicBasedRemoteLogMetadataManager) -> dict:
+    """Everything the manager knows, in a comparable form."""
+    out = {}
+    for p, store in m._stores.items():
+        for t, cache in store.caches.items():
+            out[(p, t)] = (
+                sorted((md.remote_log_segment_id.id.hex, md.start_offset, md.end_offset, int(md.state))
+                       for md in cache.id_to_metadata.values()),
+                sorted((e, s.highest_log_offset, tuple((o, s.offset_to_id[o].id.hex) for o in s.offsets),
+                        tuple(sorted(x.id.hex for x in s.unreferenced))) for e, s in cache.epochs.items()),
+            )
+        for t, d in store.delete_metadata.items():
+            out[(p, t, "delete")] = int(d.state)
+    return out
+
+
+def test_read_your_write_and_queries():
+    m = manager(MemoryMetadataTopic())
+    t = TPS[0]
+    md = seg(t, 0, 99, {0: 0, 3: 50}, size=1000)
+    m.add_remote_log_segment_metadata(md)
+    assert [x.state for x in m.list_remote_log_segments(t)] == [S.COPY_SEGMENT_STARTED]
+    assert m.remote_log_segment_metadata(t, 0, 10) is None
+    m.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+    assert m.remote_log_segment_metadata(t, 0, 10).state == S.COPY_SEGMENT_FINISHED
+    assert m.remote_log_segment_metadata(t, 0, 50) is None
+    assert m.remote_log_segment_metadata(t, 3, 99) is not None
+    assert m.highest_offset_for_epoch(t, 0) == 49
+    assert m.highest_offset_for_epoch(t, 3) == 99
+    assert m.remote_log_size(t, 3) == 1000
+    assert list(m.list_remote_log_segments(TPS[1])) == []
+    m.close()
+
+
+def test_argument_checks():
+    m = manager(MemoryMetadataTopic())
+    md = seg(TPS[0], 0, 9)
+    with pytest.raises(ValueError):
+        m.add_remote_log_segment_metadata(md.create_with_updates(upd(md, S.COPY_SEGMENT_FINISHED)))
+    with pytest.raises(ValueError):
+        m.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_STARTED))
+    with pytest.raises(RemoteResourceNotFoundException):
+        m.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+    m.close()
+
+
+def test_records_use_kafka_serde_and_partitioner():
+    topic = MemoryMetadataTopic()
+    m = manager(topic)
+    md = seg(TPS[2], 0, 9)
+    m.add_remote_log_segment_metadata(md)
+    m.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+    p = metadata_partition(TPS[2], NUM)
+    assert topic.partitions[p] == [serde.serialize(md), serde.serialize(upd(md, S.COPY_SEGMENT_FINISHED))]
+    assert sum(len(x) for x in topic.partitions) == 2
+    m.close()
+
+
+def test_invalid_transition_in_topic_is_dropped():
+    topic = MemoryMetadataTopic()
+    m = manager(topic)
+    md = seg(TPS[0], 0, 9)
+    m.add_remote_log_segment_metadata(md)
+    m.update_remote_log_segment_metadata(upd(md, S.DELETE_SEGMENT_FINISHED))  # STARTED -> DELETE_FINISHED
+    assert [x.state for x in m.list_remote_log_segments(TPS[0])] == [S.COPY_SEGMENT_STARTED]
+    m.close()
+
+
+def test_two_brokers_share_the_topic():
+    topic = MemoryMetadataTopic()
+    a, b = manager(topic), manager(topic)
+    md = seg(TPS[3], 0, 9)
+    a.add_remote_log_segment_metadata(md)
+    a.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+    found = b.remote_log_segment_metadata(TPS[3], 0, 5)
+    assert found is not None and found.remote_log_segment_id == md.remote_log_segment_id
+    b.update_remote_log_segment_metadata(upd(md, S.DELETE_SEGMENT_STARTED))
+    assert a.remote_log_segment_metadata(TPS[3], 0, 5) is None
+    a.close(), b.close()
+
+
+def test_not_ready_partition_raises_retriable_error():
+    topic = MemoryMetadataTopic()
+    m = TopicBasedRemoteLogMetadataManager(topic, {"remote.log.metadata.topic.num.partitions": NUM})
+    stranger = TopicIdPartition(uuid.UUID(int=9), "x", 0)
+    assert not m.is_ready(stranger)
+    with pytest.raises(ReplicaNotAvailableError) as err:
+        m.remote_log_segment_metadata(stranger, 0, 0)
+    assert err.value.retriable
+    m.wait_until_ready([stranger], timeout=30)
+    assert m.is_ready(stranger)
+    assert m.remote_log_segment_metadata(stranger, 0, 0) is None
+    m.close()
+
+
+def test_partition_count_mismatch_is_fatal():
+    topic = MemoryMetadataTopic()
+    topic.ensure_created(3)
+    m = TopicBasedRemoteLogMetadataManager(topic, {"remote.log.metadata.topic.num.partitions": NUM})
+    with pytest.raises(RemoteLogMetadataManagerFatalError):
+        m.wait_until_ready(TPS[:1], timeout=30)
+    m.close()
+
+
+def test_concurrent_writers():
+    m = manager(MemoryMetadataTopic())
+    errors = []
+
+    def work(i: int) -> None:
+        try:
+            for j in range(20):
+                md = seg(TPS[i], j * 10, j * 10 + 9)
+                m.add_remote_log_segment_metadata(md)
+                m.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(TPS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for t in TPS:
+        segs = list(m.list_remote_log_segments(t))
+        assert [s.start_offset for s in segs] == [j * 10 for j in range(20)]
+        assert {s.state for s in segs} == {S.COPY_SEGMENT_FINISHED}
+    m.close()
+
+
+def workload(m, rounds: int, start: int = 0) -> None:
+    """Copies, re-uploads by a new leader, deletions and a partition delete across partitions."""
+    for r in range(start, start + rounds):
+        for i, t in enumerate(TPS):
+            md = seg(t, r * 100, r * 100 + 99, {r % 3: r * 100})
+            m.add_remote_log_segment_metadata(md)
+            if (r + i) % 5 != 0:  # some copies never finish
+                m.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+            if (r + i) % 4 == 0:
+                again = seg(t, r * 100, r * 100 + 99, {r % 3: r * 100})  # a new leader re-uploads
+                m.add_remote_log_segment_metadata(again)
+                m.update_remote_log_segment_metadata(upd(again, S.COPY_SEGMENT_FINISHED))
+            if (r + i) % 3 == 0:
+                m.update_remote_log_segment_metadata(upd(md, S.DELETE_SEGMENT_STARTED))
+                if r % 2:
+                    m.update_remote_log_segment_metadata(upd(md, S.DELETE_SEGMENT_FINISHED))
+    gone = TPS[7]
+    m.put_remote_partition_delete_metadata(RemotePartitionDeleteMetadata(
+        gone, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 1, 0))
+
+
+def test_restart_without_snapshot_replays_everything(tmp_path):
+    topic = MemoryMetadataTopic()
+    m = manager(topic)  # no log.dir: no snapshots
+    workload(m, 6)
+    before = canonical(m)
+    m.close()
+    again = manager(topic)
+    assert canonical(again) == before
+    assert again.highest_offset_for_epoch(TPS[1], 0) == m.highest_offset_for_epoch(TPS[1], 0)
+    again.close()
+
+
+def test_snapshot_plus_tail_equals_full_replay(tmp_path):
+    topic = MemoryMetadataTopic()
+    m = manager(topic, tmp_path / "broker")
+    workload(m, 6)
+    assert m.snapshot_now() == len({metadata_partition(t, NUM) for t in TPS})
+    assert m.snapshot_now() == 0  # nothing new since
+    for p in range(NUM):
+        if topic.end_offset(p):
+            assert snapshot_path(tmp_path / "broker" / SNAPSHOT_DIR, p).exists()
+    workload(m, 3, start=6)  # the tail: not in the snapshot
+    # crash: no close(), so the snapshots do not cover the tail
+    total = sum(topic.end_offset(p) for p in range(NUM))
+
+    topic.records_read = 0
+    from_snapshot = manager(topic, tmp_path / "broker")
+    tail_reads = topic.records_read
+    topic.records_read = 0
+    full = manager(topic, tmp_path / "other")  # no snapshot there
+    assert topic.records_read == total
+    assert 0 < tail_reads < total / 2
+    assert canonical(from_snapshot) == canonical(full) == canonical(m)
+    # and it keeps working on top of the restored state
+    md = seg(TPS[0], 10_000, 10_099)
+    from_snapshot.add_remote_log_segment_metadata(md)
+    from_snapshot.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+    assert from_snapshot.remote_log_segment_metadata(TPS[0], 0, 10_050) is not None
+    assert full.remote_log_segment_metadata(TPS[0], 0, 10_050) is not None
+    for x in (from_snapshot, full):
+        x.close()
+
+
+def test_close_writes_snapshot_covering_everything(tmp_path):
+    topic = MemoryMetadataTopic()
+    m = manager(topic, tmp_path)
+    workload(m, 3)
+    m.close()
+    topic.records_read = 0
+    again = manager(topic, tmp_path)
+    assert topic.records_read == 0
+    assert canonical(again) == canonical(m)
+    again.close()
+
+
+def test_corrupt_or_stale_snapshot_is_ignored(tmp_path):
+    topic = MemoryMetadataTopic()
+    m = manager(topic, tmp_path)
+    workload(m, 3)
+    m.close()
+    expected = canonical(m)
+    paths = sorted((tmp_path / SNAPSHOT_DIR).glob("*.snapshot"))
+    assert paths
+    data = bytearray(paths[0].read_bytes())
+    data[-5] ^= 0xFF  # flip a byte in the body: the checksum catches it
+    paths[0].write_bytes(bytes(data))
+    again = manager(topic, tmp_path)
+    assert canonical(again) == expected
+    again.close()
+
+    # a snapshot that claims more than the topic holds (topic recreated) is not trusted
+    fresh = MemoryMetadataTopic()
+    empty = manager(fresh, tmp_path)
+    assert canonical(empty) == {}
+    empty.close()

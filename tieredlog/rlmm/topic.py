@@ -1,0 +1,148 @@
+"""The ``__remote_log_metadata`` topic as the topic-based RLMM sees it.
+
+``MetadataTopic`` is the narrow interface the manager needs; ``LogMetadataTopic`` implements it over
+the broker's own partition logs (tieredlog.log), so the metadata lives in an ordinary Kafka topic
+that any client can read and that replicates like any other.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable, Iterator, Protocol, runtime_checkable
+
+from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
+
+METADATA_TOPIC = "__remote_log_metadata"
+_READ_MAX_BYTES = 1 << 20
+
+
+@runtime_checkable
+class MetadataTopic(Protocol):
+    def ensure_created(self, num_partitions: int) -> None:
+        """Create the topic, or check it exists with exactly ``num_partitions`` partitions (raise
+        RemoteLogMetadataManagerFatalError otherwise)."""
+
+    def append(self, partition: int, value: bytes) -> int:
+        """Append one record (null key) and return its offset. Blocking and thread safe."""
+
+    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
+        """The records at or after ``from_offset`` as (offset, value), in offset order, up to the
+        readable end (records with a null value are skipped)."""
+
+    def end_offset(self, partition: int) -> int:
+        """The offset the next appended record will get (the readable end)."""
+
+
+# create_topic_fn(name, num_partitions, replication_factor, configs) -> the topic's partition
+# count (the existing one if the topic already exists).
+CreateTopicFn = Callable[[str, int, int, dict[str, str]], int]
+
+
+class LogMetadataTopic:
+    """``__remote_log_metadata`` over local PartitionLogs of a LogManager.
+
+    ``create_topic_fn`` is the broker's topic creation (it decides placement and registers the
+    topic); after it returns, ``log_manager.get_log(TopicPartition(name, p))`` must give the local
+    log of every partition. ``after_append(topic_partition, log)`` is called after each append so
+    the broker can advance the high watermark (single broker) or wait for the ISR; without it the
+    high watermark is moved to the log end, which is right for one broker.
+    """
+
+    def __init__(
+        self,
+        log_manager,
+        create_topic_fn: CreateTopicFn,
+        *,
+        replication_factor: int = 1,
+        retention_ms: int = -1,
+        after_append: Callable[[object, object], None] | None = None,
+    ):
+        self._log_manager = log_manager
+        self._create_topic_fn = create_topic_fn
+        self._replication_factor = replication_factor
+        self._retention_ms = retention_ms
+        self._after_append = after_append
+        self._logs: dict[int, object] = {}
+        self._locks: dict[int, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def ensure_created(self, num_partitions: int) -> None:
+        from tieredlog.log.types import TopicPartition
+
+        configs = {
+            "retention.ms": str(self._retention_ms),
+            "cleanup.policy": "delete",
+            "remote.storage.enable": "false",
+        }
+        actual = self._create_topic_fn(METADATA_TOPIC, num_partitions, self._replication_factor, configs)
+        if actual != num_partitions:
+            raise RemoteLogMetadataManagerFatalError(
+                f"{METADATA_TOPIC} has {actual} partitions, remote.log.metadata.topic.num.partitions is {num_partitions}"
+            )
+        with self._lock:
+            for p in range(num_partitions):
+                log = self._log_manager.get_log(TopicPartition(METADATA_TOPIC, p))
+                if log is None:
+                    raise RemoteLogMetadataManagerFatalError(f"no local log for {METADATA_TOPIC}-{p}")
+                self._logs[p] = log
+                self._locks[p] = threading.Lock()
+
+    def _log(self, partition: int):
+        try:
+            return self._logs[partition]
+        except KeyError:
+            raise RemoteLogMetadataManagerFatalError(f"{METADATA_TOPIC}-{partition} is not available") from None
+
+    def append(self, partition: int, value: bytes) -> int:
+        from tieredlog.records.record import build_batch
+
+        log = self._log(partition)
+        with self._locks[partition]:
+            epoch = log.leader_epoch_cache.latest_epoch
+            info = log.append_as_leader(build_batch([(None, value)]), 0 if epoch is None else epoch)
+            if self._after_append is not None:
+                self._after_append(log.topic_partition, log)
+            else:
+                log.update_high_watermark(log.log_end_offset)
+        return info.first_offset
+
+    def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
+        from tieredlog.errors import OffsetOutOfRangeError
+        from tieredlog.records.record import iter_batches_records
+
+        log = self._log(partition)
+        offset = max(from_offset, log.log_start_offset)
+        while offset < log.log_end_offset:
+            try:
+                info = log.read(offset, _READ_MAX_BYTES, "log_end", True)
+            except OffsetOutOfRangeError:
+                return
+            data = info.records.read_bytes() if hasattr(info.records, "read_bytes") else bytes(info.records)
+            if not data:
+                return
+            progressed = False
+            for header, records in iter_batches_records(data, stop_at_partial=True):
+                for record in records:
+                    if record.offset >= offset and record.value is not None:
+                        yield record.offset, bytes(record.value)
+                offset = max(offset, header.base_offset + header.last_offset_delta + 1)
+                progressed = True
+            if not progressed:
+                return
+
+    def end_offset(self, partition: int) -> int:
+        return self._log(partition).log_end_offset
+
+
+def iter_partition_dir(partition_dir: str | Path) -> Iterator[tuple[int, bytes]]:
+    """Read one ``__remote_log_metadata-<p>`` folder offline (tools): every record of every ``.log``
+    segment file, in offset order, as (offset, value)."""
+    from tieredlog.records.record import iter_batches_records
+
+    for path in sorted(Path(partition_dir).glob("*.log")):
+        data = path.read_bytes()
+        for _header, records in iter_batches_records(data, stop_at_partial=True):
+            for record in records:
+                if record.value is not None:
+                    yield record.offset, bytes(record.value)
