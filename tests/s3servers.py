@@ -247,3 +247,96 @@ def unique_prefix() -> str:
 
 
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")  # never probe 169.254.169.254 from tests
+
+
+# -- a fault-injecting HTTP proxy in front of a real server -------------------------------------------
+
+import http.client  # noqa: E402
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
+from urllib.parse import urlsplit  # noqa: E402
+
+
+@dataclass
+class SeenRequest:
+    method: str
+    path: str  # path and query, as sent
+    headers: dict[str, str]
+
+
+class FaultyS3Proxy:
+    """Forwards every request to ``upstream`` unless ``fault(request)`` returns an HTTP status, in
+    which case it answers with that status and an S3 error body. Records every request it sees.
+    Use it to test retries, throttling and failure paths against a real server::
+
+        with FaultyS3Proxy(moto_s3.url) as proxy:
+            proxy.fault = lambda r: 503 if r.method == "GET" else None
+            configs = moto_s3.rsm_configs(**{"storage.s3.endpoint.url": proxy.url})
+    """
+
+    ERROR_CODES = {500: "InternalError", 503: "SlowDown", 429: "SlowDown", 403: "AccessDenied", 404: "NoSuchKey"}
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlsplit(upstream)
+        self.requests: list[SeenRequest] = []
+        self.fault: Callable[[SeenRequest], int | None] = lambda request: None
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # keep test output clean
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                seen = SeenRequest(self.command, self.path, {k.lower(): v for k, v in self.headers.items()})
+                with proxy._lock:
+                    proxy.requests.append(seen)
+                    status = proxy.fault(seen)
+                if status is not None:
+                    code = proxy.ERROR_CODES.get(status, "InternalError")
+                    payload = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "expect")}
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    response = conn.getresponse()
+                    data = response.read()
+                    self.send_response(response.status)
+                    for key, value in response.getheaders():
+                        if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                            self.send_header(key, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                finally:
+                    conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def seen(self, method: str | None = None, contains: str = "") -> list[SeenRequest]:
+        with self._lock:
+            return [r for r in self.requests if (method is None or r.method == method) and contains in r.path]
+
+    def __enter__(self) -> "FaultyS3Proxy":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
