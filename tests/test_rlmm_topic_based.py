@@ -316,3 +316,90 @@ def test_corrupt_or_stale_snapshot_is_ignored(tmp_path):
     empty = manager(fresh, tmp_path)
     assert canonical(empty) == {}
     empty.close()
+
+
+# -- over real PartitionLogs ------------------------------------------------------------------------
+
+from tieredlog.log.config import LogConfig  # noqa: E402
+from tieredlog.log.partition_log import PartitionLog  # noqa: E402
+from tieredlog.log.types import TopicPartition  # noqa: E402
+from tieredlog.rlmm.topic import METADATA_TOPIC, LogMetadataTopic, iter_partition_dir  # noqa: E402
+
+
+class PartitionLogs:
+    """The part of a LogManager the metadata topic uses: partition logs under one folder."""
+
+    def __init__(self, root, segment_bytes=4096):
+        self.root = root
+        self.config = LogConfig(segment_bytes=segment_bytes)
+        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self.created = 0
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict) -> int:
+        existing = [t for t in self.logs if t.topic == name]
+        if existing:
+            return len(existing)
+        assert configs["cleanup.policy"] == "delete" and configs["remote.storage.enable"] == "false"
+        self.created += 1
+        topic_id = uuid.uuid4()
+        for p in range(num_partitions):
+            t = TopicPartition(name, p)
+            self.logs[t] = PartitionLog(self.root / str(t), self.config, topic_id=topic_id)
+        return num_partitions
+
+    def get_log(self, t: TopicPartition):
+        return self.logs.get(t)
+
+    def restart(self) -> None:
+        for t, log in list(self.logs.items()):
+            log.close()
+            self.logs[t] = PartitionLog(log.dir, self.config)
+
+
+def log_manager_for(logs: PartitionLogs, log_dir=None) -> TopicBasedRemoteLogMetadataManager:
+    return manager(LogMetadataTopic(logs, logs.create_topic), log_dir)
+
+
+def test_log_metadata_topic_is_a_metadata_topic(tmp_path):
+    assert isinstance(LogMetadataTopic(PartitionLogs(tmp_path), lambda *a: 0), MetadataTopic)
+
+
+def test_over_partition_logs_restart_and_offline_read(tmp_path):
+    logs = PartitionLogs(tmp_path / "data")
+    m = log_manager_for(logs, tmp_path / "data")
+    workload(m, 5)
+    state = canonical(m)
+    assert logs.created == 1
+    # every record is in the log, in Kafka's serde, readable offline from the partition folders
+    values = []
+    for p in range(NUM):
+        log = logs.get_log(TopicPartition(METADATA_TOPIC, p))
+        assert log.high_watermark == log.log_end_offset
+        offline = list(iter_partition_dir(log.dir))
+        assert [o for o, _ in offline] == list(range(log.log_end_offset))
+        values += [serde.deserialize(v) for _, v in offline]
+    assert len(values) == sum(logs.get_log(TopicPartition(METADATA_TOPIC, p)).log_end_offset for p in range(NUM))
+    assert sum(1 for log in logs.logs.values() if len(log.segments) > 1) >= 1  # reads cross segment files
+    m.close()
+
+    logs.restart()
+    from_snapshot = log_manager_for(logs, tmp_path / "data")
+    assert canonical(from_snapshot) == state
+    workload(from_snapshot, 2, start=5)
+    from_snapshot.close()
+    assert logs.created == 1  # the topic was found, not created again
+
+    logs.restart()
+    replayed = log_manager_for(logs)  # no snapshots: the whole topic from offset 0
+    assert canonical(replayed) == canonical(from_snapshot)
+    replayed.close()
+
+
+def test_over_partition_logs_partition_count_mismatch(tmp_path):
+    logs = PartitionLogs(tmp_path)
+    logs.create_topic(METADATA_TOPIC, 3, 1, {"cleanup.policy": "delete", "remote.storage.enable": "false"})
+    m = TopicBasedRemoteLogMetadataManager(LogMetadataTopic(logs, logs.create_topic),
+                                           {"remote.log.metadata.topic.num.partitions": NUM})
+    with pytest.raises(RemoteLogMetadataManagerFatalError):
+        m.wait_until_ready(TPS[:1], timeout=30)
+    m.close()
