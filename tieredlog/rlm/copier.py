@@ -39,7 +39,13 @@ def candidate_segments(log_, from_offset: int, lso: int) -> list:
     ``from_offset``; never the active segment (``segments_to_copy`` excludes it)."""
     if lso <= 0:
         return []
-    return [s for s in log_.segments_to_copy(lso) if s.next_offset > from_offset and s.next_offset <= lso]
+    return [s for s in log_.segments_to_copy(lso, from_offset) if next_base_offset(log_, s) <= lso]
+
+
+def next_base_offset(log_, segment) -> int:
+    """The remote end offset + 1 of a segment: the next segment's base (offset gaps included)."""
+    nxt = getattr(log_, "next_segment_base_offset", None)
+    return nxt(segment) if nxt is not None else segment.next_offset
 
 
 def find_highest_remote_offset(rlm: "RemoteLogManager", state: "PartitionState", log_) -> int:
@@ -60,6 +66,7 @@ def maybe_update_log_start_offset_on_becoming_leader(rlm: "RemoteLogManager", st
         live = [s for s in segs if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
         if live:
             start = min(s.start_offset for s in live)
+            start = min(start, log_.high_watermark)
             if start > log_.log_start_offset:
                 log_.maybe_increment_log_start_offset(start, "SegmentDeletion")
             return
@@ -92,7 +99,7 @@ def copy_task(rlm: "RemoteLogManager", state: "PartitionState", ctx: TaskContext
 def copy_segment(rlm: "RemoteLogManager", state: "PartitionState", log_, segment) -> RemoteLogSegmentMetadata:
     tip = state.tip
     m = rlm.metrics
-    next_offset = segment.next_offset
+    next_offset = next_base_offset(log_, segment)
     end_offset = next_offset - 1
     entries = as_pairs(log_.leader_epoch_cache.epoch_entries())
     seg_epochs = segment_leader_epochs(entries, segment.base_offset, next_offset)

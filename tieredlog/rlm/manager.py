@@ -391,13 +391,13 @@ class RemoteLogManager:
 
     @staticmethod
     def _rolled_segments(log_: Any) -> list:
-        return list(log_.segments_to_copy(LONG_MAX))
+        return list(log_.segments_to_copy(LONG_MAX, 0))
 
     def only_local_size(self, log_: Any) -> int:
         """Bytes that exist only locally (not yet tiered), the active segment included."""
         highest = log_.highest_offset_in_remote_storage
         rolled = self._rolled_segments(log_)
-        size = sum(s.size for s in rolled if s.next_offset - 1 > highest)
+        size = sum(s.size for s in rolled if copier.next_base_offset(log_, s) - 1 > highest)
         active = getattr(log_, "active_segment", None)
         if active is not None:
             size += active.size
@@ -405,7 +405,7 @@ class RemoteLogManager:
 
     def update_copy_lag(self, state: PartitionState, log_: Any) -> None:
         highest = log_.highest_offset_in_remote_storage
-        pending = [s for s in self._rolled_segments(log_) if s.next_offset - 1 > highest]
+        pending = [s for s in self._rolled_segments(log_) if copier.next_base_offset(log_, s) - 1 > highest]
         labels = (state.tp.topic, str(state.tp.partition))
         self.metrics.copy_lag_bytes.labels(*labels).set(sum(s.size for s in pending))
         self.metrics.copy_lag_segments.labels(*labels).set(len(pending))

@@ -1,0 +1,318 @@
+"""RemoteLogManager against real parts: PartitionLog in a tmp dir, LocalTieredStorage, the
+in-memory RLMM. Tasks are run synchronously (TaskContext) so every assertion is deterministic."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tieredlog.errors import OffsetOutOfRangeError
+from tieredlog.log.config import LogConfig
+from tieredlog.log.partition_log import PartitionLog
+from tieredlog.log.types import TopicPartition
+from tieredlog.records.batch import iter_headers
+from tieredlog.records.record import build_batch
+from tieredlog.rlm import copier, expiration
+from tieredlog.rlm.config import RemoteLogManagerConfig
+from tieredlog.rlm.manager import PartitionState, RemoteLogManager
+from tieredlog.rlm.pool import TaskContext
+from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
+from tieredlog.rsm.api import RemoteLogSegmentState, RemoteStorageException
+from tieredlog.rsm.local import LocalTieredStorage
+
+TP = TopicPartition("tiered", 0)
+
+
+class Logs:
+    """The part of LogManager the RLM uses: look a partition's log up."""
+
+    def __init__(self, *logs: PartitionLog) -> None:
+        self.logs = {lg.topic_partition: lg for lg in logs}
+
+    def get_log(self, tp):
+        return self.logs.get(TopicPartition(*tp))
+
+
+class FlakyStorage(LocalTieredStorage):
+    def __init__(self, d):
+        super().__init__(d)
+        self.fail_copies = 0
+
+    def copy_log_segment_data(self, md, data):
+        if self.fail_copies:
+            self.fail_copies -= 1
+            # a partial upload exists when the failure strikes
+            super().copy_log_segment_data(md, data)
+            raise RemoteStorageException("injected copy failure")
+        return super().copy_log_segment_data(md, data)
+
+
+def make_log(d: Path, **cfg) -> PartitionLog:
+    base = dict(segment_bytes=2048, index_interval_bytes=128, remote_storage_enable=True, retention_ms=-1,
+                local_retention_bytes=1, file_delete_delay_ms=0, message_timestamp_after_max_ms=1 << 62,
+                message_timestamp_before_max_ms=1 << 62)
+    base.update(cfg)
+    return PartitionLog(d / f"{TP.topic}-{TP.partition}", LogConfig(**base), topic_id=uuid.uuid4())
+
+
+def produce(lg: PartitionLog, n_batches: int, epoch: int = 0, ts0: int = 1_000_000) -> None:
+    for i in range(n_batches):
+        off = lg.log_end_offset
+        recs = [(b"k%d" % (off + j), b"value-%d-" % (off + j) * 10, [], ts0 + off + j) for j in range(3)]
+        lg.append_as_leader(build_batch(recs), epoch)
+    lg.update_high_watermark(lg.log_end_offset)
+
+
+def segment_bytes(lg: PartitionLog) -> dict[int, bytes]:
+    return {s.base_offset: s.log_path.read_bytes() for s in lg.segments}
+
+
+@pytest.fixture
+def env(tmp_path):
+    lg = make_log(tmp_path / "logs")
+    rsm = FlakyStorage(tmp_path / "remote")
+    rsm.configure({"broker.id": 1})
+    events: list = []
+    rsm.add_listener(events.append)
+    rlmm = InMemoryRemoteLogMetadataManager()
+    cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), broker_id=1, task_interval_ms=3_600_000,
+                                 reader_threads=4, reader_max_pending_tasks=8)
+    rlm = RemoteLogManager({}, Logs(lg), rsm, rlmm, config=cfg)
+    rlm.start()
+    yield lg, rsm, rlmm, rlm, events
+    rlm.shutdown()
+
+
+def state_for(rlm: RemoteLogManager, lg: PartitionLog) -> PartitionState:
+    return PartitionState(lg.topic_partition, rlm._tip(lg.topic_partition, lg))
+
+
+def finished(rlmm, tip):
+    return [m for m in rlmm.list_remote_log_segments(tip) if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+
+def test_candidates_exclude_active_segment_and_segments_above_lso(env):
+    lg, rsm, rlmm, rlm, _ = env
+    produce(lg, 60)
+    segs = lg.segments
+    assert len(segs) >= 4
+    all_rolled = copier.candidate_segments(lg, 0, lg.last_stable_offset)
+    assert [s.base_offset for s in all_rolled] == [s.base_offset for s in segs[:-1]]
+    # an LSO inside the third segment: only the first two are entirely below it
+    lso = segs[2].base_offset + 1
+    assert [s.base_offset for s in copier.candidate_segments(lg, 0, lso)] == [segs[0].base_offset, segs[1].base_offset]
+    # resume point past the first segment
+    assert copier.candidate_segments(lg, segs[1].base_offset, lg.last_stable_offset)[0] is segs[1]
+
+
+def test_copy_task_tiers_rolled_segments_in_order_then_local_retention_follows(env):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 60)
+    originals = segment_bytes(lg)
+    rolled = lg.segments[:-1]
+    state = state_for(rlm, lg)
+    copier.copy_task(rlm, state, TaskContext())
+    done = finished(rlmm, state.tip)
+    assert [(m.start_offset, m.end_offset) for m in done] == [
+        (s.base_offset, lg.next_segment_base_offset(s) - 1) for s in rolled
+    ]
+    assert [e.start_offset for e in events if e.type == "COPY_SEGMENT"] == [s.base_offset for s in rolled]
+    assert lg.highest_offset_in_remote_storage == done[-1].end_offset
+    for m in done:  # byte-identical objects, epoch map, and the epoch history up to the segment end
+        assert rsm.segment_path(m, ".log").read_bytes() == originals[m.start_offset]
+        assert dict(m.segment_leader_epochs) == {0: m.start_offset}
+        assert rsm.segment_path(m, ".leader_epoch_checkpoint").read_bytes() == b"0\n1\n0 0\n"
+        assert rsm.segment_path(m, ".snapshot").exists()
+    # local retention (local.retention.bytes=1) may now delete exactly the copied segments
+    lg.delete_old_segments()
+    assert lg.local_log_start_offset == lg.active_segment.base_offset
+    assert lg.log_start_offset == 0
+    # running again copies nothing new
+    n = len(events)
+    copier.copy_task(rlm, state, TaskContext())
+    assert [e for e in events[n:] if e.type == "COPY_SEGMENT"] == []
+
+
+def test_local_segments_are_not_deleted_before_they_are_copied(env):
+    lg, rsm, rlmm, rlm, _ = env
+    produce(lg, 60)
+    before = [s.base_offset for s in lg.segments]
+    lg.delete_old_segments()
+    assert [s.base_offset for s in lg.segments][: len(before) - 1] == before[:-1]
+    assert lg.local_log_start_offset == 0
+
+
+def test_failed_copy_deletes_the_partial_upload_and_retries_with_a_new_id(env):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 30)
+    state = state_for(rlm, lg)
+    rsm.fail_copies = 1
+    with pytest.raises(RemoteStorageException):
+        copier.copy_task(rlm, state, TaskContext())
+    assert finished(rlmm, state.tip) == []
+    assert lg.highest_offset_in_remote_storage == -1
+    assert list(rsm.partition_dir(state.tip).glob("*")) == []  # nothing left behind
+    assert [e.type for e in events] == ["COPY_SEGMENT", "DELETE_SEGMENT"]
+    failed_id = events[0].segment_id
+    copier.copy_task(rlm, state, TaskContext())
+    done = finished(rlmm, state.tip)
+    assert done and done[0].start_offset == 0 and done[0].remote_log_segment_id.id != failed_id
+    lg.delete_old_segments()
+    assert lg.local_log_start_offset > 0
+
+
+def test_copy_resumes_after_restart_from_the_rlmm(env, tmp_path):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 30)
+    copier.copy_task(rlm, state_for(rlm, lg), TaskContext())
+    copied = len([e for e in events if e.type == "COPY_SEGMENT"])
+    produce(lg, 30)
+    # a new RLM (a restarted broker, or a new leader) knows nothing but the RLMM
+    rlm2 = RemoteLogManager({}, Logs(lg), rsm, rlmm, config=rlm.config)
+    state = state_for(rlm2, lg)
+    copier.copy_task(rlm2, state, TaskContext())
+    starts = [e.start_offset for e in events if e.type == "COPY_SEGMENT"]
+    assert len(starts) == len(set(starts))  # nothing copied twice
+    assert len(starts) > copied
+    assert sorted(m.start_offset for m in finished(rlmm, state.tip)) == [s.base_offset for s in lg.segments[:-1]]
+
+
+def test_copy_disable_and_copy_quota(env):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 30)
+    lg.config = LogConfig(**{**lg.config.__dict__, "remote_log_copy_disable": True})
+    copier.copy_task(rlm, state_for(rlm, lg), TaskContext())
+    assert events == []
+    lg.config = LogConfig(**{**lg.config.__dict__, "remote_log_copy_disable": False})
+    rlm.copy_quota.update_quota(1)  # 1 byte/s: the first segment takes the burst into debt
+    ctx = TaskContext()
+    state = state_for(rlm, lg)
+    import threading
+
+    t = threading.Thread(target=copier.copy_task, args=(rlm, state, ctx))
+    t.start()
+    deadline = time.monotonic() + 5
+    while not [e for e in events if e.type == "COPY_SEGMENT"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ctx.cancelled = True  # a leadership change while throttled ends the task
+    t.join(5)
+    assert not t.is_alive()
+    assert len([e for e in events if e.type == "COPY_SEGMENT"]) == 1
+
+
+def test_remote_read_is_byte_identical_and_whole_batches(env):
+    lg, rsm, rlmm, rlm, _ = env
+    produce(lg, 60)
+    originals = segment_bytes(lg)
+    copier.copy_task(rlm, state_for(rlm, lg), TaskContext())
+    lg.delete_old_segments()
+    local_start = lg.local_log_start_offset
+    remote_bytes = b"".join(v for k, v in sorted(originals.items()) if k < local_start)
+    # a catch-up consumer reading sequentially with small fetches gets exactly the produced bytes
+    out = bytearray()
+    offset = 0
+    while offset < local_start:
+        chunk = rlm.read(TP, offset, 700, timeout=10)
+        hdrs = [h for _, h in iter_headers(chunk)]
+        assert hdrs and sum(h.size for h in hdrs) == len(chunk)  # whole batches only
+        assert len(chunk) <= 700 or len(hdrs) == 1  # max_bytes, or one batch (min one message)
+        out += chunk
+        offset = hdrs[-1].next_offset
+    assert bytes(out) == remote_bytes
+    # an offset in the middle of a batch returns that batch first
+    chunk = rlm.read(TP, 4, 1, timeout=10)
+    hdrs = [h for _, h in iter_headers(chunk)]
+    assert len(hdrs) == 1 and hdrs[0].base_offset <= 4 <= hdrs[0].last_offset
+    with pytest.raises(OffsetOutOfRangeError):
+        rlm.read(TP, lg.log_end_offset + 10, 100, timeout=10)
+
+
+def test_find_offset_by_timestamp_in_remote_segments(env):
+    lg, rsm, rlmm, rlm, _ = env
+    produce(lg, 60)
+    copier.copy_task(rlm, state_for(rlm, lg), TaskContext())
+    lg.delete_old_segments()
+    # record at offset o has timestamp 1_000_000 + o
+    assert rlm.find_offset_by_timestamp(TP, 1_000_000 + 10) == (10, 1_000_010, 0)
+    assert rlm.find_offset_by_timestamp(TP, 0) == (0, 1_000_000, 0)
+    # a timestamp whose record is local: the caller must look locally
+    assert rlm.find_offset_by_timestamp(TP, 1_000_000 + lg.local_log_start_offset + 1) is None
+
+
+def test_expiration_by_retention_bytes_moves_log_start_then_deletes(env):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 60)
+    state = state_for(rlm, lg)
+    copier.copy_task(rlm, state, TaskContext())
+    lg.delete_old_segments()
+    done = finished(rlmm, state.tip)
+    total_remote = sum(m.segment_size_in_bytes for m in done)
+    local_only = lg.active_segment.size
+    # keep everything but the two oldest remote segments' worth
+    keep = total_remote + local_only - done[0].segment_size_in_bytes - done[1].segment_size_in_bytes
+    lg.config = LogConfig(**{**lg.config.__dict__, "retention_bytes": keep})
+    expiration.expiration_task(rlm, state, TaskContext())
+    assert lg.log_start_offset == done[1].end_offset + 1
+    assert [e.start_offset for e in events if e.type == "DELETE_SEGMENT"] == [done[0].start_offset, done[1].start_offset]
+    assert [m.start_offset for m in finished(rlmm, state.tip)] == [m.start_offset for m in done[2:]]
+    with pytest.raises(OffsetOutOfRangeError):
+        rlm.read(TP, 0, 100, timeout=10)
+
+
+def test_expiration_by_time_and_by_log_start_offset(env):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 60, ts0=int(time.time() * 1000) - 3_600_000)  # an hour old
+    state = state_for(rlm, lg)
+    copier.copy_task(rlm, state, TaskContext())
+    lg.delete_old_segments()
+    done = finished(rlmm, state.tip)
+    # DeleteRecords past the first remote segment
+    lg.maybe_increment_log_start_offset(done[0].end_offset + 2)
+    expiration.expiration_task(rlm, state, TaskContext())
+    assert [e.start_offset for e in events if e.type == "DELETE_SEGMENT"] == [done[0].start_offset]
+    # time retention of one minute: every remote segment is older
+    lg.config = LogConfig(**{**lg.config.__dict__, "retention_ms": 60_000})
+    expiration.expiration_task(rlm, state, TaskContext())
+    assert finished(rlmm, state.tip) == []
+    assert lg.log_start_offset == done[-1].end_offset + 1
+
+
+def test_orphaned_copy_started_segment_is_cleaned(env):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 30)
+    state = state_for(rlm, lg)
+    seg = lg.segments[0]
+    # a broker died between COPY_SEGMENT_STARTED and FINISHED, leaving a partial object
+    from tieredlog.rsm.api import RemoteLogSegmentId, RemoteLogSegmentMetadata
+
+    orphan = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(state.tip), seg.base_offset,
+                                      lg.next_segment_base_offset(seg) - 1, 0, 1, 0, seg.size, {0: 0})
+    rlmm.add_remote_log_segment_metadata(orphan)
+    copier.copy_task(rlm, state, TaskContext())  # re-copies the range under a new id
+    expiration.expiration_task(rlm, state, TaskContext())
+    ids = {m.remote_log_segment_id for m in rlmm.list_remote_log_segments(state.tip)}
+    assert orphan.remote_log_segment_id not in ids
+    assert all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in rlmm.list_remote_log_segments(state.tip))
+
+
+def test_topic_deletion_removes_remote_data_and_survives_restart(env, tmp_path):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 30)
+    state = state_for(rlm, lg)
+    copier.copy_task(rlm, state, TaskContext())
+    assert finished(rlmm, state.tip)
+    # the broker dies right after recording the deletion: the journal is all that is left
+    rlm._append_pending_delete(state.tip)
+    rlm2 = RemoteLogManager({}, Logs(), rsm, rlmm, config=rlm.config)
+    rlm2.start()
+    try:
+        deadline = time.monotonic() + 10
+        while rlm2.pending_partition_deletes() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rlm2.pending_partition_deletes() == []
+        assert list(rsm.partition_dir(state.tip).glob("*.log")) == []
+    finally:
+        rlm2.shutdown()
