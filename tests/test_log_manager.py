@@ -1,0 +1,95 @@
+"""LogManager: loading dirs, checkpoints, clean-shutdown marker, topic-name validation, deletion, retention."""
+
+from __future__ import annotations
+
+import pytest
+
+from tieredlog import errors
+from tieredlog.log.checkpoints import OffsetCheckpointFile
+from tieredlog.log.config import LogConfig
+from tieredlog.log.log_manager import CLEAN_SHUTDOWN_FILE, LogManager, validate_topic_name
+from tieredlog.log.types import TopicPartition
+from tieredlog.records.record import build_batch
+
+TS = 1_700_000_000_000
+
+
+def batch(n=2):
+    return build_batch([(b"k", b"v" * 20, [], TS + i) for i in range(n)])
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../x", "a b", "t" * 250, "é"])
+def test_illegal_topic_names_rejected(tmp_path, name):
+    with pytest.raises(errors.InvalidTopicError):
+        validate_topic_name(name)
+    mgr = LogManager([tmp_path], LogConfig())
+    with pytest.raises(errors.InvalidTopicError):
+        mgr.get_or_create_log(TopicPartition(name, 0))
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_legal_names_and_dir_layout(tmp_path):
+    mgr = LogManager([tmp_path / "a", tmp_path / "b"], LogConfig())
+    l0 = mgr.get_or_create_log(TopicPartition("my.topic_x-1", 0))
+    l1 = mgr.get_or_create_log(TopicPartition("my.topic_x-1", 1))
+    assert l0.dir == tmp_path / "a" / "my.topic_x-1-0"
+    assert l1.dir == tmp_path / "b" / "my.topic_x-1-1"  # the dir with the fewest partitions
+    assert mgr.get_or_create_log(TopicPartition("my.topic_x-1", 0)) is l0
+    validate_topic_name("t" * 249)
+
+
+def test_shutdown_checkpoints_and_clean_reload(tmp_path):
+    mgr = LogManager([tmp_path], LogConfig(segment_bytes=len(batch()) * 2))
+    lg = mgr.get_or_create_log(TopicPartition("t", 0))
+    for _ in range(5):
+        lg.append_as_leader(batch(), 1)
+    lg.update_high_watermark(8)
+    lg.maybe_increment_log_start_offset(3)
+    mgr.shutdown()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    tp = TopicPartition("t", 0)
+    assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read() == {tp: 10}
+    assert OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint").read() == {tp: 8}
+    assert OffsetCheckpointFile(tmp_path / "log-start-offset-checkpoint").read() == {tp: 3}
+    assert (tmp_path / "t-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n1 3\n"  # truncated from the start with the log
+    mgr2 = LogManager([tmp_path], LogConfig(segment_bytes=len(batch()) * 2))
+    assert mgr2.had_clean_shutdown[tmp_path]
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # a later crash must look unclean
+    lg2 = mgr2.get_log(tp)
+    assert (lg2.log_start_offset, lg2.high_watermark, lg2.log_end_offset) == (3, 8, 10)
+    assert lg2.append_as_leader(batch(), 1).first_offset == 10
+
+
+def test_delete_log_renames_then_removes(tmp_path):
+    mgr = LogManager([tmp_path], LogConfig())
+    lg = mgr.get_or_create_log(TopicPartition("t", 0))
+    lg.append_as_leader(batch(), 0)
+    assert mgr.delete_log(TopicPartition("t", 0))
+    assert mgr.get_log(TopicPartition("t", 0)) is None
+    assert not any(p.is_dir() for p in tmp_path.iterdir())
+    # A leftover "-delete" dir from a crash is removed at load and never becomes a partition.
+    (tmp_path / "t-1.0123abcd-delete").mkdir()
+    (tmp_path / "t-1.0123abcd-delete" / "00000000000000000000.log").write_bytes(b"")
+    mgr2 = LogManager([tmp_path], LogConfig())
+    assert mgr2.all_logs() == [] and not (tmp_path / "t-1.0123abcd-delete").exists()
+
+
+def test_cleanup_and_flush_tasks(tmp_path):
+    clock = [TS]
+    cfg = LogConfig(segment_bytes=len(batch()) * 2, retention_ms=1000, file_delete_delay_ms=0, flush_ms=500)
+    mgr = LogManager([tmp_path], cfg, clock=lambda: clock[0])
+    lg = mgr.get_or_create_log(TopicPartition("t", 0))
+    for _ in range(4):
+        lg.append_as_leader(batch(), 0)
+    lg.update_high_watermark(8)
+    clock[0] += 600
+    assert mgr.flush_dirty_logs() == 1 and lg.recovery_point == 8
+    clock[0] += 5000
+    assert mgr.cleanup_logs() == 2
+    assert lg.log_start_offset == 8
+
+
+def test_topic_overrides(tmp_path):
+    mgr = LogManager([tmp_path], LogConfig(), topic_configs={"big": LogConfig(segment_bytes=12345)})
+    assert mgr.get_or_create_log(TopicPartition("big", 0)).config.segment_bytes == 12345
+    assert mgr.get_or_create_log(TopicPartition("small", 0)).config.segment_bytes == LogConfig().segment_bytes

@@ -1,0 +1,229 @@
+"""LogManager: every partition log under ``log.dirs``, their checkpoints, retention and flushing.
+
+Per log dir, as Kafka: ``recovery-point-offset-checkpoint``, ``replication-offset-checkpoint`` (high
+watermarks), ``log-start-offset-checkpoint``, and a ``.kafka_cleanshutdown`` marker written on clean
+shutdown and removed once the logs are loaded (so a crash later is seen as unclean). Partition dirs are
+``<topic>-<partition>``; a deleted partition's dir is renamed ``<topic>-<partition>.<uuid>-delete``
+first, so a crash mid-delete leaves nothing that loads as a live partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from tieredlog import errors
+from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile, fsync_dir
+from tieredlog.log.config import LogConfig
+from tieredlog.log.partition_log import PartitionLog
+from tieredlog.log.types import TopicPartition, parse_partition_dir
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(topic: str) -> None:
+    """Kafka's Topic.validate: raises InvalidTopicError before the name touches the file system."""
+    if not topic:
+        raise errors.InvalidTopicError("topic name is empty")
+    if topic in (".", ".."):
+        raise errors.InvalidTopicError(f"topic name cannot be {topic!r}")
+    if len(topic) > MAX_TOPIC_NAME_LENGTH:
+        raise errors.InvalidTopicError(f"topic name is {len(topic)} characters, longer than {MAX_TOPIC_NAME_LENGTH}")
+    if not _LEGAL_TOPIC.match(topic):
+        raise errors.InvalidTopicError(f"topic name {topic!r} has characters outside [a-zA-Z0-9._-]")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    try:
+        return OffsetCheckpointFile(path).read()
+    except (CorruptCheckpointError, ValueError) as e:
+        # A damaged checkpoint only costs extra recovery work: treat it as absent, as Kafka does.
+        log.warning("ignoring unreadable checkpoint %s: %s", path, e)
+        return {}
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: Iterable[str | os.PathLike],
+        default_config: LogConfig,
+        *,
+        topic_configs: Mapping[str, LogConfig] | Callable[[str], LogConfig | None] | None = None,
+        clock: Callable[[], int] = _now_ms,
+    ):
+        self.log_dirs = [Path(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.default_config = default_config
+        self._topic_configs = topic_configs
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self.had_clean_shutdown: dict[Path, bool] = {}
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            self._load_dir(d)
+
+    # ---- loading ----------------------------------------------------------------------------------
+    def config_for(self, topic: str) -> LogConfig:
+        tc = self._topic_configs
+        cfg = None
+        if callable(tc):
+            cfg = tc(topic)
+        elif tc is not None:
+            cfg = tc.get(topic)
+        return cfg or self.default_config
+
+    def _load_dir(self, d: Path) -> None:
+        marker = d / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        self.had_clean_shutdown[d] = clean
+        recovery = _read_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
+        starts = _read_checkpoint(d / LOG_START_OFFSET_CHECKPOINT)
+        hws = _read_checkpoint(d / REPLICATION_CHECKPOINT)
+        for child in sorted(d.iterdir()):
+            if not child.is_dir():
+                continue
+            if child.name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(child, ignore_errors=True)  # a delete interrupted by a crash
+                continue
+            try:
+                tp = parse_partition_dir(child.name)
+                validate_topic_name(tp.topic)
+            except (ValueError, errors.InvalidTopicError):
+                log.warning("ignoring %s: not a partition directory", child)
+                continue
+            if tp in self._logs:
+                raise errors.KafkaStorageError(f"partition {tp} found in two log dirs: {self._logs[tp].dir} and {child}")
+            self._logs[tp] = PartitionLog(
+                child,
+                self.config_for(tp.topic),
+                recovery_point=recovery.get(tp, 0),
+                log_start_offset=starts.get(tp),
+                high_watermark=hws.get(tp),
+                had_clean_shutdown=clean,
+                clock=self._clock,
+            )
+        # The marker only describes the last shutdown; a crash from now on must look unclean.
+        marker.unlink(missing_ok=True)
+
+    # ---- partitions -------------------------------------------------------------------------------
+    def get_log(self, tp: TopicPartition) -> PartitionLog | None:
+        return self._logs.get(TopicPartition(*tp))
+
+    def all_logs(self) -> list[PartitionLog]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def _next_log_dir(self) -> Path:
+        """The log dir holding the fewest partitions (Kafka's choice for new partitions)."""
+        counts = {d: 0 for d in self.log_dirs}
+        for lg in self._logs.values():
+            parent = lg.dir.parent
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+
+    def get_or_create_log(
+        self, tp: TopicPartition, topic_id: uuid.UUID | None = None, config: LogConfig | None = None
+    ) -> PartitionLog:
+        tp = TopicPartition(*tp)
+        validate_topic_name(tp.topic)
+        if tp.partition < 0:
+            raise errors.InvalidPartitionsError(f"partition {tp.partition} is negative")
+        with self._lock:
+            existing = self._logs.get(tp)
+            if existing is not None:
+                if topic_id is not None and existing.topic_id is not None and existing.topic_id != topic_id:
+                    raise errors.InconsistentTopicIdError(f"{tp} has topic id {existing.topic_id}, not {topic_id}")
+                return existing
+            d = self._next_log_dir() / str(tp)
+            lg = PartitionLog(d, config or self.config_for(tp.topic), topic_id=topic_id, clock=self._clock)
+            fsync_dir(d.parent)
+            self._logs[tp] = lg
+            return lg
+
+    def delete_log(self, tp: TopicPartition) -> bool:
+        tp = TopicPartition(*tp)
+        with self._lock:
+            lg = self._logs.pop(tp, None)
+        if lg is None:
+            return False
+        lg.close_handles()
+        doomed = lg.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.rename(lg.dir, doomed)
+        fsync_dir(doomed.parent)
+        shutil.rmtree(doomed, ignore_errors=True)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        return True
+
+    # ---- background tasks -------------------------------------------------------------------------
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """The "log-retention" task: retention for every log, then due physical deletes."""
+        now = self._clock() if now_ms is None else now_ms
+        total = 0
+        for lg in self.all_logs():
+            total += lg.delete_old_segments(now)
+            lg.delete_expired_files(now)
+        return total
+
+    def flush_dirty_logs(self, now_ms: int | None = None) -> int:
+        """The "log-flusher" task: flush.ms for every log."""
+        now = self._clock() if now_ms is None else now_ms
+        return sum(1 for lg in self.all_logs() if lg.flush_if_due(now))
+
+    def _by_dir(self) -> dict[Path, list[PartitionLog]]:
+        out: dict[Path, list[PartitionLog]] = {d: [] for d in self.log_dirs}
+        for lg in self.all_logs():
+            out.setdefault(lg.dir.parent, []).append(lg)
+        return out
+
+    def checkpoint_recovery_points(self) -> None:
+        for d, logs in self._by_dir().items():
+            OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write({lg.topic_partition: lg.recovery_point for lg in logs})
+
+    def checkpoint_log_start_offsets(self) -> None:
+        for d, logs in self._by_dir().items():
+            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(
+                {lg.topic_partition: lg.log_start_offset for lg in logs if lg.log_start_offset > 0}
+            )
+
+    def checkpoint_high_watermarks(self) -> None:
+        for d, logs in self._by_dir().items():
+            OffsetCheckpointFile(d / REPLICATION_CHECKPOINT).write({lg.topic_partition: lg.high_watermark for lg in logs})
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers (last)."""
+        logs = self.all_logs()
+        for lg in logs:
+            lg.flush()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        for lg in logs:
+            lg.close(flush=False)
+        for d in self.log_dirs:
+            (d / CLEAN_SHUTDOWN_FILE).touch()
+            fsync_dir(d)
