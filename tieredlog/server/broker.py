@@ -109,13 +109,16 @@ class Broker:
         self.cluster_id = _load_cluster_id(first, self.node_id, self.config["cluster.id"])
         self.producer_ids = ProducerIdManager(first / _PID_FILE)
         self._store = TopicStore(first)
+        self.topics = self._store.load()  # before the logs load, so they get their topic configs
         self.log_manager = self._make_log_manager()
-        self.topics = self._store.load()
         self._reconcile_with_logs()
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
         for t in list(self.topics.values()):
             for p in range(t.partitions):
                 self._ensure_log(t, p)
+        for plog in self.log_manager.all_logs():
+            # sole replica, so the ISR is {this broker}: everything recovered is committed
+            plog.update_high_watermark(plog.log_end_offset)
         await self._start_coordinator()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._periodic("log.retention.check.interval.ms", self._retention)))
@@ -192,6 +195,9 @@ class Broker:
     def _checkpoint(self) -> None:
         self.log_manager.checkpoint_recovery_points()
         self.log_manager.checkpoint_log_start_offsets()
+        hw = getattr(self.log_manager, "checkpoint_high_watermarks", None)
+        if hw is not None:
+            hw()
 
     def _flush(self) -> None:
         self.log_manager.flush_dirty_logs()

@@ -33,6 +33,12 @@ def _epoch_for(plog: Any, offset: int) -> int:
     return -1 if e is None else e
 
 
+def _unpack(found: Any) -> tuple[int, int, int]:
+    """(offset, timestamp, epoch) from a TimestampAndOffset(timestamp, offset, leader_epoch)."""
+    epoch = getattr(found, "leader_epoch", None)
+    return int(found.offset), int(found.timestamp), -1 if epoch is None else int(epoch)
+
+
 async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: int, isolation: int) -> tuple[int, int, int]:
     """(offset, timestamp, leader_epoch) for one ListOffsets partition."""
     if ts == LATEST:
@@ -51,11 +57,11 @@ async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: in
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(None, rlm.find_offset_by_timestamp, tp, ts)
         if found is not None:
-            return tuple(found)[:3]  # type: ignore[return-value]
+            return _unpack(found)
     found = plog.fetch_offset_by_timestamp(ts)
     if found is None:
         return -1, -1, -1
-    off, found_ts, epoch = tuple(found)[:3]
+    off, found_ts, epoch = _unpack(found)
     # by-timestamp lookups never return offsets the consumer cannot read yet
     if ts >= 0 and off >= plog.high_watermark:
         return -1, -1, -1
