@@ -191,3 +191,44 @@ def test_concurrent_assign_and_read_stay_monotonic():
     entries = c.epoch_entries()
     assert not errors
     assert entries and all(a.epoch < b.epoch and a.start_offset < b.start_offset for a, b in zip(entries, entries[1:]))
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("assign"), st.integers(0, 20), st.integers(0, 200)),
+        st.tuples(st.just("end"), st.integers(-1, 200), st.just(0)),
+        st.tuples(st.just("start"), st.integers(0, 200), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_ops)
+def test_any_operation_sequence_keeps_the_lineage_monotonic_and_checkpointed(ops):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        cp = LeaderEpochCheckpointFile(Path(d) / "leader-epoch-checkpoint")
+        c = LeaderEpochFileCache(cp)
+        for op, a, b in ops:
+            if op == "assign":
+                c.assign(a, b)
+                assert c.latest_entry == E(a, b) or (c.latest_epoch == a and c.latest_entry.start_offset <= b)
+            elif op == "end":
+                c.truncate_from_end(a)
+                assert a < 0 or all(e.start_offset < a for e in c.epoch_entries())
+            else:
+                before = c.epoch_entries()
+                c.truncate_from_start(a)
+                after = c.epoch_entries()
+                assert all(e.start_offset >= a for e in after)
+                assert [e for e in before if e.start_offset > a] == [e for e in after if e.start_offset > a]
+                if any(e.start_offset <= a for e in before):
+                    assert after[0].start_offset == a
+            entries = c.epoch_entries()
+            assert all(x.epoch < y.epoch and x.start_offset < y.start_offset for x, y in zip(entries, entries[1:]))
+            assert cp.read() == entries
