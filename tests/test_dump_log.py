@@ -195,3 +195,14 @@ def test_console_script_and_usage(seg):
     assert p.returncode == 0 and "offset: 102 position: " in p.stdout
     p = run()
     assert p.returncode == 2 and "no files given" in p.stderr
+
+
+def test_remote_tier_file_names(seg, tmp_path):
+    # Remote objects are named <20-digit start offset>-<segment uuid>.<suffix>.
+    remote = tmp_path / f"{SEG}-Vd3pK0W2Q2uT3xgA1bN7yQ.index"
+    remote.write_bytes((seg / f"{SEG}.index").read_bytes())
+    epochs = tmp_path / f"{SEG}-Vd3pK0W2Q2uT3xgA1bN7yQ.leader_epoch_checkpoint"
+    epochs.write_bytes((seg / "leader-epoch-checkpoint").read_bytes())
+    p = run(remote, epochs)
+    assert p.returncode == 0, p.stderr
+    assert "offset: 100 position: 0" in p.stdout and "epoch: 1 startOffset: 102" in p.stdout
