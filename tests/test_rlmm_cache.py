@@ -192,3 +192,20 @@ def test_in_memory_manager():
     assert rlmm.highest_offset_for_epoch(TP, 0) == 9
     assert rlmm.remote_log_size(TP, 0) == 123
     assert [m.start_offset for m in rlmm.list_remote_log_segments(TP)] == [0]
+
+
+def test_next_segment_with_txn_index(cache):
+    def with_txn(md, present):
+        return RemoteLogSegmentMetadata(md.remote_log_segment_id, md.start_offset, md.end_offset, 0, 0, 0, 1,
+                                        md.segment_leader_epochs, tx_index_present=present)
+
+    a = finished(cache, with_txn(seg(0, 99, {0: 0}), False))
+    b = finished(cache, with_txn(seg(100, 199, {0: 100}), True))
+    c = finished(cache, with_txn(seg(200, 299, {0: 200, 1: 250}), True))
+    assert a is not None
+    assert cache.next_segment_with_txn_index(0, 5).remote_log_segment_id == b.remote_log_segment_id
+    assert cache.next_segment_with_txn_index(0, 150).remote_log_segment_id == b.remote_log_segment_id
+    assert cache.next_segment_with_txn_index(0, 200).remote_log_segment_id == c.remote_log_segment_id
+    assert cache.next_segment_with_txn_index(0, 250) is None  # 250 is epoch 1's
+    assert cache.next_segment_with_txn_index(1, 250).remote_log_segment_id == c.remote_log_segment_id
+    assert cache.next_segment_with_txn_index(2, 0) is None

@@ -145,6 +145,19 @@ class RemoteLogMetadataCache:
         md = self.id_to_metadata[sid]
         return md if offset <= epoch_end_offset(md, leader_epoch) else None
 
+    def next_segment_with_txn_index(self, leader_epoch: int, offset: int) -> RemoteLogSegmentMetadata | None:
+        """KIP-1058: the first FINISHED segment of ``leader_epoch`` whose slice ends at or after
+        ``offset`` and whose transaction index is not empty."""
+        state = self.epochs.get(leader_epoch)
+        if state is None:
+            return None
+        i = max(0, bisect.bisect_right(state.offsets, offset) - 1)
+        for start in state.offsets[i:]:
+            md = self.id_to_metadata[state.offset_to_id[start]]
+            if md.tx_index_present and epoch_end_offset(md, leader_epoch) >= offset:
+                return md
+        return None
+
     def highest_offset_for_epoch(self, leader_epoch: int) -> int | None:
         state = self.epochs.get(leader_epoch)
         return None if state is None else state.highest_log_offset

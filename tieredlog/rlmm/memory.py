@@ -42,6 +42,11 @@ class InMemoryRemoteLogMetadataManager(RemoteLogMetadataManager):
             cache = self._store.caches.get(topic_id_partition)
             return None if cache is None else cache.remote_log_segment_metadata(epoch_for_offset, offset)
 
+    def next_segment_with_txn_index(self, topic_id_partition, epoch, offset):
+        with self._lock:
+            cache = self._store.caches.get(topic_id_partition)
+            return None if cache is None else cache.next_segment_with_txn_index(epoch, offset)
+
     def highest_offset_for_epoch(self, topic_id_partition, leader_epoch):
         with self._lock:
             cache = self._store.caches.get(topic_id_partition)

@@ -373,6 +373,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         with self._lock:
             return None if cache is None else cache.remote_log_segment_metadata(epoch_for_offset, offset)
 
+    def next_segment_with_txn_index(self, topic_id_partition, epoch, offset):
+        cache = self._cache(topic_id_partition)
+        with self._lock:
+            return None if cache is None else cache.next_segment_with_txn_index(epoch, offset)
+
     def highest_offset_for_epoch(self, topic_id_partition, leader_epoch):
         cache = self._cache(topic_id_partition)
         with self._lock:
