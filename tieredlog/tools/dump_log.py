@@ -85,7 +85,10 @@ def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
         try:
             yield m
         finally:
-            m.close()
+            try:
+                m.close()
+            except BufferError:
+                pass  # a memoryview into it is still referenced (by an error's traceback); GC unmaps it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                 rc = 1
                 continue
             if not path.is_file():
-                print(f"tieredlog dump-log: {path}: no such file", file=sys.stderr)
+                why = "not a regular file" if path.exists() else "no such file"
+                print(f"tieredlog dump-log: {path}: {why}", file=sys.stderr)
                 rc = 1
                 continue
             out(f"Dumping {path}")
