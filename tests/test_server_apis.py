@@ -1,0 +1,164 @@
+"""APIs through our own protocol client against a real broker: offsets, delayed fetch, admin bits."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+import pytest
+from confluent_kafka import Producer
+
+from tieredlog.protocol.api import (
+    API_VERSIONS, CREATE_TOPICS, DELETE_RECORDS, DESCRIBE_CLUSTER, FETCH, INIT_PRODUCER_ID, LIST_OFFSETS,
+    METADATA, OFFSET_FOR_LEADER_EPOCH,
+)
+from tieredlog.protocol.client import KafkaClient
+from tieredlog.protocol.codec import decode_response, encode_request
+
+pytestmark = pytest.mark.integration
+
+
+def _create(c: KafkaClient, name: str, partitions: int = 1) -> None:
+    r = c.request(CREATE_TOPICS, {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1}],
+                                  "timeout": 10000})
+    assert r.topics[0].error_code.value == 0, r
+
+
+def _produce(bootstrap: str, topic: str, n: int, ts0: int = 1_600_000_000_000) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for i in range(n):
+        p.produce(topic, value=b"x%d" % i, partition=0, timestamp=ts0 + i * 1000)
+        p.flush(10)  # one batch per record, so offsets and timestamps map one to one
+
+
+def _list(c: KafkaClient, topic: str, ts: int, version: int | None = None, isolation: int = 0):
+    r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": isolation, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "timestamp": ts, "current_leader_epoch": -1}]}]},
+        version=version)
+    return r.topics[0].partitions[0]
+
+
+def test_list_offsets_special_and_by_timestamp(broker):
+    with KafkaClient(broker.bootstrap) as c:
+        _create(c, "lo")
+        _produce(broker.bootstrap, "lo", 5)
+        assert _list(c, "lo", -2).offset == 0
+        assert _list(c, "lo", -1).offset == 5
+        assert _list(c, "lo", -1, isolation=1).offset == 5
+        mx = _list(c, "lo", -3)
+        assert (mx.offset, mx.timestamp) == (4, 1_600_000_004_000)
+        assert _list(c, "lo", -4).offset == 0  # earliest local: nothing tiered yet
+        assert _list(c, "lo", -5).offset == -1  # latest tiered: nothing tiered yet
+        at = _list(c, "lo", 1_600_000_002_500)
+        assert (at.offset, at.timestamp) == (3, 1_600_000_003_000)
+        assert _list(c, "lo", 1_700_000_000_000).offset == -1
+        assert _list(c, "nope", -1).error_code.value == 3
+
+
+def test_delete_records_moves_log_start(broker):
+    with KafkaClient(broker.bootstrap) as c:
+        _create(c, "dr")
+        _produce(broker.bootstrap, "dr", 4)
+        r = c.request(DELETE_RECORDS, {"topics": [{"name": "dr", "partitions": [{"partition_index": 0, "offset": 2}]}],
+                                       "timeout": 5000})
+        p = r.topics[0].partitions[0]
+        assert (p.error_code.value, p.low_watermark) == (0, 2)
+        assert _list(c, "dr", -2).offset == 2
+        r = c.request(DELETE_RECORDS, {"topics": [{"name": "dr", "partitions": [{"partition_index": 0, "offset": 99}]}],
+                                       "timeout": 5000})
+        assert r.topics[0].partitions[0].error_code.value == 1  # OFFSET_OUT_OF_RANGE
+        # fetching below the new log start offset is out of range
+        f = _fetch(c, "dr", 0, max_wait=0)
+        assert f.responses[0].partitions[0].error_code.value == 1
+
+
+def _fetch(c: KafkaClient, topic: str, offset: int, max_wait: int = 0, min_bytes: int = 1, version: int = 12):
+    return c.request(FETCH, _fetch_body(topic, offset, max_wait, min_bytes), version=version)
+
+
+def _fetch_body(topic: str, offset: int, max_wait: int, min_bytes: int) -> dict:
+    return {"replica_id": -1, "max_wait": max_wait, "min_bytes": min_bytes, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                        "partition_max_bytes": 1 << 20}]}]}
+
+
+def test_parked_fetch_is_woken_by_append_and_responses_stay_in_order(broker):
+    """A fetch waiting for min bytes does not hold up the connection's reader, is woken by a produce
+    on another connection, and its response still comes before the later request's."""
+    with KafkaClient(broker.bootstrap) as c:
+        _create(c, "wake")
+    s = socket.create_connection((broker.host, broker.port), timeout=60)
+    s.sendall(encode_request(FETCH, 12, 1, "w", _fetch_body("wake", 0, max_wait=60_000, min_bytes=1)))
+    s.sendall(encode_request(API_VERSIONS, 3, 2, "w", {"client_software_name": "t", "client_software_version": "1"}))
+    # produce only once the broker has read both requests: ApiVersions is answered only after the
+    # fetch, so nothing can arrive yet; a produce then wakes the fetch
+    threading.Timer(0.5, _produce, args=(broker.bootstrap, "wake", 1)).start()
+
+    def frame() -> bytes:
+        head = b""
+        while len(head) < 4:
+            head += s.recv(4 - len(head))
+        size = struct.unpack(">i", head)[0]
+        body = b""
+        while len(body) < size:
+            body += s.recv(size - len(body))
+        return body
+
+    cid, fetch = decode_response(FETCH, 12, frame())
+    assert cid == 1
+    part = fetch.responses[0].partitions[0]
+    assert part.error_code.value == 0 and part.high_watermark == 1 and part.records
+    cid2, _ = decode_response(API_VERSIONS, 3, frame())
+    assert cid2 == 2
+    s.close()
+
+
+@pytest.mark.parametrize("version", [4, 7, 11, 12, 13, 16])
+def test_fetch_versions_return_records_and_offsets(broker, version):
+    with KafkaClient(broker.bootstrap) as c:
+        name = f"fv{version}"
+        _create(c, name)
+        _produce(broker.bootstrap, name, 3)
+        md = c.request(METADATA, {"topics": [{"name": name}]}, version=12)
+        tid = md.topics[0].topic_id
+        body = _fetch_body(name, 1, 0, 1)
+        body["topics"][0]["topic_id"] = tid
+        r = c.request(FETCH, body, version=version)
+        p = r.responses[0].partitions[0]
+        assert (p.error_code.value, p.high_watermark) == (0, 3)
+        assert p.records and len(p.records) > 61
+        out = _fetch(c, name, 10, version=min(version, 12))
+        assert out.responses[0].partitions[0].error_code.value == 1
+
+
+def test_metadata_topic_ids_internal_and_auto_create(broker):
+    with KafkaClient(broker.bootstrap) as c:
+        md = c.request(METADATA, {"topics": [{"name": "auto-made"}], "allow_auto_topic_creation": True}, version=12)
+        t = md.topics[0]
+        assert t.error_code.value == 0 and t.topic_id.int != 0 and len(t.partitions) == 1
+        md = c.request(METADATA, {"topics": [{"name": "not-made"}], "allow_auto_topic_creation": False}, version=12)
+        assert md.topics[0].error_code.value == 3
+        md = c.request(METADATA, {"topics": [{"name": "bad name!"}], "allow_auto_topic_creation": True}, version=12)
+        assert md.topics[0].error_code.value == 17
+        md2 = c.request(METADATA, {"topics": None}, version=12)
+        names = {x.name: x for x in md2.topics}
+        assert names["auto-made"].topic_id == t.topic_id
+        for name, x in names.items():
+            assert x.is_internal == name.startswith("__")
+
+
+def test_describe_cluster_init_producer_id_and_leader_epoch(broker):
+    with KafkaClient(broker.bootstrap) as c:
+        dc = c.request(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False})
+        assert dc.brokers[0].port == broker.port and dc.controller_id == 0 and dc.cluster_id
+        ids = {c.request(INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": 60000}).producer_id
+               for _ in range(3)}
+        assert len(ids) == 3
+        _create(c, "ofle")
+        _produce(broker.bootstrap, "ofle", 2)
+        r = c.request(OFFSET_FOR_LEADER_EPOCH, {"replica_id": -1, "topics": [
+            {"topic": "ofle", "partitions": [{"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0}]}]})
+        p = r.topics[0].partitions[0]
+        assert (p.error_code.value, p.leader_epoch, p.end_offset) == (0, 0, 2)
