@@ -205,7 +205,7 @@ _ops = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(_ops)
 def test_any_operation_sequence_keeps_the_lineage_monotonic_and_checkpointed(ops):
     import tempfile
