@@ -245,3 +245,12 @@ def test_concurrent_copies_of_one_partition(rsm, tmp_path):
     assert [m["start_offset"] for m in rsm.list_manifests(TP)] == [i * 10 for i in range(16)]
     for i, md in enumerate(mds):
         assert rsm.fetch_log_segment(md, 0).read() == bytes([i]) * (i + 1)
+
+
+def test_recopy_without_txn_index_drops_the_earlier_one(rsm, tmp_path):
+    md = make_md()
+    rsm.copy_log_segment_data(md, make_files(tmp_path / "a", b"x", with_txn=True))
+    rsm.copy_log_segment_data(md, make_files(tmp_path / "b", b"y", with_txn=False))
+    with pytest.raises(RemoteResourceNotFoundException):
+        rsm.fetch_index(md, IndexType.TRANSACTION)
+    assert rsm.list_manifests(TP)[0]["tx_index_present"] is False

@@ -227,6 +227,8 @@ class LocalTieredStorage(RemoteStorageManager):
             _unlink(self.segment_path(md, MANIFEST_SUFFIX))
             for suffix in COPY_ORDER:
                 if suffix not in sources:
+                    # an earlier attempt with this id may have had one: it must not survive
+                    _unlink(self.segment_path(md, suffix))
                     continue
                 dest = self.segment_path(md, suffix)
                 sizes[suffix] = _atomic_write(dest, sources[suffix])
