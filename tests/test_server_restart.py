@@ -8,6 +8,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.integration
 
+# one-partition internal topics: recovery after kill -9 scans every partition, and these tests are
+# about the user topic
+SMALL_INTERNAL = {"offsets.topic.num.partitions": "1", "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}
+
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 2})
@@ -47,7 +51,7 @@ def _topic_id(bootstrap: str, topic: str):
 
 
 def test_clean_restart_keeps_data_and_topic_id(broker_factory):
-    b = broker_factory()
+    b = broker_factory(SMALL_INTERNAL)
     admin = AdminClient({"bootstrap.servers": b.bootstrap})  # must outlive the future
     admin.create_topics([NewTopic("keep", 1, 1)])["keep"].result(30)
     values = [b"v%d" % i for i in range(500)]
@@ -63,7 +67,7 @@ def test_clean_restart_keeps_data_and_topic_id(broker_factory):
 
 
 def test_kill9_recovers_acknowledged_flushed_data(broker_factory):
-    b = broker_factory({"log.flush.interval.messages": "1"})
+    b = broker_factory({**SMALL_INTERNAL, "log.flush.interval.messages": "1"})
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic("durable", 1, 1)])["durable"].result(30)
     values = [b"d%d" % i for i in range(300)]

@@ -1,0 +1,204 @@
+"""Client throughput against a real broker, beside a bare asyncio socket-to-file baseline.
+
+confluent-kafka, 1 KiB random values (so lz4 cannot shrink them), lz4, 1 and 6 partitions, acks=1 and
+acks=all; then consume everything back by assignment; then end-to-end latency at a fixed 20 MB/s.
+The baseline is the same number of bytes sent to an asyncio server that only appends them to a file:
+the ceiling for a Python broker on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import socket
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VALUE_SIZE = 1024
+RECORDS = 50_000  # 50 MiB per produce run
+LATENCY_RATE_MB_S = 20
+LATENCY_SECONDS = 4
+
+
+def _baseline_server(port: int, path: str, ready) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with open(path, "ab") as f:
+            while True:
+                data = await reader.read(1 << 20)
+                if not data:
+                    break
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        writer.write(b"k")
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        srv = await asyncio.start_server(handle, "127.0.0.1", port)
+        ready.set()
+        async with srv:
+            await srv.serve_forever()
+
+    asyncio.run(main())
+
+
+def baseline(total_bytes: int, tmp: Path) -> float:
+    """MB/s of a bare asyncio socket-to-file server receiving ``total_bytes``."""
+    from tests.broker_harness import free_port
+
+    port = free_port()
+    ready = multiprocessing.Event()
+    proc = multiprocessing.Process(target=_baseline_server, args=(port, str(tmp / "baseline.bin"), ready), daemon=True)
+    proc.start()
+    ready.wait(10)
+    chunk = os.urandom(1 << 20)
+    t0 = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        sent = 0
+        while sent < total_bytes:
+            s.sendall(chunk)
+            sent += len(chunk)
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)
+    dt = time.perf_counter() - t0
+    proc.terminate()
+    return total_bytes / dt / 1e6
+
+
+def produce_run(bootstrap: str, topic: str, partitions: int, acks: str) -> tuple[float, float]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "compression.type": "lz4", "linger.ms": 5,
+                  "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20})
+    values = [os.urandom(VALUE_SIZE) for _ in range(256)]
+    failed: list = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            failed.append(err)
+
+    t0 = time.perf_counter()
+    for i in range(RECORDS):
+        while True:
+            try:
+                p.produce(topic, value=values[i % 256], partition=i % partitions, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.01)
+    p.flush(120)
+    dt = time.perf_counter() - t0
+    if failed:
+        raise RuntimeError(f"{len(failed)} deliveries failed, first: {failed[0]}")
+    return RECORDS * VALUE_SIZE / dt / 1e6, RECORDS / dt
+
+
+def consume_run(bootstrap: str, topic: str, partitions: int, expected: int) -> tuple[float, float]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                  "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 10 << 20})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    n = 0
+    nbytes = 0
+    t0 = time.perf_counter()
+    while n < expected:
+        for m in c.consume(10000, 1.0):
+            if m.error() is None:
+                n += 1
+                nbytes += len(m.value())
+        if time.perf_counter() - t0 > 120:
+            break
+    dt = time.perf_counter() - t0
+    c.close()
+    return nbytes / dt / 1e6, n / dt
+
+
+def latency_run(bootstrap: str, topic: str) -> tuple[float, float, int]:
+    """p50/p99 (ms) from produce() call to consumer receipt at a fixed 20 MB/s."""
+    import threading
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    lat: list[float] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "lat", "enable.auto.commit": False,
+                      "fetch.wait.max.ms": 100, "fetch.min.bytes": 1})
+        c.assign([TopicPartition(topic, 0, 0)])
+        while not done.is_set():
+            for m in c.consume(64, 0.005):  # small batches: consume() waits to fill them
+                if m.error() is None:
+                    (ts,) = struct.unpack_from(">d", m.value())
+                    lat.append((time.time() - ts) * 1000)
+        c.close()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(1.0)  # consumer assigned before the load starts
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "compression.type": "lz4", "linger.ms": 1})
+    pad = os.urandom(VALUE_SIZE - 8)
+    per_sec = LATENCY_RATE_MB_S * 1_000_000 // VALUE_SIZE
+    interval = 0.01
+    per_tick = max(1, int(per_sec * interval))
+    sent = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < LATENCY_SECONDS:
+        tick = time.perf_counter()
+        for _ in range(per_tick):
+            p.produce(topic, value=struct.pack(">d", time.time()) + pad, partition=0)
+            sent += 1
+        p.poll(0)
+        time.sleep(max(0.0, interval - (time.perf_counter() - tick)))
+    p.flush(30)
+    deadline = time.perf_counter() + 10
+    while len(lat) < sent and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    done.set()
+    t.join()
+    if not lat:
+        return float("nan"), float("nan"), 0
+    q = statistics.quantiles(lat, n=100)
+    return q[49], q[98], len(lat)
+
+
+def main() -> None:
+    repo = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(repo))
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.broker_harness import BrokerProcess
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        base = baseline(RECORDS * VALUE_SIZE, tmp)
+        print(f"baseline asyncio socket->file: {base:8.1f} MB/s")
+        b = BrokerProcess(tmp / "data", {"offsets.topic.num.partitions": "1", "log.segment.bytes": str(256 << 20),
+                                         "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}).start()
+        try:
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            runs = [(1, "1"), (1, "all"), (6, "1"), (6, "all")]
+            topics = [NewTopic(f"bench-{n}-{a}", n, 1) for n, a in runs] + [NewTopic("bench-lat", 1, 1)]
+            for f in admin.create_topics(topics).values():
+                f.result(30)
+            print(f"{'run':<28}{'MB/s':>9}{'records/s':>12}{'vs baseline':>13}")
+            for n, a in runs:
+                mb, rps = produce_run(b.bootstrap, f"bench-{n}-{a}", n, a)
+                print(f"{f'produce p={n} acks={a} lz4':<28}{mb:9.1f}{rps:12.0f}{mb / base:12.2f}x")
+            for n in (1, 6):
+                mb, rps = consume_run(b.bootstrap, f"bench-{n}-1", n, RECORDS)
+                print(f"{f'consume p={n}':<28}{mb:9.1f}{rps:12.0f}{mb / base:12.2f}x")
+            p50, p99, count = latency_run(b.bootstrap, "bench-lat")
+            print(f"end-to-end latency at {LATENCY_RATE_MB_S} MB/s: p50 {p50:.1f} ms, p99 {p99:.1f} ms ({count} records)")
+        finally:
+            b.stop()
+
+
+if __name__ == "__main__":
+    main()
