@@ -444,3 +444,34 @@ def test_malformed_subscription_metadata_is_not_an_error(bad):
     from tieredlog.coordinator.group import parse_subscription_topics
 
     assert parse_subscription_topics(bad) is None
+
+
+class FailingStore(MemoryGroupStore):
+    """Fault injection: every append fails the way a log can."""
+
+    def __init__(self, exc: Exception):
+        super().__init__()
+        self.exc = exc
+
+    def append(self, group_id, records, timestamp_ms):
+        raise self.exc
+
+
+@async_test
+async def test_failed_appends_map_to_kafka_errors_and_keep_state_unchanged():
+    from tieredlog import errors
+
+    h = await Harness(store=FailingStore(errors.NotEnoughReplicasError())).start()
+    assert h.coord.commit_offsets("g", "", None, -1, {("t", 0): (1, -1, "")}) == {("t", 0): 15}
+    assert h.coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None
+    fs = [h.join(), h.join()]
+    h.clock.advance(0)
+    leader = fs[0].result().leader_id
+    follower = next(f.result().member_id for f in fs if f.result().member_id != leader)
+    waiting = h.sync(follower, 1)
+    assert h.sync(leader, 1, {}).result().error == 15
+    assert waiting.result().error == 15
+    assert h.group().state is GroupState.PREPARING_REBALANCE  # the group tries again
+
+    h2 = await Harness(store=FailingStore(OSError("disk full"))).start()
+    assert h2.coord.commit_offsets("g", "", None, -1, {("t", 0): (1, -1, "")}) == {("t", 0): -1}

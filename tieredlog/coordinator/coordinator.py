@@ -117,8 +117,11 @@ def _valid_group_id(group_id: str | None, allow_empty: bool) -> bool:
     return group_id is not None and (allow_empty or group_id != "")
 
 
-def _store_error_code(exc: errors.KafkaError) -> int:
+def _store_error_code(exc: Exception) -> int:
     """Kafka's mapping of a failed `__consumer_offsets` append to what the group client should see."""
+    if not isinstance(exc, errors.KafkaError):
+        log.error("__consumer_offsets append failed", exc_info=exc)
+        return errors.UnknownServerError.code
     if isinstance(exc, (errors.NotEnoughReplicasError, errors.NotEnoughReplicasAfterAppendError,
                         errors.RequestTimedOutError, errors.UnknownTopicOrPartitionError)):
         return COORDINATOR_NOT_AVAILABLE
@@ -541,7 +544,7 @@ class GroupCoordinator:
             full = {mid: assignments.get(mid, b"") for mid in group.members}
             try:
                 self._store_group(group, full)
-            except errors.KafkaError as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
                 self._reset_and_propagate_assignment_error(group, _store_error_code(exc))
                 self._maybe_prepare_rebalance(group, "failed to store the group assignment")
                 return future
@@ -673,7 +676,7 @@ class GroupCoordinator:
             ]
             try:
                 self.store.append(group.group_id, records, now)
-            except errors.KafkaError as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
                 code = _store_error_code(exc)
                 return {**result, **{tp: code for tp in accepted}}
             group.offsets.update(accepted)
@@ -722,7 +725,7 @@ class GroupCoordinator:
             tombstones = [(schema.encode_offset_key(group_id, t, p), None) for t, p in present]
             try:
                 self.store.append(group_id, tombstones, self.scheduler.wall_clock_ms())
-            except errors.KafkaError as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
                 return _store_error_code(exc), {}
             for tp in present:
                 del group.offsets[tp]
@@ -786,7 +789,7 @@ class GroupCoordinator:
             tombstones.append((schema.encode_group_key(group_id), None))
             try:
                 self.store.append(group_id, tombstones, self.scheduler.wall_clock_ms())
-            except errors.KafkaError as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
                 result[group_id] = _store_error_code(exc)
                 continue
             self._cancel(group.join_handle)
@@ -821,6 +824,6 @@ class GroupCoordinator:
     def _store_group_quietly(self, group: GroupMetadata) -> None:
         try:
             self._store_group(group, {})
-        except errors.KafkaError as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
             # Kafka only logs this too: an empty group's metadata is rebuilt by the next join.
             log.warning("group %s: failed to store empty group metadata: %s", group.group_id, exc)
