@@ -162,3 +162,34 @@ def test_describe_cluster_init_producer_id_and_leader_epoch(broker):
             {"topic": "ofle", "partitions": [{"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0}]}]})
         p = r.topics[0].partitions[0]
         assert (p.error_code.value, p.leader_epoch, p.end_offset) == (0, 0, 2)
+
+
+def _produce_raw(c: KafkaClient, topic: str, records: bytes, acks: int = 1):
+    from tieredlog.protocol.api import PRODUCE
+
+    r = c.request(PRODUCE, {"transactional_id": None, "acks": acks, "timeout": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]}, version=9)
+    return r.responses[0].partition_responses[0]
+
+
+def test_produce_errors_corrupt_and_too_large(broker):
+    from tieredlog.protocol.api import CREATE_TOPICS
+    from tieredlog.records.record import build_batch
+
+    with KafkaClient(broker.bootstrap) as c:
+        r = c.request(CREATE_TOPICS, {"topics": [{"name": "perr", "num_partitions": 1, "replication_factor": 1,
+                                                  "configs": [{"name": "max.message.bytes", "value": "2000"}]}],
+                                      "timeout": 10000})
+        assert r.topics[0].error_code.value == 0
+        good = build_batch([(b"k", b"v" * 100, [], 1_700_000_000_000)])
+        ok = _produce_raw(c, "perr", good)
+        assert (ok.error_code.value, ok.base_offset) == (0, 0)
+        corrupt = bytearray(good)
+        corrupt[-1] ^= 0xFF  # inside the CRC-covered part
+        assert _produce_raw(c, "perr", bytes(corrupt)).error_code.value == 2  # CORRUPT_MESSAGE
+        big = build_batch([(b"k", b"v" * 5000, [], 1_700_000_000_000)])
+        assert _produce_raw(c, "perr", big).error_code.value == 10  # MESSAGE_TOO_LARGE
+        assert _produce_raw(c, "nope-topic", good).error_code.value == 3
+        assert _produce_raw(c, "perr", good, acks=2).error_code.value == 21  # INVALID_REQUIRED_ACKS
+        # the broker is still fine and the log has just the one good batch
+        assert _list(c, "perr", -1).offset == 1
