@@ -217,6 +217,7 @@ async def test_protocol_chosen_by_votes_and_inconsistent_protocols_rejected():
     assert h.join(protocols=[("sticky", b"")]).result().error == INCONSISTENT_GROUP_PROTOCOL
     assert h.join(protocol_type="connect").result().error == INCONSISTENT_GROUP_PROTOCOL
     assert h.join(group="other", protocols=[]).result().error == INCONSISTENT_GROUP_PROTOCOL
+    assert "other" not in {g for g, _, _ in h.coord.list_groups()[1]}  # no phantom group left behind
 
 
 @async_test

@@ -279,6 +279,7 @@ class GroupCoordinator:
         if group.is_state(GroupState.DEAD):
             return fail(COORDINATOR_NOT_AVAILABLE)
         if not group.supports_protocols(protocol_type, protocols):
+            self._forget_if_unused(group)
             return fail(INCONSISTENT_GROUP_PROTOCOL)
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms
@@ -292,6 +293,12 @@ class GroupCoordinator:
             future = self._current_member_join(group, member)
         self._try_complete_join(group)
         return future
+
+    def _forget_if_unused(self, group: GroupMetadata) -> None:
+        # A join that failed validation must not leave a phantom group behind for ListGroups.
+        if (group.is_state(GroupState.EMPTY) and group.generation_id == 0 and not group.members
+                and not group.pending_members and not group.offsets):
+            self.groups.pop(group.group_id, None)
 
     def _new_member_join(self, group: GroupMetadata, member: MemberMetadata, require_known: bool) -> asyncio.Future:
         member.member_id = f"{member.client_id}-{uuid.uuid4()}"
