@@ -57,6 +57,16 @@ MIN_PART_SIZE = 5 * MIB  # S3's own minimum for every part but the last
 MAX_PARTS = 10_000
 DELETE_BATCH = 1000  # DeleteObjects limit
 
+# Every config this backend reads (``broker.id`` comes from the broker). Others are reported.
+CONFIG_KEYS = frozenset({
+    "storage.s3.bucket.name", "key.prefix", "storage.s3.endpoint.url", "storage.s3.region",
+    "storage.s3.path.style.access.enabled", "storage.aws.access.key.id", "storage.aws.secret.access.key",
+    "storage.aws.session.token", "storage.s3.multipart.upload.part.size", "storage.s3.checksum.calculation",
+    "storage.s3.checksum.validation", "storage.s3.sse.algorithm", "storage.s3.sse.kms.key.id",
+    "storage.s3.storage.class", "storage.s3.retry.mode", "storage.s3.retry.max.attempts",
+    "storage.s3.api.call.timeout.ms", "storage.s3.max.connections", "broker.id",
+})
+
 _NOT_FOUND_CODES = {"NoSuchKey", "404", "NotFound", "NoSuchBucket"}
 _RETRIABLE_CODES = {
     "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
@@ -101,6 +111,8 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def configure(self, configs: Mapping[str, object]) -> None:
         reader = ConfigReader(configs)
+        for unknown in sorted(k for k in configs if k.startswith(("storage.", "key.")) and k not in CONFIG_KEYS):
+            log.warning("unknown S3 remote storage config rsm.config.%s ignored", unknown)  # a typo, usually
         self.bucket = reader.string("storage.s3.bucket.name")  # type: ignore[assignment]
         self.key_prefix = validated_prefix(reader)
         endpoint = reader.string("storage.s3.endpoint.url", None)
