@@ -249,17 +249,51 @@ class RemoteLogManager:
 
     def on_topic_deleted(self, partitions: Iterable[Any]) -> None:
         """The topic is gone: delete all its remote data, in the background, surviving restarts.
-        Call before the local logs are deleted (their topic id is needed), or pass TopicIdPartitions."""
-        self.stop_partitions(list(partitions), delete_remote=True)
+        Call before the local logs are deleted (their topic id is needed), or pass TopicIdPartitions.
+        Partitions that were never tiered are skipped. Cheap: safe to call on the event loop."""
+        chosen = []
+        for p in partitions:
+            if isinstance(p, TopicIdPartition):
+                chosen.append(p)
+                continue
+            tp, lg = self._resolve(p)
+            if tp in self._leaders or tp in self._followers or (lg is not None and self.is_tiered(lg)):
+                chosen.append(p)
+        if chosen:
+            self.stop_partitions(chosen, delete_remote=True)
+
+    # ---- single-broker leadership ------------------------------------------------------------------
+    def watch_log_manager(self, interval_s: float = 0.5) -> None:
+        """Without a replication layer this broker leads every partition it hosts: keep the tasks in
+        step with the LogManager (new topics and partitions, remote.storage.enable switched on,
+        logs removed). A cluster's replica manager calls on_leadership_change instead."""
+
+        def loop() -> None:
+            while not self.closing:
+                try:
+                    self.sync_with_log_manager()
+                except Exception:
+                    log.warning("partition sync failed", exc_info=True)
+                time.sleep(interval_s)
+
+        threading.Thread(target=loop, name="rlm-partition-watcher", daemon=True).start()
+
+    def sync_with_log_manager(self) -> None:
+        logs = list(self.log_manager.all_logs())
+        hosted = {TopicPartition(*lg.topic_partition) for lg in logs}
+        new = [lg for lg in logs if TopicPartition(*lg.topic_partition) not in self._leaders and self.is_tiered(lg)]
+        if new:
+            self.on_leadership_change(new, ())
+        gone = [tp for tp in list(self._leaders) if tp not in hosted]
+        with self._lock:
+            for tp in gone:
+                self._cancel_leader_tasks(tp)
 
     def _mark_partition_deleted(self, tip: TopicIdPartition) -> None:
-        # the journal first: a broker that dies right after still finishes the job on restart
+        # Only local work here (the caller may be the event loop): the journal first, so a broker
+        # that dies right after still finishes the job on restart; the RLMM and RSM calls run in
+        # the background task.
         self._append_pending_delete(tip)
-        try:
-            self.rlmm.on_partition_leadership_changes({tip}, set())
-            self.rlmm_put_partition_delete(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
-        except Exception:
-            log.warning("%s: could not record DELETE_PARTITION_MARKED yet; the delete task retries", tip, exc_info=True)
         self._schedule_partition_delete(tip)
 
     def _schedule_partition_delete(self, tip: TopicIdPartition) -> None:
@@ -269,6 +303,7 @@ class RemoteLogManager:
             self.rlmm.on_partition_leadership_changes({tip}, set())
             if not self.rlmm_ready(tip):
                 raise ReplicaNotAvailableError(f"{tip}: remote metadata not loaded yet")
+            self.rlmm_put_partition_delete(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
             if expiration.delete_partition(self, tip, ctx):
                 self._remove_pending_delete(tip)
                 try:

@@ -10,7 +10,7 @@ import logging
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
 from tieredlog.records.batch import HEADER_SIZE, LOG_OVERHEAD, peek_size, read_header
@@ -25,6 +25,14 @@ log = logging.getLogger(__name__)
 # Extra bytes asked for beyond max_bytes: the offset index entry found is up to
 # index.interval.bytes (4 KiB by default) plus one batch before the wanted offset.
 SLACK_BYTES = 64 * 1024
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """``(offset, timestamp, leader_epoch)``; also readable by name like PartitionLog's TimestampAndOffset."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
 
 
 class PrefetchCache:
@@ -304,14 +312,14 @@ class RemoteReadPath:
 def _record_at_or_after(buf, pos: int, h, timestamp: int, starting_offset: int) -> tuple[int, int, int]:
     """The first record of the batch with timestamp >= target (Kafka scans inside the batch)."""
     if h.timestamp_type == 1:  # LogAppendTime: every record carries the batch's max timestamp
-        return max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch
+        return OffsetAndTimestamp(max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch)
     from tieredlog.records.record import decode_batch  # decompresses; only for this rare lookup
 
     _, records = decode_batch(bytes(buf[pos : pos + h.size]))
     for r in records:
         if r.offset >= starting_offset and r.timestamp >= timestamp:
-            return r.offset, r.timestamp, h.partition_leader_epoch
-    return max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch
+            return OffsetAndTimestamp(r.offset, r.timestamp, h.partition_leader_epoch)
+    return OffsetAndTimestamp(max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch)
 
 
-__all__ = ["RemoteReadPath", "PrefetchCache", "SLACK_BYTES", "Callable"]
+__all__ = ["RemoteReadPath", "PrefetchCache", "OffsetAndTimestamp", "SLACK_BYTES"]

@@ -120,11 +120,21 @@ class Broker:
             # sole replica, so the ISR is {this broker}: everything recovered is committed
             plog.update_high_watermark(plog.log_end_offset)
         await self._start_coordinator()
+        self._start_remote_log_manager()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._periodic("log.retention.check.interval.ms", self._retention)))
         self._tasks.append(loop.create_task(self._periodic("log.flush.offset.checkpoint.interval.ms", self._checkpoint)))
         if self.config["log.flush.scheduler.interval.ms"] < 2**62:
             self._tasks.append(loop.create_task(self._periodic("log.flush.scheduler.interval.ms", self._flush)))
+
+    def _start_remote_log_manager(self) -> None:
+        # tiered storage (tieredlog.rlm): metrics endpoint, then the RLM (None when disabled)
+        from tieredlog.rlm import create_remote_log_manager, start_metrics_server
+
+        port = self.config.get("metrics.port", -1)
+        if port is not None and port >= 0:
+            start_metrics_server(port)
+        self.remote_log_manager = create_remote_log_manager(self)
 
     def _make_log_manager(self) -> Any:
         from tieredlog.log.log_manager import LogManager
@@ -292,6 +302,9 @@ class Broker:
         t = self.topics.get(name)
         if t is None:
             raise UnknownTopicOrPartitionError(f"Topic {name} not found")
+        if self.remote_log_manager is not None:
+            # before the local logs go: the RLM needs their topic id to delete the remote copies
+            self.remote_log_manager.on_topic_deleted([TopicPartition(name, p) for p in range(t.partitions)])
         del self.topics[name]
         self.topics_by_id.pop(t.topic_id, None)
         self._store.save(self.topics)

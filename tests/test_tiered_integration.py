@@ -1,0 +1,216 @@
+"""Tiered storage on a real broker process, with confluent-kafka clients.
+
+Small segments and local.retention.bytes=1 make every rolled segment go to the remote tier (the
+default LocalTieredStorage under <log dir>/remote-storage, or the faulty plugin in rsm_plugins/).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker_harness import free_port
+from tieredlog.protocol.api import LIST_OFFSETS
+from tieredlog.protocol.client import KafkaClient
+
+pytestmark = pytest.mark.integration
+
+PLUGINS = Path(__file__).resolve().parent / "rsm_plugins"
+FAST = {
+    "remote.log.manager.task.interval.ms": "200",
+    "log.retention.check.interval.ms": "200",
+    "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+    "remote.fetch.max.wait.ms": "2000",
+}
+# recent timestamps: retention.ms (7 days by default) must not expire the data under test
+TS0 = int(time.time() * 1000) - 60_000
+TIERED = {"segment.bytes": "32768", "local.retention.bytes": "1", "remote.storage.enable": "true"}
+
+
+def create(bootstrap: str, topic: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result arrives
+    admin.create_topics([NewTopic(topic, 1, 1, config={**TIERED, **configs})])[topic].result(30)
+
+
+def value_of(i: int) -> bytes:
+    return b"value-%d-" % i * 8
+
+
+def produce(bootstrap: str, topic: str, start: int, n: int) -> None:
+    # batches well below segment.bytes (a bigger record set is rejected, as in Kafka)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "batch.size": 8192})
+    for i in range(start, start + n):
+        p.produce(topic, key=b"k%d" % i, value=value_of(i), timestamp=TS0 + i, headers=[("i", b"%d" % i)])
+    errors = []
+    p.poll(0)
+    assert p.flush(30) == 0
+
+
+def consume(bootstrap: str, topic: str, offset: int, n: int, timeout_s: float = 40) -> list:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False,
+                  "fetch.error.backoff.ms": 50})
+    c.assign([TopicPartition(topic, 0, offset)])
+    got = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < n and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                if m.error() is None:
+                    got.append(m)
+    finally:
+        c.close()
+    return got
+
+
+def list_offset(bootstrap: str, topic: str, ts: int) -> int:
+    with KafkaClient(bootstrap) as c:
+        r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "timestamp": ts, "current_leader_epoch": -1}]}]})
+        return r.topics[0].partitions[0].offset
+
+
+def wait_for(cond, timeout_s: float = 40, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def local_bases(data: Path, topic: str) -> list[int]:
+    return sorted(int(p.name[:20]) for p in (data / f"{topic}-0").glob("*.log"))
+
+
+def remote_ranges(remote_root: Path, topic: str) -> list[tuple[int, int]]:
+    out = []
+    for m in remote_root.glob(f"{topic}-*/0/*.manifest"):
+        try:
+            d = json.loads(m.read_text())
+        except (OSError, ValueError):
+            continue
+        out.append((int(d["start_offset"]), int(d["end_offset"])))
+    return sorted(out)
+
+
+def assert_local_gone_only_if_remote(data: Path, remote_root: Path, topic: str) -> None:
+    """Local listing first, remote after: the remote tier only grows meanwhile, so a hole here is real."""
+    bases = local_bases(data, topic)
+    ranges = remote_ranges(remote_root, topic)
+    covered = 0
+    for s, e in ranges:
+        if s <= covered:
+            covered = max(covered, e + 1)
+    assert not bases or bases[0] <= covered, (bases[:3], ranges[:3])
+
+
+def check_messages(got: list, start: int, n: int) -> None:
+    assert [m.offset() for m in got[:n]] == list(range(start, start + n))
+    for m in got[:n]:
+        i = m.offset()
+        assert (m.key(), m.value(), m.timestamp()[1], m.headers()) == (
+            b"k%d" % i, value_of(i), TS0 + i, [("i", b"%d" % i)])
+
+
+def test_tiering_end_to_end_with_metrics(broker_factory, tmp_path):
+    port = free_port()
+    b = broker_factory({**FAST, "metrics.port": str(port)})
+    data, remote = b.data_dir, b.data_dir / "remote-storage"
+    create(b.bootstrap, "e2e")
+    for chunk in range(6):
+        produce(b.bootstrap, "e2e", chunk * 500, 500)
+        assert_local_gone_only_if_remote(data, remote, "e2e")
+    local_start = wait_for(lambda: list_offset(b.bootstrap, "e2e", -4), what="local segments to be tiered")
+    for _ in range(10):
+        assert_local_gone_only_if_remote(data, remote, "e2e")
+        time.sleep(0.1)
+    assert local_start > 0 and list_offset(b.bootstrap, "e2e", -2) == 0
+    assert list_offset(b.bootstrap, "e2e", -5) >= local_start - 1  # latest tiered
+    got = consume(b.bootstrap, "e2e", 0, 3000)
+    check_messages(got, 0, 3000)
+    # ListOffsets by timestamp answered from the remote tier
+    assert list_offset(b.bootstrap, "e2e", TS0 + 17) == 17
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    metrics = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and line[0] != "#"}
+    assert metrics['kafka_server_brokertopicmetrics_remotecopybytes_total{topic="e2e"}'] > 0
+    assert metrics['kafka_server_brokertopicmetrics_remotefetchbytes_total{topic="e2e"}'] > 0
+    assert metrics["kafka_storage_remoteindexcache_misses_total"] >= 1
+    assert "kafka_storage_remotestoragethreadpool_remotelogreadertaskqueuesize" in metrics
+
+
+def test_restart_in_the_middle_of_copying(broker_factory):
+    # a slow copy quota keeps the copier busy so the kill lands mid-way
+    b = broker_factory({**FAST, "remote.log.manager.copy.max.bytes.per.second": "40000"})
+    remote = b.data_dir / "remote-storage"
+    create(b.bootstrap, "crash")
+    produce(b.bootstrap, "crash", 0, 2000)
+    wait_for(lambda: remote_ranges(remote, "crash"), what="a first remote segment")
+    b.kill9()
+    b.overrides.pop("remote.log.manager.copy.max.bytes.per.second")
+    b.start()
+    produce(b.bootstrap, "crash", 2000, 500)
+    wait_for(lambda: list_offset(b.bootstrap, "crash", -4) > 2000, what="tiering to resume")
+    assert_local_gone_only_if_remote(b.data_dir, remote, "crash")
+    check_messages(consume(b.bootstrap, "crash", 0, 2500), 0, 2500)
+
+
+def test_hanging_then_failing_rsm_never_blocks_local_traffic(broker_factory, tmp_path):
+    control = tmp_path / "control"
+    control.mkdir()
+    (control / "hang").touch()
+    b = broker_factory({**FAST, "remote.log.storage.manager.class.name": "faulty_rsm:FaultyStorage",
+                        "remote.log.storage.manager.class.path": str(PLUGINS),
+                        "rsm.config.control.dir": str(control), "rsm.config.dir": str(tmp_path / "remote")})
+    create(b.bootstrap, "hang")
+    produce(b.bootstrap, "hang", 0, 1500)
+    # the copier is stuck in the RSM: nothing local may go, and local produce/consume still work
+    time.sleep(1.5)
+    assert list_offset(b.bootstrap, "hang", -4) == 0
+    assert local_bases(b.data_dir, "hang")[0] == 0
+    check_messages(consume(b.bootstrap, "hang", 0, 1500), 0, 1500)
+    # failing instead of hanging: still nothing deleted locally
+    (control / "fail").touch()
+    (control / "hang").unlink()
+    time.sleep(1.5)
+    assert list_offset(b.bootstrap, "hang", -4) == 0
+    (control / "fail").unlink()
+    local_start = wait_for(lambda: list_offset(b.bootstrap, "hang", -4), what="tiering after recovery")
+    # remote fetches while the RSM hangs time out cleanly: empty, and the broker keeps serving
+    (control / "hang").touch()
+    assert consume(b.bootstrap, "hang", 0, 1, timeout_s=4) == []
+    produce(b.bootstrap, "hang", 1500, 10)
+    check_messages(consume(b.bootstrap, "hang", 1500, 10), 1500, 10)
+    (control / "hang").unlink()
+    check_messages(consume(b.bootstrap, "hang", 0, local_start), 0, local_start)
+
+
+def test_remote_retention_and_topic_deletion_across_restart(broker_factory, tmp_path):
+    control = tmp_path / "control"
+    control.mkdir()
+    remote = tmp_path / "remote"
+    b = broker_factory({**FAST, "remote.log.storage.manager.class.name": "faulty_rsm:FaultyStorage",
+                        "remote.log.storage.manager.class.path": str(PLUGINS),
+                        "rsm.config.control.dir": str(control), "rsm.config.dir": str(remote)})
+    create(b.bootstrap, "ret", **{"retention.bytes": "40000"})
+    produce(b.bootstrap, "ret", 0, 3000)
+    start = wait_for(lambda: list_offset(b.bootstrap, "ret", -2), what="remote retention to move the log start")
+    wait_for(lambda: remote_ranges(remote, "ret") and remote_ranges(remote, "ret")[0][0] >= start, what="remote deletes")
+    got = consume(b.bootstrap, "ret", 0, 5)  # auto.offset.reset: from the new log start
+    assert got and got[0].offset() >= start
+    # topic deletion while the RSM hangs, then a crash: the restarted broker finishes the job
+    assert remote_ranges(remote, "ret")
+    (control / "hang").touch()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.delete_topics(["ret"])["ret"].result(30)
+    time.sleep(0.5)
+    b.kill9()
+    (control / "hang").unlink()
+    b.start()
+    wait_for(lambda: not list(remote.glob("ret-*/0/*.log")), what="remote data of the deleted topic to go")
