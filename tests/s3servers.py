@@ -128,6 +128,9 @@ def wait_for_bucket(endpoint: S3Endpoint, timeout: float = 60.0, proc: subproces
 def start_moto() -> S3Endpoint:
     from moto.server import ThreadedMotoServer
 
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
