@@ -54,7 +54,7 @@ def produce(bootstrap: str, topic: str, start: int, n: int) -> None:
 
 def consume(bootstrap: str, topic: str, offset: int, n: int, timeout_s: float = 40) -> list:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False,
-                  "fetch.error.backoff.ms": 50})
+                  "fetch.error.backoff.ms": 50, "auto.offset.reset": "earliest"})
     c.assign([TopicPartition(topic, 0, offset)])
     got = []
     deadline = time.monotonic() + timeout_s
