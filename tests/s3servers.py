@@ -39,6 +39,8 @@ SECRET_KEY = "tieredlog-secret"
 REGION = "us-east-1"
 BUCKET = "tieredlog"
 WEED = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "weed"
+if not WEED.exists() and shutil.which("weed"):
+    WEED = Path(shutil.which("weed"))  # type: ignore[arg-type]
 
 
 @dataclass
