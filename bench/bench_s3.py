@@ -41,7 +41,7 @@ def _timed(fn) -> float:
 
 
 def raw_put(client, bucket: str, key: str, path: Path) -> None:
-    """A plain multipart upload with the same part size the RSM uses: the floor we compare with."""
+    """A plain sequential multipart upload with the RSM's part size (the RSM uploads parts in parallel)."""
     upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
     parts = []
     with path.open("rb") as f:

@@ -87,8 +87,10 @@ def test_start_past_end_of_object_reads_nothing(moto_s3, tmp_path):
     assert read_all(rsm.fetch_log_segment(seg.metadata, 100, 200)) == b""
 
 
-def test_large_file_goes_multipart(moto_s3, proxy, tmp_path):
-    rsm = via_proxy(moto_s3, proxy, **{"storage.s3.multipart.upload.part.size": str(5 * MIB)})
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+def test_large_file_goes_multipart(moto_s3, proxy, tmp_path, concurrency):
+    rsm = via_proxy(moto_s3, proxy, **{"storage.s3.multipart.upload.part.size": str(5 * MIB),
+                                        "storage.s3.multipart.upload.concurrency": concurrency})
     seg = make_segment(tmp_path, size=12 * MIB, seed=3)
     rsm.copy_log_segment_data(seg.metadata, seg.data)
     assert len(proxy.seen("PUT", "partNumber=")) == 3

@@ -11,6 +11,7 @@ Config names follow Aiven's plugin (given here without the broker's ``rsm.config
 ``storage.aws.access.key.id`` / ``storage.aws.secret.access.key`` / ``storage.aws.session.token``
                                             never logged; when absent, boto3's default credential chain
 ``storage.s3.multipart.upload.part.size``   bytes, default 25 MiB, min 5 MiB; larger files go multipart
+``storage.s3.multipart.upload.concurrency`` parts uploaded at once per file, default 4
 ``storage.s3.checksum.calculation``         ``when_required`` (default) or ``when_supported``
 ``storage.s3.checksum.validation``          ``when_required`` (default) or ``when_supported``
 ``storage.s3.sse.algorithm``                ``AES256``, ``aws:kms`` or ``aws:kms:dsse``
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import io
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Iterator, Mapping
 
@@ -63,7 +65,7 @@ CONFIG_KEYS = frozenset({
     "storage.s3.path.style.access.enabled", "storage.aws.access.key.id", "storage.aws.secret.access.key",
     "storage.aws.session.token", "storage.s3.multipart.upload.part.size", "storage.s3.checksum.calculation",
     "storage.s3.checksum.validation", "storage.s3.sse.algorithm", "storage.s3.sse.kms.key.id",
-    "storage.s3.storage.class", "storage.s3.retry.mode", "storage.s3.retry.max.attempts",
+    "storage.s3.storage.class", "storage.s3.multipart.upload.concurrency", "storage.s3.retry.mode", "storage.s3.retry.max.attempts",
     "storage.s3.api.call.timeout.ms", "storage.s3.max.connections", "broker.id",
 })
 
@@ -105,6 +107,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         self.bucket = ""
         self.key_prefix = ""
         self.part_size = 25 * MIB
+        self.upload_concurrency = 4
         self._extra_put_args: dict[str, str] = {}
 
     # -- configuration -----------------------------------------------------------------------------
@@ -123,6 +126,8 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         path_style = reader.boolean("storage.s3.path.style.access.enabled", False)
         self.part_size = reader.integer("storage.s3.multipart.upload.part.size", 25 * MIB,
                                         minimum=MIN_PART_SIZE, maximum=5 * 1024 * MIB)  # type: ignore[assignment]
+        self.upload_concurrency = reader.integer("storage.s3.multipart.upload.concurrency", 4,
+                                                 minimum=1, maximum=64)  # type: ignore[assignment]
         checksum_calc = reader.choice("storage.s3.checksum.calculation", "when_required",
                                       ("when_required", "when_supported"))
         checksum_valid = reader.choice("storage.s3.checksum.validation", "when_required",
@@ -222,14 +227,23 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         except Exception as exc:
             raise map_s3_error(exc, f"CreateMultipartUpload {key}") from exc
         try:
-            parts = []
-            with path.open("rb") as f:
-                number = 1
-                while chunk := f.read(part_size):
-                    response = self.client.upload_part(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)
-                    parts.append({"PartNumber": number, "ETag": response["ETag"]})
-                    number += 1
+            count = -(-size // part_size)
+
+            def upload(number: int) -> dict:
+                # Each task reads its own part when it runs: at most `concurrency` parts in memory.
+                with path.open("rb") as f:
+                    f.seek((number - 1) * part_size)
+                    chunk = f.read(part_size)
+                response = self.client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)
+                return {"PartNumber": number, "ETag": response["ETag"]}
+
+            workers = min(self.upload_concurrency, count)
+            if workers == 1:
+                parts = [upload(n) for n in range(1, count + 1)]
+            else:
+                with ThreadPoolExecutor(workers, thread_name_prefix="s3-part") as pool:
+                    parts = list(pool.map(upload, range(1, count + 1)))
             self.client.complete_multipart_upload(
                 Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
         except Exception as exc:
