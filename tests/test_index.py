@@ -135,3 +135,38 @@ def test_txn_index_corrupt_size(tmp_path):
     path.write_bytes(bytes(35))
     with pytest.raises(CorruptIndexError):
         TransactionIndex(path, 0).sanity_check()
+
+
+def test_reset_drops_entries_without_reading_the_file(tmp_path, monkeypatch):
+    """Recovery resets the indexes it rebuilds; a crashed active segment's index is megabytes of
+    preallocated slots that must not be decoded only to be thrown away."""
+    path = tmp_path / "00000000000000000000.index"
+    idx = OffsetIndex(path, 0, 8 * 100, writable=True)
+    for i in range(1, 6):
+        idx.append(i * 10, i * 100)
+    idx.flush()
+    again = OffsetIndex(path, 0, 8 * 100)  # as loaded after a crash: nothing read yet, file untrimmed
+
+    def boom():
+        raise AssertionError("reset read the old index")
+
+    monkeypatch.setattr(again, "_load", boom)
+    again.reset()
+    assert again.entries == 0 and again.is_writable
+    assert path.read_bytes() == bytes(800)  # no stale entry survives a crash during the rebuild
+    again.append(7, 50)
+    again.trim_to_valid_size()
+    assert path.read_bytes() == struct.pack(">ii", 7, 50)
+
+
+def test_time_index_reload_keeps_64_bit_timestamps(tmp_path):
+    path = tmp_path / "00000000000000000000.timeindex"
+    idx = TimeIndex(path, 0, 12 * 50, writable=True)
+    entries = [(5, 1), (1 << 40, 2), ((1 << 62) + 3, (1 << 31) - 1)]
+    for ts, off in entries:
+        idx.maybe_append(ts, off)
+    idx.close()
+    again = TimeIndex(path, 0, 12 * 50)
+    assert [again.lookup(ts) for ts, _ in entries] == entries
+    assert again.last_entry == entries[-1]
+    assert again.file_bytes() == path.read_bytes()

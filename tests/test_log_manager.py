@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tieredlog import errors
@@ -93,3 +95,62 @@ def test_topic_overrides(tmp_path):
     mgr = LogManager([tmp_path], LogConfig(), topic_configs={"big": LogConfig(segment_bytes=12345)})
     assert mgr.get_or_create_log(TopicPartition("big", 0)).config.segment_bytes == 12345
     assert mgr.get_or_create_log(TopicPartition("small", 0)).config.segment_bytes == LogConfig().segment_bytes
+
+
+def test_broker_owned_folders_are_skipped_quietly(tmp_path, caplog):
+    for name in ("remote-log-metadata-snapshots", "remote-log-index-cache", "remote-storage", "junk"):
+        (tmp_path / name).mkdir()
+    with caplog.at_level(logging.DEBUG, logger="tieredlog.log.log_manager"):
+        mgr = LogManager([tmp_path], LogConfig())
+    assert mgr.all_logs() == []
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "junk" in warned[0]
+    assert all((tmp_path / n).is_dir() for n in ("remote-log-metadata-snapshots", "remote-log-index-cache"))
+
+
+def test_remove_expired_producers(tmp_path):
+    clock = [TS]
+    tp = TopicPartition("t", 0)
+    mgr = LogManager([tmp_path], LogConfig(), clock=lambda: clock[0], producer_id_expiration_ms=1000)
+    lg = mgr.get_or_create_log(tp)
+    # Producer 1 wrote at TS, producer 2 has a transaction open: never expired while it is.
+    lg.append_as_leader(build_batch([(b"k", b"v", [], TS)], producer_id=1, producer_epoch=0, base_sequence=0), 0)
+    lg.append_as_leader(
+        build_batch([(b"k", b"v", [], TS)], producer_id=2, producer_epoch=0, base_sequence=0, is_transactional=True), 0
+    )
+    assert mgr.remove_expired_producers(TS + 999) == 0
+    with pytest.raises(errors.OutOfOrderSequenceNumberError):
+        lg.append_as_leader(build_batch([(b"k", b"v", [], TS)], producer_id=1, producer_epoch=0, base_sequence=5), 0)
+    clock[0] = TS + 1000
+    mgr.cleanup_logs()  # the periodic retention task expires producers too
+    assert set(lg.producer_state.active_producers) == {2}
+    # An expired producer is unknown again, so any sequence is accepted (KIP-360), as in Kafka.
+    lg.append_as_leader(build_batch([(b"k", b"v", [], TS + 1000)], producer_id=1, producer_epoch=0, base_sequence=5), 0)
+    # The setting also applies to partitions loaded from disk.
+    mgr.shutdown()
+    mgr2 = LogManager([tmp_path], LogConfig(), clock=lambda: clock[0], producer_id_expiration_ms=1000)
+    assert mgr2.get_log(tp).producer_state.producer_id_expiration_ms == 1000
+
+
+@pytest.mark.parametrize("threads", [0, 3])
+def test_recovery_threads_load_every_dir(tmp_path, threads):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    mgr = LogManager(dirs, LogConfig())
+    for p in range(6):
+        lg = mgr.get_or_create_log(TopicPartition("t", p))
+        for _ in range(p + 1):
+            lg.append_as_leader(batch(), 0)
+    del mgr  # crash: unclean load
+    mgr2 = LogManager(dirs, LogConfig(), num_recovery_threads_per_data_dir=threads)
+    assert mgr2.num_recovery_threads_per_data_dir == max(1, threads)
+    assert {lg.topic_partition.partition: lg.log_end_offset for lg in mgr2.all_logs()} == {p: 2 * (p + 1) for p in range(6)}
+    assert not any(mgr2.had_clean_shutdown.values())
+
+
+def test_partition_in_two_dirs_fails_before_loading(tmp_path):
+    for d in ("a", "b"):
+        (tmp_path / d / "t-0").mkdir(parents=True)
+    (tmp_path / "a" / CLEAN_SHUTDOWN_FILE).touch()
+    with pytest.raises(errors.KafkaStorageError):
+        LogManager([tmp_path / "a", tmp_path / "b"], LogConfig(), num_recovery_threads_per_data_dir=2)
+    assert list((tmp_path / "a" / "t-0").iterdir()) == []  # nothing was created in it

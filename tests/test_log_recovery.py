@@ -9,7 +9,9 @@ import random
 import pytest
 
 from tieredlog.log.config import LogConfig
+from tieredlog.log.index import _SparseIndex
 from tieredlog.log.partition_log import PartitionLog
+from tieredlog.log.segment import LogSegment
 from tieredlog.records.batch import iter_headers, validate_batch
 from tieredlog.records.record import build_batch
 
@@ -156,3 +158,77 @@ def test_deleted_and_orphan_files_removed_on_load(tmp_path):
     PartitionLog(d, LogConfig()).close()
     names = set(os.listdir(d))
     assert "00000000000000000005.log.deleted" not in names and "00000000000000000009.index" not in names
+
+
+def test_unclean_restart_recovers_from_the_recovery_point_and_checks_the_rest(tmp_path, monkeypatch):
+    """Kafka's recoverLog: segments from the one holding the recovery point on are re-read; the ones
+    below keep their indexes unless the sanity check fails."""
+    rng = random.Random(11)
+    cfg = LogConfig(segment_bytes=1500, index_interval_bytes=100)
+    d = tmp_path / "t-0"
+    log = PartitionLog(d, cfg)
+    while log.num_segments < 5:
+        log.append_as_leader(rand_batch(rng), 0)
+    log.flush()
+    rp = log.recovery_point
+    while log.num_segments < 7:
+        log.append_as_leader(rand_batch(rng), 0)
+    bases = [s.base_offset for s in log.segments]
+    floor = max(b for b in bases if b <= rp)
+    flushed = {b: v for b, v in read_all(log).items() if b < rp}
+    del log  # crash
+    (d / f"{bases[1]:020d}.index").write_bytes(b"\x7f\xff\xff\xff" * 4)  # below the recovery point
+    good = (d / f"{bases[2]:020d}.index").read_bytes()
+
+    recovered: list[int] = []
+    real = LogSegment.recover
+
+    def spy(self, *a, **kw):
+        recovered.append(self.base_offset)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(LogSegment, "recover", spy)
+    log = PartitionLog(d, cfg, recovery_point=rp, had_clean_shutdown=False)
+    assert recovered == [bases[1]] + [b for b in bases if b >= floor]
+    assert (d / f"{bases[2]:020d}.index").read_bytes() == good
+    now = read_all(log)
+    assert all(now[b] == v for b, v in flushed.items())
+    log.close()
+
+
+def test_unclean_restart_does_not_read_the_preallocated_indexes_it_rebuilds(tmp_path, monkeypatch):
+    """After a kill -9 the active segment's indexes are still 10 MiB of preallocated slots; recovery
+    rebuilds them from the log and must not decode them first (that cost ~150 ms per partition)."""
+    rng = random.Random(5)
+    cfg = LogConfig(index_interval_bytes=100)  # default segment.index.bytes: 10 MiB preallocated
+    d = tmp_path / "t-0"
+    log = PartitionLog(d, cfg)
+    for _ in range(30):
+        log.append_as_leader(rand_batch(rng), 0)
+    log.flush(10)
+    for _ in range(5):
+        log.append_as_leader(rand_batch(rng), 0)
+    before = read_all(log)
+    seg = log.active_segment
+    assert seg.offset_index_path.stat().st_size == 10 * 1024 * 1024
+    written = (seg.offset_index.file_bytes(), seg.time_index.file_bytes())
+    assert len(written[0]) > 8
+    del log  # crash: nothing trimmed
+
+    loaded = []
+    real = _SparseIndex._load
+
+    def spy(self):
+        loaded.append(self.path.name)
+        return real(self)
+
+    monkeypatch.setattr(_SparseIndex, "_load", spy)
+    log = PartitionLog(d, cfg, recovery_point=10, had_clean_shutdown=False)
+    assert loaded == []
+    assert read_all(log) == before
+    seg = log.active_segment
+    # The rebuilt entries are the ones the appends wrote; recovery may add the max-timestamp entry a
+    # roll would add (Kafka's LogSegment.recover does the same).
+    assert seg.offset_index.file_bytes() == written[0]
+    assert seg.time_index.file_bytes()[: len(written[1])] == written[1]
+    log.close()

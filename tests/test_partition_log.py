@@ -365,3 +365,45 @@ def test_topic_id_persisted_and_checked(tmp_path):
     assert PartitionLog(tmp_path / "t-0", LogConfig()).topic_id == tid
     with pytest.raises(errors.InconsistentTopicIdError):
         PartitionLog(tmp_path / "t-0", LogConfig(), topic_id=uuid.uuid4())
+
+
+def test_several_batches_of_one_producer_in_one_request(tmp_path):
+    """Kafka checks each batch against the ones before it in the same request, not only the stored state."""
+    log = make_log(tmp_path)
+
+    def pb(seq, n=2, epoch=0, **kw):
+        return batch(n, producer_id=5, producer_epoch=epoch, base_sequence=seq, **kw)
+
+    info = log.append_as_leader(pb(0) + pb(2) + pb(4), 0)
+    assert (info.first_offset, info.last_offset, info.duplicate) == (0, 5, False)
+    assert log.producer_state.last_entry(5).last_seq == 5
+    # A retry of the whole request is answered with the original offsets of its first batch.
+    dup = log.append_as_leader(pb(0) + pb(2) + pb(4), 0)
+    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (0, 1) and log.log_end_offset == 6
+    # Interleaved producers, each in sequence within the request.
+    other = batch(1, producer_id=6, producer_epoch=0, base_sequence=0)
+    assert log.append_as_leader(pb(6) + other + pb(8), 0).last_offset == 10
+    # A gap between two batches of the request rejects the request and writes nothing.
+    with pytest.raises(errors.OutOfOrderSequenceNumberError):
+        log.append_as_leader(pb(10) + pb(13), 0)
+    assert log.log_end_offset == 11
+    # A new epoch inside the request must start at 0; an older epoch after a newer one is fenced.
+    with pytest.raises(errors.OutOfOrderSequenceNumberError):
+        log.append_as_leader(pb(10) + pb(3, epoch=1), 0)
+    with pytest.raises(errors.InvalidProducerEpochError):
+        log.append_as_leader(pb(0, epoch=2) + pb(2, epoch=1), 0)
+    assert log.log_end_offset == 11
+    assert log.append_as_leader(pb(10) + pb(0, epoch=1), 0).last_offset == 14
+    assert log.producer_state.last_entry(5).producer_epoch == 1
+
+
+def test_non_transactional_batch_after_transactional_one_in_the_same_request(tmp_path):
+    log = make_log(tmp_path)
+    txn = batch(2, producer_id=8, producer_epoch=0, base_sequence=0, is_transactional=True)
+    plain = batch(1, producer_id=8, producer_epoch=0, base_sequence=2)
+    with pytest.raises(errors.InvalidTxnStateError):
+        log.append_as_leader(txn + plain, 0)
+    assert log.log_end_offset == 0
+    txn2 = batch(1, producer_id=8, producer_epoch=0, base_sequence=2, is_transactional=True)
+    assert log.append_as_leader(txn + txn2, 0).last_offset == 2
+    assert log.producer_state.first_unstable_offset() == 0

@@ -155,8 +155,23 @@ class _SparseIndex:
             os.ftruncate(self._fd, max(end, keep * self.entry_size))
 
     def reset(self) -> None:
-        """Drop every entry (recovery rebuilds the index from the log)."""
-        self._truncate_entries(0)
+        """Drop every entry (recovery rebuilds the index from the log).
+
+        Never reads the old file: after a crash the active segment's index is still preallocated to
+        ``segment.index.bytes``, and decoding megabytes of entries only to discard them made recovery
+        cost ~150 ms per partition however small the partition was.
+        """
+        self._keys, self._vals = self._empty_columns()
+        self._file_len = 0
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Cutting to zero first so no stale entry survives past the rebuilt ones if we crash mid-rebuild.
+        os.ftruncate(self._fd, 0)
+        os.ftruncate(self._fd, self._max_entries * self.entry_size)
+
+    def _empty_columns(self) -> tuple[array, array]:
+        return self._decode(memoryview(b""))
 
     def file_bytes(self) -> bytes:
         """The valid entries exactly as they are laid out on disk."""
@@ -247,10 +262,18 @@ class TimeIndex(_SparseIndex):
     _entry = _TIME_ENTRY
 
     def _decode(self, data: memoryview) -> tuple[array, array]:
-        ts, rel = array("q"), array("i")
-        for t, r in _TIME_ENTRY.iter_unpack(data):
-            ts.append(t)
-            rel.append(r)
+        # Split the 12-byte entries into columns with C-level slice copies: a per-entry Python loop
+        # costs seconds on a full 10 MiB index. Words 0-1 of each entry are the timestamp, word 2
+        # the relative offset (all big-endian).
+        words = array("i", bytes(data))
+        rel = words[2::3]
+        ts_words = array("i", bytes(4 * 2 * len(rel)))
+        ts_words[0::2] = words[0::3]
+        ts_words[1::2] = words[1::3]
+        ts = array("q", ts_words.tobytes())
+        if sys.byteorder == "little":
+            ts.byteswap()
+            rel.byteswap()
         return ts, rel
 
     def _pack_order(self, key: int, val: int) -> tuple[int, int]:

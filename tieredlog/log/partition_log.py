@@ -29,7 +29,7 @@ from tieredlog.log.checkpoints import LeaderEpochCheckpointFile, PartitionMetada
 from tieredlog.log.config import LogConfig
 from tieredlog.log.index import AbortedTxn, CorruptIndexError
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
-from tieredlog.log.producer_state import CompletedTxn, ProducerStateManager, read_control_record
+from tieredlog.log.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager, read_control_record
 from tieredlog.log.segment import (
     DELETED_SUFFIX,
     LOG_SUFFIX,
@@ -45,6 +45,7 @@ from tieredlog.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    NO_PRODUCER_EPOCH,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     assign_offsets,
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 LONG_MAX = (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
 
 # ListOffsets special timestamps.
 LATEST_TIMESTAMP = -1
@@ -101,6 +103,30 @@ class TimestampAndOffset:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _check_next_in_request(prev: BatchHeader, h: BatchHeader, txn_open: bool) -> None:
+    """Kafka's sequence rules for a producer's batch that follows ``prev`` in the same request."""
+    pid, epoch = h.producer_id, h.producer_epoch
+    if epoch < prev.producer_epoch:
+        raise errors.InvalidProducerEpochError(
+            f"producer {pid} has epoch {epoch}, smaller than epoch {prev.producer_epoch} earlier in the request"
+        )
+    if epoch != prev.producer_epoch:
+        if h.base_sequence != 0 and prev.producer_epoch != NO_PRODUCER_EPOCH:
+            raise errors.OutOfOrderSequenceNumberError(
+                f"producer {pid}: new epoch {epoch} must start at sequence 0, got {h.base_sequence}"
+            )
+    else:
+        expected = 0 if prev.last_sequence == INT32_MAX else prev.last_sequence + 1  # sequences wrap
+        if h.base_sequence != expected:
+            raise errors.OutOfOrderSequenceNumberError(
+                f"producer {pid} epoch {epoch}: out of order sequence {h.base_sequence}, expected {expected}"
+            )
+    if txn_open and not h.is_transactional:
+        raise errors.InvalidTxnStateError(
+            f"producer {pid} has a transaction open but sent a non-transactional batch"
+        )
 
 
 class PartitionLog:
@@ -200,9 +226,15 @@ class PartitionLog:
             seg = self._new_segment(base, active=False)
             self._add_segment(seg)
         # Indexes carry no checksum: rebuild any that fail the sanity check, even after a clean shutdown.
+        # After an unclean one, the segments from the recovery point on are rebuilt from the log by
+        # _recover_unflushed whatever their indexes hold (Kafka's recoverLog), so checking them first is
+        # wasted work, and the active segment's index is still preallocated, which fails the check anyway.
+        recover_from = self._bases[self._floor_index(self.recovery_point)] if not clean and self._bases else None
         for base in list(self._bases):
             if base not in self._segments:
                 continue
+            if recover_from is not None and base >= recover_from:
+                break
             seg = self._segments[base]
             try:
                 seg.sanity_check()
@@ -393,15 +425,13 @@ class PartitionLog:
             log_append_time = self.config.message_timestamp_type == "LogAppendTime"
             if not log_append_time:
                 self._check_timestamps(headers, now)
-            ps = self.producer_state
-            for h in headers:
-                if h.has_producer_id and origin == "client":
-                    dup = ps.check_sequence(h)
-                    if dup is not None:
-                        return LogAppendInfo(
-                            dup.first_offset, dup.last_offset, dup.timestamp if log_append_time else -1,
-                            self.log_start_offset, dup.last_offset - dup.first_offset + 1, duplicate=True,
-                        )
+            if origin == "client":
+                dup = self._check_sequences(headers)
+                if dup is not None:
+                    return LogAppendInfo(
+                        dup.first_offset, dup.last_offset, dup.timestamp if log_append_time else -1,
+                        self.log_start_offset, dup.last_offset - dup.first_offset + 1, duplicate=True,
+                    )
             first = self.log_end_offset
             assign_offsets(buf, headers, first, leader_epoch)
             if log_append_time:
@@ -409,6 +439,37 @@ class PartitionLog:
             # One header object per batch, re-read after patching so offsets and timestamps are final.
             final = self._reread_headers(buf, headers)
             return self._append(buf, final, now, origin, leader_epoch, now if log_append_time else -1)
+
+    def _check_sequences(self, headers: list[BatchHeader]) -> DuplicateBatch | None:
+        """Producer checks of a client request, before anything is written.
+
+        A producer's first batch in the request is checked against its stored state; its later batches
+        against the batch before them in the same request, as Kafka's per-request ProducerAppendInfo
+        does (the stored state only changes once the whole request is appended). A retry of a stored
+        batch answers the whole request as a duplicate, as Kafka does.
+        """
+        ps = self.producer_state
+        seen: dict[int, tuple[BatchHeader, bool]] = {}  # producer id -> (its previous batch here, txn open)
+        for h in headers:
+            if not h.has_producer_id:
+                continue
+            pid = h.producer_id
+            prev = seen.get(pid)
+            if prev is None:
+                dup = ps.check_sequence(h)
+                if dup is not None:
+                    return dup
+                entry = ps.last_entry(pid)
+                txn_open = entry is not None and entry.current_txn_first_offset is not None
+            else:
+                entry = ps.last_entry(pid)
+                stored = entry.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence) if entry else None
+                if stored is not None:
+                    return DuplicateBatch(stored.first_offset, stored.last_offset, stored.timestamp)
+                p, txn_open = prev
+                _check_next_in_request(p, h, txn_open)
+            seen[pid] = (h, txn_open or h.is_transactional)
+        return None
 
     @staticmethod
     def _reread_headers(buf, headers: list[BatchHeader]) -> list[BatchHeader]:
@@ -796,6 +857,12 @@ class PartitionLog:
         for seg in due:
             seg.delete()
         return len(due)
+
+    def remove_expired_producers(self, now_ms: int | None = None) -> list[int]:
+        """Forget producers idle for ``producer.id.expiration.ms`` (never one with an open transaction)."""
+        now = self._clock() if now_ms is None else now_ms
+        with self._lock:
+            return self.producer_state.remove_expired_producers(now)
 
     # ---- tiering hooks ------------------------------------------------------------------------------
     def segments_to_copy(self, upper_bound_exclusive: int, from_offset: int | None = None) -> list[LogSegment]:
