@@ -282,7 +282,8 @@ class LogManager:
     def checkpoint_log_start_offsets(self) -> None:
         for d, logs in self._by_dir().items():
             OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(
-                {lg.topic_partition: lg.log_start_offset for lg in logs if lg.log_start_offset > 0}
+                {lg.topic_partition: lg.log_start_offset for lg in logs
+                 if lg.log_start_offset > 0 or lg.config.remote_storage_enable}  # Kafka: always for tiered logs
             )
 
     def checkpoint_high_watermarks(self) -> None:

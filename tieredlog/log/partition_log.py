@@ -251,7 +251,9 @@ class PartitionLog:
         self.log_end_offset = active.next_offset
         first_base = self._bases[0]
         if log_start_offset is None:
-            log_start_offset = first_base
+            # Kafka's LogLoader: a tiered log without a checkpointed start may have data below its first
+            # local segment, so it starts at 0 until the RLM moves it up to the earliest remote segment
+            log_start_offset = 0 if self.config.remote_storage_enable else first_base
         if not self.config.remote_storage_enable:
             log_start_offset = max(log_start_offset, first_base)
         self.log_start_offset = min(log_start_offset, self.log_end_offset)

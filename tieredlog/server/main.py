@@ -12,6 +12,7 @@ import signal
 import sys
 
 from tieredlog.config import BrokerConfig, BrokerConfigError
+from tieredlog.rsm.api import RemoteStorageException
 
 log = logging.getLogger("tieredlog.broker")
 
@@ -31,7 +32,17 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
     from tieredlog.server.network import KafkaServer
 
     broker = Broker(config)
-    await broker.start()
+    try:
+        await broker.start()
+    except RemoteStorageException as exc:
+        # the remote tier cannot be used (bad bucket, unreachable endpoint, plugin missing): the
+        # message already names the config at fault, so one line and no traceback
+        log.error("cannot start: %s", exc)
+        try:
+            await broker.shutdown()
+        except Exception:
+            pass  # the start-up failure is the one to report
+        return 1
     server = KafkaServer(broker, Dispatcher(broker))
     try:
         bound = await server.start()
