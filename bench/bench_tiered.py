@@ -1,36 +1,237 @@
-"""Tiered storage throughput, in one run:
+"""Tiered storage throughput, in one run.
 
-- catch-up consumer: the same offsets read from local segments (PartitionLog.read), from the remote
-  tier through the RemoteLogManager (index cache, ranged fetch, whole batches, read-ahead), and the
-  same remote objects read directly as plain files (the floor for LocalTieredStorage);
-- RLM copy (metadata + upload of segment and indexes) vs a plain file copy of the same segments.
+1. Catch-up consumer through a real broker (``tieredlog broker`` subprocess, default
+   LocalTieredStorage under ``<log dir>/remote-storage``): a confluent-kafka consumer reads from
+   offset 0 the same records from a topic whose rolled segments are all remote and from a topic
+   that is only local; beside them plain file reads of the same remote objects and of the local
+   segment files. Printed: MiB/s of each and the ratios remote/local and remote/raw.
+2. In-process: the RLM read path alone (``RemoteLogManager.read`` in a loop, no broker) vs
+   ``PartitionLog.read``, and the RLM copy task vs a plain file copy.
 
-``TIERED_BENCH_MB`` scales the data (default 1024 MiB).
+    TIERED_BENCH_MB=256 python -m bench.bench_tiered
+
+``TIERED_BENCH_MB`` (default 256) is the data per topic; ``TIERED_BENCH_PARTITIONS`` (default 1),
+``TIERED_BENCH_VALUE`` (bytes per record, default 1024), ``TIERED_BENCH_BATCH_KB`` (producer
+batch.size, default 16), ``TIERED_BENCH_SEGMENT_MB`` (segment.bytes, default 32);
+``TIERED_BENCH_SKIP`` = comma list of ``broker``, ``inproc``.
+The consumer uses confluent's defaults (max.partition.fetch.bytes 1 MiB, fetch.max.bytes 50 MiB,
+fetch.wait.max.ms 500).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from tieredlog.log.config import LogConfig
-from tieredlog.log.partition_log import PartitionLog
-from tieredlog.log.types import TopicPartition
-from tieredlog.records.record import build_batch
-from tieredlog.rlm import copier
-from tieredlog.rlm.config import RemoteLogManagerConfig
-from tieredlog.rlm.manager import PartitionState, RemoteLogManager
-from tieredlog.rlm.pool import TaskContext
-from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
-from tieredlog.rsm.local import LocalTieredStorage
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
 
+MIB = 1 << 20
 FETCH = 1 << 20
 
 
+def _env(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
+def _mibs(nbytes: int, secs: float) -> float:
+    return nbytes / MIB / secs if secs > 0 else float("inf")
+
+
+def _rate(nbytes: int, secs: float) -> str:
+    return f"{_mibs(nbytes, secs):8.1f} MiB/s ({secs:6.2f} s)"
+
+
+def _read_files(paths: list[Path]) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    n = 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while chunk := f.read(FETCH):
+                n += len(chunk)
+    return n, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. through the broker
+# ---------------------------------------------------------------------------------------------
+def _list_offset(bootstrap: str, topic: str, partition: int, ts: int) -> int:
+    from tieredlog.protocol.api import LIST_OFFSETS
+    from tieredlog.protocol.client import KafkaClient
+
+    with KafkaClient(bootstrap) as c:
+        r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": partition, "timestamp": ts,
+                                            "current_leader_epoch": -1}]}]})
+        return r.topics[0].partitions[0].offset
+
+
+def _produce(bootstrap: str, topics: list[str], partitions: int, total: int, value_size: int, batch_kb: int) -> int:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": batch_kb * 1024,
+                  "queue.buffering.max.kbytes": 512 * 1024, "compression.type": "none", "acks": 1})
+    values = [os.urandom(value_size) for _ in range(64)]
+    n = total // (value_size + 8)
+    for i in range(n):
+        for t in topics:
+            while True:
+                try:
+                    p.produce(t, values[i & 63], b"k%07d" % i, partition=i % partitions)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        if i & 1023 == 0:
+            p.poll(0)
+    assert p.flush(300) == 0, "producer did not flush"
+    return n
+
+
+def _consume(bootstrap: str, topic: str, ends: dict[int, int]) -> tuple[int, int, float]:
+    """Read every partition from offset 0 up to ``ends[p]`` (exclusive); (records, bytes, seconds)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.error.backoff.ms": 10})
+    c.list_topics(topic, timeout=10)  # connected before the clock starts
+    c.assign([TopicPartition(topic, p, 0) for p in ends])
+    left = {p: e for p, e in ends.items() if e > 0}
+    records = nbytes = 0
+    t0 = time.perf_counter()
+    deadline = t0 + 600
+    try:
+        while left and time.perf_counter() < deadline:
+            for m in c.consume(10000, 1.0):
+                if m.error() is not None:
+                    continue
+                p = m.partition()
+                if p not in left:
+                    continue
+                records += 1
+                nbytes += len(m) + len(m.key())
+                if m.offset() + 1 >= left[p]:
+                    del left[p]
+        t = time.perf_counter() - t0
+    finally:
+        c.close()
+    assert not left, f"consumer of {topic} did not reach the end: {left}"
+    return records, nbytes, t
+
+
+def bench_broker() -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from broker_harness import BrokerProcess
+
+    total = _env("TIERED_BENCH_MB", 256) * MIB
+    parts = _env("TIERED_BENCH_PARTITIONS", 1)
+    value_size = _env("TIERED_BENCH_VALUE", 1024)
+    batch_kb = _env("TIERED_BENCH_BATCH_KB", 16)
+    segment = _env("TIERED_BENCH_SEGMENT_MB", 32) * MIB
+    root = Path(tempfile.mkdtemp(prefix="bench-tiered-broker-"))
+    broker = BrokerProcess(root / "data", overrides={
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+    })
+    try:
+        broker.start()
+        bs = broker.bootstrap
+        admin = AdminClient({"bootstrap.servers": bs})
+        common = {"segment.bytes": str(segment), "retention.ms": "-1", "retention.bytes": "-1"}
+        futs = admin.create_topics([
+            NewTopic("remote", parts, 1, config={**common, "remote.storage.enable": "true", "local.retention.bytes": "1"}),
+            NewTopic("local", parts, 1, config={**common, "remote.storage.enable": "false"}),
+        ])
+        for f in futs.values():
+            f.result(30)
+        t0 = time.perf_counter()
+        n = _produce(bs, ["remote", "local"], parts, total, value_size, batch_kb)
+        print(f"produced {n} records of {value_size} B to each topic ({parts} partition(s), batch.size "
+              f"{batch_kb} KiB) in {time.perf_counter() - t0:.1f} s")
+
+        # wait until every rolled segment of "remote" is in the remote tier and gone locally
+        data = root / "data"
+        deadline = time.monotonic() + 300
+        ends: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            ends = {}
+            for p in range(parts):
+                tiered = _list_offset(bs, "remote", p, -5)
+                local_start = _list_offset(bs, "remote", p, -4)
+                if tiered < 0 or local_start != tiered + 1:
+                    break
+                if len(list((data / f"remote-{p}").glob("*.log"))) != 1:
+                    break
+                ends[p] = local_start
+            if len(ends) == parts:
+                break
+            time.sleep(0.2)
+        else:
+            raise SystemExit(f"remote tier did not catch up: {ends}")
+        remote_objs = sorted((data / "remote-storage").rglob("remote-*/*/*.log"))
+        remote_bytes = sum(p.stat().st_size for p in remote_objs)
+        # the local topic's segments holding the same offsets (whole files: a slight overcount)
+        local_files = []
+        for p in range(parts):
+            for f in sorted((data / f"local-{p}").glob("*.log")):
+                if int(f.name[:20]) < ends[p]:
+                    local_files.append(f)
+        print(f"remote tier: {len(remote_objs)} segment objects, {remote_bytes / MIB:.0f} MiB, "
+              f"offsets below {ends}")
+
+        raw_remote, t_raw_remote = _read_files(remote_objs)
+        raw_local, t_raw_local = _read_files(local_files)
+        _read_files(remote_objs)  # both tiers equally warm in the page cache
+
+        def cpu() -> float:  # the broker process's CPU seconds (user + system)
+            f = Path(f"/proc/{broker.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+        runs: dict[str, list[tuple[float, float]]] = {"local": [], "remote": []}
+        counts = set()
+        for _ in range(_env("TIERED_BENCH_RUNS", 3)):  # interleaved, best of: the host is shared
+            for topic in ("local", "remote"):
+                c0 = cpu()
+                rec, b, t = _consume(bs, topic, ends)
+                runs[topic].append((t, cpu() - c0))
+                counts.add((rec, b))
+        assert len(counts) == 1, f"local and remote reads differ: {counts}"
+        (rec_l, b_l), = counts
+        t_l, cpu_l = min(runs["local"])
+        t_r, cpu_r = min(runs["remote"])
+        # MiB/s counted on the segment bytes holding those records (what each path moves)
+        r_local = _mibs(remote_bytes, t_l)
+        r_remote = _mibs(remote_bytes, t_r)
+        r_raw = _mibs(raw_remote, t_raw_remote)
+        print(f"raw file reads, remote objects  : {_rate(raw_remote, t_raw_remote)}")
+        print(f"raw file reads, local segments  : {_rate(raw_local, t_raw_local)}")
+        mb = remote_bytes / MIB
+        print(f"catch-up consumer, local topic  : {r_local:8.1f} MiB/s ({t_l:6.2f} s)   broker CPU "
+              f"{cpu_l * 1000 / mb:5.2f} ms/MiB   {rec_l} records, {b_l / MIB:.0f} MiB of keys+values")
+        print(f"catch-up consumer, remote tier  : {r_remote:8.1f} MiB/s ({t_r:6.2f} s)   broker CPU "
+              f"{cpu_r * 1000 / mb:5.2f} ms/MiB")
+        print("  (all runs, s: local " + " ".join(f"{t:.2f}" for t, _ in runs["local"])
+              + "; remote " + " ".join(f"{t:.2f}" for t, _ in runs["remote"]) + ")")
+        print(f"RATIO remote/local consumer     : {r_remote / r_local:5.2f}")
+        print(f"RATIO remote consumer/raw reads : {r_remote / r_raw:5.2f}")
+    finally:
+        rc = broker.stop()
+        if rc not in (0, None):
+            print(f"broker exit code {rc}:\n{broker.log_text()[-3000:]}")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. in-process: the RLM read path alone, and the copy task
+# ---------------------------------------------------------------------------------------------
 class _Logs:
     def __init__(self, lg):
         self.lg = lg
@@ -39,12 +240,20 @@ class _Logs:
         return self.lg
 
 
-def _rate(nbytes: int, secs: float) -> str:
-    return f"{nbytes / (1 << 20) / secs:8.1f} MiB/s ({secs:.2f} s)"
+def bench_inproc() -> None:
+    from tieredlog.log.config import LogConfig
+    from tieredlog.log.partition_log import PartitionLog
+    from tieredlog.log.types import TopicPartition
+    from tieredlog.records.batch import iter_headers
+    from tieredlog.records.record import build_batch
+    from tieredlog.rlm import copier
+    from tieredlog.rlm.config import RemoteLogManagerConfig
+    from tieredlog.rlm.manager import PartitionState, RemoteLogManager
+    from tieredlog.rlm.pool import TaskContext
+    from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
+    from tieredlog.rsm.local import LocalTieredStorage
 
-
-def main() -> None:
-    total = int(os.environ.get("TIERED_BENCH_MB", "1024")) << 20
+    total = _env("TIERED_BENCH_MB", 256) * MIB
     root = Path(tempfile.mkdtemp(prefix="bench-tiered-"))
     try:
         cfg = LogConfig(segment_bytes=64 << 20, remote_storage_enable=True, local_retention_bytes=1, retention_ms=-1,
@@ -52,17 +261,16 @@ def main() -> None:
                         message_timestamp_before_max_ms=1 << 62)
         lg = PartitionLog(root / "logs" / "bench-0", cfg, topic_id=uuid.uuid4())
         value = os.urandom(1000)
-        batch = build_batch([(b"k%d" % i, value, [], None) for i in range(100)])
-        while lg.log_end_offset * 0 + lg.size < total:
+        batch = build_batch([(b"k%d" % i, value, [], None) for i in range(16)])
+        while lg.size < total:
             lg.append_as_leader(batch, 0)
         lg.roll()
         lg.update_high_watermark(lg.log_end_offset)
         rolled = lg.segments[:-1]
         nbytes = sum(s.size for s in rolled)
         end = lg.next_segment_base_offset(rolled[-1])
-        print(f"data: {nbytes / (1 << 20):.0f} MiB in {len(rolled)} segments")
+        print(f"in-process: {nbytes / MIB:.0f} MiB in {len(rolled)} segments, batches of {len(batch)} B")
 
-        # plain file copy of the same files (log + indexes)
         plain = root / "plain"
         plain.mkdir()
         t0 = time.perf_counter()
@@ -80,50 +288,50 @@ def main() -> None:
         t0 = time.perf_counter()
         copier.copy_task(rlm, state, TaskContext())
         t_copy = time.perf_counter() - t0
-        print(f"copy  plain file copy : {_rate(nbytes, t_plain)}")
-        print(f"copy  RLM copy task   : {_rate(nbytes, t_copy)}   ratio {t_plain / t_copy:.2f}x of plain")
+        print(f"copy  plain file copy          : {_rate(nbytes, t_plain)}")
+        print(f"copy  RLM copy task            : {_rate(nbytes, t_copy)}   {t_plain / t_copy:.2f}x of plain")
 
-        # catch-up reads from local segments
+        # local: PartitionLog.read, whole batches only (the partial tail batch is read again next time)
         t0 = time.perf_counter()
-        off, got = 0, 0
+        off = got = 0
         while off < end:
             info = lg.read(off, FETCH, "high_watermark")
             data = info.records.read_bytes() if hasattr(info.records, "read_bytes") else bytes(info.records)
-            got += len(data)
-            from tieredlog.records.batch import iter_headers
-            last = None
-            for _, h in iter_headers(data):
-                last = h
-            off = last.next_offset
+            whole = 0
+            for pos, h in iter_headers(data):
+                if pos + h.size > len(data):
+                    break
+                whole, off = pos + h.size, h.next_offset
+            got += whole
         t_local = time.perf_counter() - t0
 
-        # the remote objects read directly as files
-        t0 = time.perf_counter()
-        direct = 0
-        for p in sorted((root / "remote").rglob("*.log")):
-            with open(p, "rb") as f:
-                while chunk := f.read(FETCH):
-                    direct += len(chunk)
-        t_direct = time.perf_counter() - t0
+        direct, t_direct = _read_files(sorted((root / "remote").rglob("*.log")))
 
         lg.delete_old_segments()
         t0 = time.perf_counter()
-        off, remote = 0, 0
-        from tieredlog.records.batch import iter_headers as ih
+        off = remote = 0
         while off < end:
             data = rlm.read(TopicPartition("bench", 0), off, FETCH, timeout=60)
             remote += len(data)
-            *_, (_, h) = ih(data)
+            *_, (_, h) = iter_headers(data)
             off = h.next_offset
         t_remote = time.perf_counter() - t0
         rlm.shutdown()
-        print(f"read  local segments  : {_rate(got, t_local)}")
-        print(f"read  remote (direct) : {_rate(direct, t_direct)}")
-        print(f"read  remote via RLM  : {_rate(remote, t_remote)}   "
+        print(f"read  PartitionLog.read (local): {_rate(got, t_local)}")
+        print(f"read  remote objects as files  : {_rate(direct, t_direct)}")
+        print(f"read  RemoteLogManager.read    : {_rate(remote, t_remote)}   "
               f"{t_local / t_remote:.2f}x of local, {t_direct / t_remote:.2f}x of direct file reads")
-        print(f"bytes: segments {nbytes}, local read {got}, remote read {remote}, direct {direct}")
+        assert got == remote == direct == nbytes, (got, remote, direct, nbytes)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    skip = set(filter(None, os.environ.get("TIERED_BENCH_SKIP", "").split(",")))
+    if "broker" not in skip:
+        bench_broker()
+    if "inproc" not in skip:
+        bench_inproc()
 
 
 if __name__ == "__main__":

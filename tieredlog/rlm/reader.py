@@ -7,8 +7,9 @@ produced: the segment's batches are sliced out of the remote object, never decod
 from __future__ import annotations
 
 import logging
+import struct
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
@@ -35,67 +36,134 @@ class OffsetAndTimestamp(NamedTuple):
     leader_epoch: int
 
 
-class PrefetchCache:
-    """A few chunks read ahead for sequential (catch-up) readers, keyed by (segment id, position).
+_BASE_OFFSET = struct.Struct(">q")
+_LAST_DELTA = struct.Struct(">i")
+_LENGTH = struct.Struct(">i")
+_LAST_DELTA_AT = 23  # base offset 8, length 4, leader epoch 4, magic 1, crc 4, attributes 2
 
-    Bounded by entry count and total bytes; a chunk is handed out once and then dropped.
+# Read-ahead for sequential (catch-up) readers: ranged reads of CHUNK_MIN..CHUNK_MAX bytes (at
+# least twice the fetch size), up to READ_AHEAD_CHUNKS of them beyond what the reader holds.
+CHUNK_MIN = 4 * 1024 * 1024
+CHUNK_MAX = 32 * 1024 * 1024
+READ_AHEAD_CHUNKS = 2
+
+
+class _Stream:
+    """One sequential reader of one remote segment: bytes fetched ahead of it and reads in flight.
+
+    ``data[p:]`` holds the segment's bytes from file position ``pos`` (the batch where
+    ``next_offset`` starts); ``ahead`` holds (start, end, future) ranged reads contiguous after
+    ``data``. Only the thread serving a fetch touches a stream (it is taken out of the table).
+    """
+
+    __slots__ = ("tip", "md", "next_offset", "data", "p", "data_pos", "ahead", "fetched_to", "reserved", "chunk")
+
+    def __init__(self, tip, md: RemoteLogSegmentMetadata, next_offset: int, pos: int) -> None:
+        self.tip = tip
+        self.md = md
+        self.next_offset = next_offset
+        self.data: bytes = b""
+        self.p = 0
+        self.data_pos = pos  # file position of data[0]
+        self.ahead: "deque[tuple[int, int, Future]]" = deque()
+        self.fetched_to = pos  # end of data plus every read in flight
+        self.reserved = 0  # bytes of read-ahead counted against the table's budget
+        self.chunk = CHUNK_MIN
+
+    @property
+    def pos(self) -> int:
+        return self.data_pos + self.p
+
+    @property
+    def size(self) -> int:
+        return self.md.segment_size_in_bytes
+
+    def cancel(self) -> None:
+        for _, _, fut in self.ahead:
+            fut.cancel()
+        self.ahead.clear()
+
+
+class PrefetchCache:
+    """Sequential readers' streams keyed by (partition, next offset), least recently used first.
+
+    Bounded by stream count and by the bytes held or being read ahead (``max_bytes``); streams
+    over the bounds are dropped (their reads in flight are cancelled or left to finish unused).
     """
 
     def __init__(self, max_entries: int = 64, max_bytes: int = 128 * 1024 * 1024) -> None:
         self._lock = threading.Lock()
-        self._chunks: "OrderedDict[tuple, Future]" = OrderedDict()
-        self._sizes: dict[tuple, int] = {}
+        self._streams: "OrderedDict[tuple, _Stream]" = OrderedDict()
         self._bytes = 0
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.hits = 0
 
-    def reserve(self, key: tuple, size_hint: int) -> Future | None:
-        """A future the prefetching thread fills, or None if already present / no room."""
-        with self._lock:
-            if key in self._chunks:
-                return None
-            fut: Future = Future()
-            self._chunks[key] = fut
-            self._sizes[key] = size_hint
-            self._bytes += size_hint
-            self._evict()
-            return fut if key in self._chunks else None
+    @property
+    def bytes_held(self) -> int:
+        return self._bytes
 
-    def put(self, key: tuple, data: bytes) -> None:
-        fut = self.reserve(key, len(data))
-        if fut is not None:
-            fut.set_result(data)
+    def __len__(self) -> int:
+        return len(self._streams)
 
-    def take(self, key: tuple) -> Future | None:
+    def take(self, tip, offset: int) -> _Stream | None:
         with self._lock:
-            fut = self._chunks.pop(key, None)
-            if fut is not None:
-                self._bytes -= self._sizes.pop(key, 0)
+            s = self._streams.pop((tip, offset), None)
+            if s is not None:
                 self.hits += 1
-            return fut
+            return s
+
+    def put(self, s: _Stream) -> None:
+        with self._lock:
+            old = self._streams.pop((s.tip, s.next_offset), None)
+            if old is not None and old is not s:
+                self._release_locked(old)
+            self._streams[(s.tip, s.next_offset)] = s
+            self._evict_locked(keep=s)
+
+    def account(self, s: _Stream, held: int) -> bool:
+        """Set the bytes ``s`` holds or reads ahead; False when that does not fit the budget."""
+        with self._lock:
+            delta = held - s.reserved
+            if delta > 0 and self._bytes + delta > self.max_bytes:
+                return False
+            self._bytes += delta
+            s.reserved = held
+            return True
+
+    def release(self, s: _Stream) -> None:
+        with self._lock:
+            self._release_locked(s)
 
     def drop_segment(self, segment_id) -> None:
         with self._lock:
-            for key in [k for k in self._chunks if k[0] == segment_id]:
-                self._chunks.pop(key).cancel()
-                self._bytes -= self._sizes.pop(key, 0)
+            for key in [k for k, s in self._streams.items() if s.md.remote_log_segment_id.id == segment_id]:
+                self._release_locked(self._streams.pop(key))
 
-    def _evict(self) -> None:
-        while self._chunks and (len(self._chunks) > self.max_entries or self._bytes > self.max_bytes):
-            key, fut = self._chunks.popitem(last=False)
-            fut.cancel()
-            self._bytes -= self._sizes.pop(key, 0)
+    def clear(self) -> None:
+        with self._lock:
+            for s in self._streams.values():
+                self._release_locked(s)
+            self._streams.clear()
+
+    def _release_locked(self, s: _Stream) -> None:
+        s.cancel()
+        self._bytes -= s.reserved
+        s.reserved = 0
+        s.data = b""
+
+    def _evict_locked(self, keep: _Stream) -> None:
+        while len(self._streams) > self.max_entries or (self._bytes > self.max_bytes and len(self._streams) > 1):
+            key = next(iter(self._streams))
+            if self._streams[key] is keep:
+                break
+            self._release_locked(self._streams.pop(key))
 
 
 class RemoteReadPath:
     def __init__(self, rlm: "RemoteLogManager") -> None:
         self.rlm = rlm
         self.prefetch = PrefetchCache()
-        # (segment id, next offset) -> file position where that offset's batch starts, learned
-        # from the previous read, so a sequential reader skips the index lookup
-        self._next_pos: "OrderedDict[tuple, int]" = OrderedDict()
-        self._lock = threading.Lock()
 
     # -- segment lookup -------------------------------------------------------------------------
     def find_segment(self, tip: TopicIdPartition, log, offset: int) -> RemoteLogSegmentMetadata | None:
@@ -124,20 +192,14 @@ class RemoteReadPath:
         end = min(end, md.segment_size_in_bytes) if md.segment_size_in_bytes > 0 else end
         if start >= end:
             return b""
-        key = (md.remote_log_segment_id.id, start)
-        fut = self.prefetch.take(key)
-        head = b""
-        if fut is not None:
-            try:
-                head = fut.result(timeout=self.rlm.remote_fetch_max_wait_s)
-            except Exception:
-                head = b""
-            if len(head) >= end - start:
-                return head[: end - start]
-        stream = self.rlm.rsm.fetch_log_segment(md, start + len(head), end - 1)
+        stream = self.rlm.rsm.fetch_log_segment(md, start, end - 1)
         try:
-            parts = [head]
-            want = end - start - len(head)
+            want = end - start
+            first = stream.read(want) or b""
+            if len(first) >= want:
+                return first
+            parts = [first]
+            want -= len(first)
             while want > 0:
                 chunk = stream.read(want)
                 if not chunk:
@@ -149,13 +211,33 @@ class RemoteReadPath:
         return b"".join(parts)
 
     def read(self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True) -> bytes:
+        s = self.prefetch.take(tip, fetch_offset)
+        if s is not None:
+            # a sequential reader: continue where the previous fetch ended, from bytes read ahead
+            try:
+                data = self._serve(s, fetch_offset, max_bytes, min_one_message)
+            except BaseException:
+                self.prefetch.release(s)
+                raise
+            if data is not None:
+                return data
+            fetch_offset = max(fetch_offset, s.md.end_offset + 1)
+            if fetch_offset >= log.local_log_start_offset:
+                return b""
         md = self.find_segment(tip, log, fetch_offset)
         if md is None:
             raise OffsetOutOfRangeError(
                 f"offset {fetch_offset} of {tip} is in no remote segment (log start {log.log_start_offset})"
             )
         while md is not None:
-            data = self._read_segment(md, fetch_offset, max_bytes, min_one_message)
+            pos = self.rlm.index_cache.lookup_offset(md, fetch_offset)
+            s = _Stream(tip, md, fetch_offset, pos)
+            s.chunk = min(CHUNK_MAX, max(CHUNK_MIN, 2 * max_bytes))
+            try:
+                data = self._serve(s, fetch_offset, max_bytes, min_one_message)
+            except BaseException:
+                self.prefetch.release(s)
+                raise
             if data is not None:
                 return data
             # nothing at or after fetch_offset in this segment: the range ended in an offset gap
@@ -165,102 +247,132 @@ class RemoteReadPath:
             md = self.find_segment(tip, log, fetch_offset)
         return b""
 
-    def _start_position(self, md: RemoteLogSegmentMetadata, fetch_offset: int) -> int:
-        with self._lock:
-            pos = self._next_pos.pop((md.remote_log_segment_id.id, fetch_offset), None)
-        if pos is not None:
-            return pos
-        return self.rlm.index_cache.lookup_offset(md, fetch_offset)
-
-    def _read_segment(self, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes | None:
-        start = self._start_position(md, fetch_offset)
-        buf = self.fetch_range(md, start, start + max_bytes + SLACK_BYTES)
-        eof = start + len(buf) >= md.segment_size_in_bytes
-        pos = 0
-        # skip the batches before fetch_offset (the index entry is a floor)
+    # -- one stream -----------------------------------------------------------------------------
+    def _serve(self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes | None:
+        """Whole batches from ``s`` starting at the batch holding ``fetch_offset``, up to
+        ``max_bytes`` (at least one batch when ``min_one``); None when the segment has no batch
+        at or after ``fetch_offset``. Puts ``s`` back for the next fetch, or releases it."""
+        # skip the batches before fetch_offset (a fresh stream starts at an index floor)
         while True:
-            if len(buf) - pos < HEADER_SIZE:
-                if eof:
-                    return None
-                fetched_to = start + max(len(buf), pos)  # pos may lie past the buffer after a skip
-                more = self.fetch_range(md, fetched_to, fetched_to + max_bytes + SLACK_BYTES)
-                if not more:
-                    return None
-                buf = buf[pos:] + more
-                start += pos
-                pos = 0
-                eof = start + len(buf) >= md.segment_size_in_bytes
-                continue
-            h = read_header(buf, pos)
-            if h.last_offset < fetch_offset:
-                pos += h.size
-                continue
-            break
+            if not self._ensure(s, HEADER_SIZE):
+                self.prefetch.release(s)
+                return None
+            h = read_header(s.data, s.p)
+            if h.last_offset >= fetch_offset:
+                break
+            if not self._ensure(s, h.size):
+                self.prefetch.release(s)
+                return None
+            s.p += h.size
         first_size = h.size
         if first_size > max_bytes and not min_one:
+            self._park(s, fetch_offset)
             return b""
         limit = max(first_size, max_bytes) if min_one else max_bytes
-        if len(buf) - pos < first_size and not eof:
-            # the first batch is larger than what we asked for: fetch the rest of it
-            buf = buf[pos:] + self.fetch_range(md, start + len(buf), start + pos + first_size)
-            start += pos
-            pos = 0
-        end = pos
-        last_next_offset = fetch_offset
-        while len(buf) - end >= LOG_OVERHEAD:
-            size = peek_size(buf, end)
-            if size < HEADER_SIZE or end + size > len(buf) or end + size - pos > limit:
+        self._ensure(s, limit)
+        buf, p = s.data, s.p
+        n = len(buf)
+        stop = min(n, p + limit)
+        end = last = p
+        length_at = _LENGTH.unpack_from
+        while stop - end >= LOG_OVERHEAD:
+            size = length_at(buf, end + 8)[0] + LOG_OVERHEAD
+            if size < HEADER_SIZE or end + size > stop:
                 break
-            last_next_offset = read_header(buf, end).next_offset
+            last = end
             end += size
-        data = bytes(buf[pos:end])
-        self._remember(md, last_next_offset, start + end, buf[end:], max_bytes)
+        if end == p:
+            # the first batch is cut short: the object ends early (a truncated upload)
+            self.prefetch.release(s)
+            return None
+        next_offset = _BASE_OFFSET.unpack_from(buf, last)[0] + _LAST_DELTA.unpack_from(buf, last + _LAST_DELTA_AT)[0] + 1
+        if isinstance(buf, memoryview):
+            data = bytes(buf[p:end])
+        else:
+            data = buf[p:end] if (p or end != n) else buf
+        s.p = end
+        self._park(s, next_offset)
         return data
 
-    # -- sequential readers ---------------------------------------------------------------------
-    def _remember(self, md: RemoteLogSegmentMetadata, next_offset: int, next_pos: int, tail, max_bytes: int) -> None:
-        if next_offset > md.end_offset or next_pos >= md.segment_size_in_bytes:
-            return
-        seg = md.remote_log_segment_id.id
-        with self._lock:
-            self._next_pos[(seg, next_offset)] = next_pos
-            while len(self._next_pos) > 1024:
-                self._next_pos.popitem(last=False)
-        want = max_bytes + SLACK_BYTES
-        if len(tail) >= want:
-            self.prefetch.put((seg, next_pos), bytes(tail))
-            return
-        if not self.rlm.reader_pool.has_room(0.5):
-            if tail:
-                self.prefetch.put((seg, next_pos), bytes(tail))
-            return  # the pool is busy with real fetches; read-ahead is only an optimisation
-        fut = self.prefetch.reserve((seg, next_pos), want)
-        if fut is None:
-            return
-        head = bytes(tail)
+    def _ensure(self, s: _Stream, n: int) -> bool:
+        """Make ``s.data[s.p:]`` hold ``n`` bytes, or everything up to the end of the segment;
+        False when no byte at all is left."""
+        size = s.size
+        while len(s.data) - s.p < n:
+            if s.data_pos + len(s.data) >= size > 0:
+                break
+            if s.ahead:
+                start, end, fut = s.ahead.popleft()
+                if fut.cancel():  # still queued behind other work: read it here instead
+                    chunk = self.fetch_range(s.md, start, end)
+                else:
+                    try:
+                        chunk = fut.result()
+                    except Exception:  # a failed read-ahead is retried once, here
+                        chunk = self.fetch_range(s.md, start, end)
+            else:
+                start = s.data_pos + len(s.data)
+                end = start + max(n - (len(s.data) - s.p), s.chunk)
+                chunk = self.fetch_range(s.md, start, end)
+                s.fetched_to = max(s.fetched_to, start + len(chunk))
+            if not chunk:
+                break
+            left = len(s.data) - s.p
+            if left <= 0:
+                s.data_pos += len(s.data)
+                s.data, s.p = chunk, 0
+            else:
+                # join only what this fetch needs onto the leftover; the rest of the chunk
+                # goes back in front of the queue, so most bytes are never copied twice
+                k = min(len(chunk), max(0, n - left))
+                s.data = b"".join((memoryview(s.data)[s.p :], memoryview(chunk)[:k]))
+                s.data_pos += s.p
+                s.p = 0
+                if k < len(chunk):
+                    rest: Future = Future()
+                    rest.set_result(memoryview(chunk)[k:])
+                    s.ahead.appendleft((start + k, end, rest))
+                    start += k
+                    chunk = chunk[:0]
+                    continue
+            if len(chunk) < end - start:
+                # the object is shorter than the metadata says: stop here
+                s.cancel()
+                s.fetched_to = s.data_pos + len(s.data)
+                break
+        return len(s.data) > s.p
 
-        def read_ahead() -> None:
+    def _park(self, s: _Stream, next_offset: int) -> None:
+        """Keep ``s`` for a fetch at ``next_offset`` and read ahead of it; drop it at the segment end."""
+        s.next_offset = next_offset
+        if next_offset > s.md.end_offset or s.pos >= s.size:
+            self.prefetch.release(s)
+            return
+        # drop what was consumed, so the stream only holds bytes ahead of the reader
+        if s.p >= len(s.data):
+            s.data_pos += len(s.data)
+            s.data, s.p = b"", 0
+        self._read_ahead(s)
+        self.prefetch.put(s)
+
+    def _read_ahead(self, s: _Stream) -> None:
+        size = s.size
+        pool = self.rlm.reader_pool
+        while len(s.ahead) < READ_AHEAD_CHUNKS and s.fetched_to < size:
+            start = s.fetched_to
+            end = min(size, start + s.chunk)
+            held = (len(s.data) - s.p) + sum(e - b for b, e, _ in s.ahead) + (end - start)
+            if not self.prefetch.account(s, held):
+                break  # over the read-ahead budget: this reader fetches inline
+            if pool is None or not pool.has_room(0.5):
+                break  # the pool is busy with real fetches; read-ahead is only an optimisation
             try:
-                rest = self._raw_range(md, next_pos + len(head), next_pos + want)
-                fut.set_result(head + rest)
-            except BaseException as exc:  # noqa: BLE001 - a failed read-ahead is retried by the real read
-                if not fut.done():
-                    fut.set_exception(exc)
-
-        try:
-            self.rlm.reader_pool.submit(read_ahead)
-        except Exception:
-            fut.set_result(head)
-
-    def _raw_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
-        end = min(end, md.segment_size_in_bytes)
-        if start >= end:
-            return b""
-        stream = self.rlm.rsm.fetch_log_segment(md, start, end - 1)
-        try:
-            return stream.read(end - start) or b""
-        finally:
-            stream.close()
+                fut = pool.submit(self.fetch_range, s.md, start, end)
+            except Exception:
+                break
+            s.ahead.append((start, end, fut))
+            s.fetched_to = end
+        self.prefetch.account(s, (len(s.data) - s.p) + sum(e - b for b, e, _ in s.ahead))
 
     # -- ListOffsets by timestamp -----------------------------------------------------------------
     def find_offset_by_timestamp(self, tip: TopicIdPartition, log, timestamp: int) -> tuple[int, int, int] | None:
@@ -322,4 +434,4 @@ def _record_at_or_after(buf, pos: int, h, timestamp: int, starting_offset: int) 
     return OffsetAndTimestamp(max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch)
 
 
-__all__ = ["RemoteReadPath", "PrefetchCache", "OffsetAndTimestamp", "SLACK_BYTES"]
+__all__ = ["RemoteReadPath", "PrefetchCache", "OffsetAndTimestamp", "SLACK_BYTES", "CHUNK_MIN", "READ_AHEAD_CHUNKS"]
