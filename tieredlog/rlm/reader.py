@@ -164,6 +164,7 @@ class RemoteReadPath:
     def __init__(self, rlm: "RemoteLogManager") -> None:
         self.rlm = rlm
         self.prefetch = PrefetchCache()
+        self.chunk_min = CHUNK_MIN  # ranged reads are at least this long (and twice the fetch size)
 
     # -- segment lookup -------------------------------------------------------------------------
     def find_segment(self, tip: TopicIdPartition, log, offset: int) -> RemoteLogSegmentMetadata | None:
@@ -232,7 +233,7 @@ class RemoteReadPath:
         while md is not None:
             pos = self.rlm.index_cache.lookup_offset(md, fetch_offset)
             s = _Stream(tip, md, fetch_offset, pos)
-            s.chunk = min(CHUNK_MAX, max(CHUNK_MIN, 2 * max_bytes))
+            s.chunk = min(CHUNK_MAX, max(self.chunk_min, 2 * max_bytes))
             try:
                 data = self._serve(s, fetch_offset, max_bytes, min_one_message)
             except BaseException:
