@@ -76,3 +76,79 @@ def test_kill9_recovers_acknowledged_flushed_data(broker_factory):
     b.kill9()
     b.start()
     assert _consume_all(b.bootstrap, "durable", 300) == values
+
+
+def _raw_connection(bootstrap: str):
+    import socket
+
+    host, port = bootstrap.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=30)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _read_frame(sock) -> bytes:
+    import struct
+
+    def exact(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            if not chunk:
+                raise EOFError(f"connection closed after {len(out)} of {n} bytes")
+            out += chunk
+        return out
+
+    (size,) = struct.unpack(">i", exact(4))
+    return exact(size)
+
+
+def test_sigterm_with_open_connections_logs_no_traceback(broker_factory):
+    """Idle, mid-request, parked-Fetch and consuming connections at SIGTERM: the parked Fetch is
+    answered, every connection is closed, the broker exits 0 and logs no traceback."""
+    import struct
+
+    from tieredlog.protocol.codec import encode_request
+
+    b = broker_factory(SMALL_INTERNAL)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("open", 1, 1)])["open"].result(30)
+    _produce(b.bootstrap, "open", [b"x%d" % i for i in range(10)])
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "open", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("open", 0, 0)])
+    assert len(_consume_all(b.bootstrap, "open", 10)) == 10
+    got = 0
+    for _ in range(40):
+        got += len(consumer.consume(100, 0.25))
+        if got >= 10:
+            break
+    assert got == 10  # the consumer now keeps a long-poll Fetch parked on the broker
+
+    idle = _raw_connection(b.bootstrap)
+    partial = _raw_connection(b.bootstrap)
+    partial.sendall(struct.pack(">i", 100) + b"\0\x12")  # half a request frame
+    parked = _raw_connection(b.bootstrap)
+    fetch = encode_request(1, 12, 77, "parked", {
+        "replica_id": -1, "max_wait": 60_000, "min_bytes": 1 << 20, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": "open", "partitions": [{"partition": 0, "fetch_offset": 10, "partition_max_bytes": 1 << 20,
+                                                       "current_leader_epoch": -1, "log_start_offset": -1}]}],
+    })
+    parked.sendall(fetch)
+    # ApiVersions on the idle connection proves the broker has read everything sent so far
+    idle.sendall(encode_request(18, 0, 5, "idle", {}))
+    assert struct.unpack(">i", _read_frame(idle)[:4]) == (5,)
+
+    rc = b.stop()
+    text = b.log_text()
+    assert rc == 0, text
+    assert "shut down cleanly" in text
+    assert "Traceback" not in text, text
+    assert "CancelledError" not in text, text
+    assert "client connection(s)" in text, text  # one line for the connections, not one per connection
+    # the parked Fetch was answered (empty: the log end did not move) before its connection closed
+    assert struct.unpack(">i", _read_frame(parked)[:4]) == (77,)
+    for s in (idle, partial, parked):
+        assert s.recv(1) == b""  # closed by the broker
+        s.close()
+    consumer.close()

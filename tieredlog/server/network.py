@@ -64,23 +64,46 @@ class Connection:
         self.name = f"{self.host}:{self.port}"
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=server.broker.config["queued.max.requests"])
         self.closing = False
+        self._read_task: asyncio.Task | None = None
 
     async def run(self) -> None:
-        writer_task = asyncio.get_running_loop().create_task(self._write_loop())
+        """Read requests until the peer leaves or ``shutdown()`` is called, write every response
+        already started, close. Ends normally even when cancelled (see ``KafkaServer._accept``)."""
+        loop = asyncio.get_running_loop()
+        writer_task = loop.create_task(self._write_loop())
+        self._read_task = loop.create_task(self._read_loop())
         try:
-            await self._read_loop()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("connection %s failed", self.name)
-        finally:
+            # asyncio.wait: a read loop cancelled by shutdown() does not cancel run() itself
+            await asyncio.wait([self._read_task])
+            if not self._read_task.cancelled():
+                exc = self._read_task.exception()
+                if exc is not None and not isinstance(exc, (ConnectionError, asyncio.IncompleteReadError)):
+                    log.error("connection %s failed", self.name, exc_info=exc)
             await self.queue.put(None)  # writer finishes the in-flight responses, then stops
-            try:
-                await writer_task
-            finally:
-                self.writer.close()
+            await writer_task
+        finally:
+            if not self._read_task.done():
+                self._read_task.cancel()
+            if not writer_task.done():
+                # cancelled before the responses were written: drop them, do not wait for the peer
+                writer_task.cancel()
+                self._abort()
+                self._discard_queued()
+            self.writer.close()
+
+    def shutdown(self) -> None:
+        """Broker stopping: read no further requests; the responses already started are still written."""
+        if self._read_task is not None and not self._read_task.done():
+            self._read_task.cancel()
+
+    def _discard_queued(self) -> None:
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if isinstance(item, asyncio.Task):
+                if not item.done():
+                    item.cancel()
+                elif not item.cancelled() and item.exception() is None and isinstance(item.result(), RawResponse):
+                    item.result().close()
 
     async def _read_loop(self) -> None:
         max_bytes = self.server.broker.config["socket.request.max.bytes"]
@@ -89,7 +112,7 @@ class Connection:
             try:
                 prefix = await self.reader.readexactly(4)
             except asyncio.IncompleteReadError as exc:
-                if exc.partial:
+                if exc.partial and not self.server.stopping:
                     log.warning("closing %s: connection ended inside a size prefix", self.name)
                 return
             (size,) = _I32.unpack(prefix)
@@ -101,7 +124,8 @@ class Connection:
             try:
                 payload = await self.reader.readexactly(size)
             except asyncio.IncompleteReadError:
-                log.warning("closing %s: connection ended inside a %d-byte request", self.name, size)
+                if not self.server.stopping:
+                    log.warning("closing %s: connection ended inside a %d-byte request", self.name, size)
                 return
             api_key, version, correlation_id = peek_header(payload)
             try:
@@ -201,7 +225,7 @@ class KafkaServer:
         self.broker = broker
         self.dispatcher = dispatcher
         self.servers: list[asyncio.base_events.Server] = []
-        self.connections: set[asyncio.Task] = set()
+        self.connections: dict[asyncio.Task, Connection] = {}
         self.inflight: set[asyncio.Task] = set()
         self.stopping = False
 
@@ -224,24 +248,40 @@ class KafkaServer:
             return
         task = asyncio.current_task()
         assert task is not None
-        self.connections.add(task)
+        conn = Connection(self, reader, writer)
+        self.connections[task] = conn
         try:
-            await Connection(self, reader, writer).run()
+            await conn.run()
+        except asyncio.CancelledError:
+            # Python 3.11's start_server callback calls task.exception() on this task, which raises
+            # (and logs a traceback) for a cancelled task: a connection task always ends normally.
+            pass
         finally:
-            self.connections.discard(task)
+            self.connections.pop(task, None)
 
     async def stop(self, grace: float = 10.0) -> None:
-        """Stop accepting, let in-flight requests finish (bounded by ``grace``), close connections."""
+        """Stop accepting and reading, let in-flight requests finish and their responses go out
+        (bounded by ``grace``), then close every connection."""
         self.stopping = True
         for srv in self.servers:
             srv.close()
+        count = len(self.connections)
+        for conn in list(self.connections.values()):
+            conn.shutdown()
         # parked fetches wake on notify and return what they have
         self.broker.append_watchers.notify_all()
         if self.inflight:
             await asyncio.wait(list(self.inflight), timeout=grace)
-        for t in list(self.connections):
-            t.cancel()
+        pending: set[asyncio.Task] = set()
         if self.connections:
-            await asyncio.wait(list(self.connections), timeout=grace)
+            _, pending = await asyncio.wait(list(self.connections), timeout=grace)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=grace)
         for srv in self.servers:
             await srv.wait_closed()
+        log.info(
+            "stopped listening, closed %d client connection(s)%s",
+            count, f" ({len(pending)} cut off after {grace:g} s)" if pending else "",
+        )
