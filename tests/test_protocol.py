@@ -108,3 +108,19 @@ def test_illegal_topic_names(name):
 def test_legal_topic_names():
     for name in ("a", "a.b_c-D9", "x" * 249):
         validate_topic_name(name)
+
+
+def test_warm_up_loads_highest_known_version_of_each_api():
+    from tieredlog.protocol import codec
+
+    for cache in (codec._reader_cache, codec._writer_cache):
+        for v in (15, 16):
+            cache.pop((FETCH, v), None)
+        for key in [k for k in cache if k[0] == METADATA]:
+            cache.pop(key)
+    # Metadata: a range above what kio knows falls back to kio's highest; api 9999 is unknown
+    assert codec.warm_up({FETCH: (4, 16), METADATA: (0, 99), 9999: (0, 3)}) == 2
+    assert (FETCH, 16) in codec._reader_cache and (FETCH, 16) in codec._writer_cache
+    assert (FETCH, 15) not in codec._reader_cache  # only the highest version
+    assert [k for k in codec._reader_cache if k[0] == METADATA] == [k for k in codec._writer_cache if k[0] == METADATA]
+    assert len([k for k in codec._reader_cache if k[0] == METADATA]) == 1

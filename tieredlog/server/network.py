@@ -12,10 +12,11 @@ import asyncio
 import logging
 import os
 import struct
+import threading
 from typing import Any
 
 from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
-from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request, peek_header
+from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request, peek_header, warm_up
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
 
 log = logging.getLogger(__name__)
@@ -240,7 +241,17 @@ class KafkaServer:
             self.servers.append(srv)
             for sock in srv.sockets:
                 bound.append(sock.getsockname()[:2])
+        # load the kio codecs clients will ask for off the loop, so no first request pays for it
+        versions = dict(getattr(self.dispatcher, "versions", {}))
+        threading.Thread(target=self._warm_up, args=(versions,), name="protocol-warm-up", daemon=True).start()
         return bound
+
+    @staticmethod
+    def _warm_up(versions: dict[int, tuple[int, int]]) -> None:
+        try:
+            warm_up(versions)
+        except Exception:  # noqa: BLE001 - an optimisation only: the first request loads what it needs
+            log.debug("protocol codec warm-up failed", exc_info=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.stopping:
