@@ -13,7 +13,9 @@
 ``TIERED_BENCH_MB`` (default 256) is the data per topic; ``TIERED_BENCH_PARTITIONS`` (default 1),
 ``TIERED_BENCH_VALUE`` (bytes per record, default 1024), ``TIERED_BENCH_BATCH_KB`` (producer
 batch.size, default 16), ``TIERED_BENCH_SEGMENT_MB`` (segment.bytes, default 32);
-``TIERED_BENCH_SKIP`` = comma list of ``broker``, ``inproc``.
+``TIERED_BENCH_SKIP`` = comma list of ``broker``, ``inproc``, ``s3``.
+3. Catch-up consumer from an S3 server (SeaweedFS by default, ``TIERED_BENCH_S3=moto``; data
+   ``TIERED_BENCH_S3_MB``, default 128) vs raw boto3 GETs of the same objects; target ratio >= 0.5.
 The consumer uses confluent's defaults (max.partition.fetch.bytes 1 MiB, fetch.max.bytes 50 MiB,
 fetch.wait.max.ms 500).
 """
@@ -108,7 +110,7 @@ def _consume(bootstrap: str, topic: str, ends: dict[int, int]) -> tuple[int, int
     deadline = t0 + 600
     try:
         while left and time.perf_counter() < deadline:
-            for m in c.consume(10000, 1.0):
+            for m in c.consume(2000, 0.02):  # a short timeout: the end is never waited for
                 if m.error() is not None:
                     continue
                 p = m.partition()
@@ -229,6 +231,75 @@ def bench_broker() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _wait_tiered(bs: str, data: Path, topic: str, parts: int, timeout: float = 300) -> dict[int, int]:
+    """Offsets below which every partition of ``topic`` is remote only (local log start)."""
+    deadline = time.monotonic() + timeout
+    ends: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        ends = {}
+        for p in range(parts):
+            tiered = _list_offset(bs, topic, p, -5)
+            local_start = _list_offset(bs, topic, p, -4)
+            if tiered < 0 or local_start != tiered + 1 or len(list((data / f"{topic}-{p}").glob("*.log"))) != 1:
+                break
+            ends[p] = local_start
+        if len(ends) == parts:
+            return ends
+        time.sleep(0.2)
+    raise SystemExit(f"remote tier did not catch up: {ends}")
+
+
+def bench_s3() -> None:
+    """Catch-up consumer from an S3 server (SeaweedFS, or moto with TIERED_BENCH_S3=moto) vs raw
+    boto3 GETs of the same segment objects from the same server."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from broker_harness import BrokerProcess
+    from s3servers import start_moto, start_seaweedfs
+
+    which = os.environ.get("TIERED_BENCH_S3", "seaweedfs")
+    total = _env("TIERED_BENCH_S3_MB", 128) * MIB
+    segment = _env("TIERED_BENCH_SEGMENT_MB", 32) * MIB
+    endpoint = (start_moto if which == "moto" else start_seaweedfs)()
+    root = Path(tempfile.mkdtemp(prefix="bench-tiered-s3-"))
+    prefix = f"bench-{uuid.uuid4().hex[:8]}/"
+    rsm = {f"rsm.config.{k}": str(v) for k, v in endpoint.rsm_configs(prefix=prefix).items()}
+    broker = BrokerProcess(root / "data", overrides={
+        "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "remote.log.storage.manager.class.name": "s3", **rsm})
+    try:
+        broker.start()
+        bs = broker.bootstrap
+        admin = AdminClient({"bootstrap.servers": bs})  # kept alive until the result arrives
+        admin.create_topics([NewTopic("remote", 1, 1, config={
+            "segment.bytes": str(segment), "retention.ms": "-1", "remote.storage.enable": "true",
+            "local.retention.bytes": "1"})])["remote"].result(30)
+        _produce(bs, ["remote"], 1, total, _env("TIERED_BENCH_VALUE", 1024), _env("TIERED_BENCH_BATCH_KB", 16))
+        ends = _wait_tiered(bs, root / "data", "remote", 1)
+        client = endpoint.client()
+        keys = sorted(o["Key"] for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=endpoint.bucket, Prefix=prefix) for o in page.get("Contents", []) if o["Key"].endswith(".log"))
+        raw_runs, runs = [], []
+        for _ in range(_env("TIERED_BENCH_RUNS", 2)):
+            t0 = time.perf_counter()
+            raw = sum(len(client.get_object(Bucket=endpoint.bucket, Key=k)["Body"].read()) for k in keys)
+            raw_runs.append(time.perf_counter() - t0)
+            runs.append(_consume(bs, "remote", ends)[2])
+        t_raw, t_r = min(raw_runs), min(runs)
+        print(f"[{endpoint.name}] {len(keys)} segment objects, {raw / MIB:.0f} MiB")
+        print(f"[{endpoint.name}] raw boto3 GET of the segment objects : {_rate(raw, t_raw)}")
+        print(f"[{endpoint.name}] catch-up consumer from the S3 tier   : {_rate(raw, t_r)}")
+        print(f"[{endpoint.name}] RATIO remote consumer/raw GET        : {t_raw / t_r:5.2f}   (target >= 0.5)")
+    finally:
+        rc = broker.stop()
+        if rc not in (0, None):
+            print(f"broker exit code {rc}:\n{broker.log_text()[-3000:]}")
+        if endpoint._stop is not None:
+            endpoint._stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. in-process: the RLM read path alone, and the copy task
 # ---------------------------------------------------------------------------------------------
@@ -332,6 +403,8 @@ def main() -> None:
         bench_broker()
     if "inproc" not in skip:
         bench_inproc()
+    if "s3" not in skip:
+        bench_s3()
 
 
 if __name__ == "__main__":
