@@ -79,3 +79,71 @@ def test_cli_exits_non_zero_with_one_line_on_invalid_config(tmp_path):
     assert r.returncode != 0
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and "num.partitions" in lines[0], r.stderr
+
+
+def test_recovery_threads_reach_the_log_manager(tmp_path):
+    from tieredlog.server.broker import Broker
+
+    c = BrokerConfig.load(None, [f"log.dir={tmp_path}", "num.recovery.threads.per.data.dir=3"])
+    lm = Broker(c)._make_log_manager()
+    try:
+        assert lm.num_recovery_threads_per_data_dir == 3
+    finally:
+        lm.shutdown()
+
+
+def test_group_coordinator_keys_are_known_with_kafka_defaults(caplog):
+    from tieredlog.coordinator import GroupConfig
+
+    c = BrokerConfig.load()
+    assert (c["group.max.size"], c["offset.metadata.max.bytes"], c["offsets.topic.segment.bytes"]) == (
+        2**31 - 1, 4096, 104857600)
+    c = BrokerConfig.load(None, ["group.max.size=1", "offset.metadata.max.bytes=10", "offsets.topic.segment.bytes=2048"])
+    assert c.unknown == () and "unknown broker config" not in caplog.text
+    g = GroupConfig.from_properties(c)
+    assert (g.max_size, g.offset_metadata_max_bytes, g.offsets_topic_segment_bytes) == (1, 10, 2048)
+    with pytest.raises(BrokerConfigError, match="group.max.size"):
+        BrokerConfig.load(None, ["group.max.size=0"])
+
+
+def test_group_max_size_and_offset_metadata_limit_apply_on_a_real_broker(broker_factory):
+    from tieredlog.protocol.api import CREATE_TOPICS, JOIN_GROUP, OFFSET_COMMIT
+    from tieredlog.protocol.client import KafkaClient
+
+    b = broker_factory({"group.max.size": "1", "offset.metadata.max.bytes": "5",
+                        "group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"})
+    with KafkaClient(b.bootstrap) as c:
+        r = c.request(CREATE_TOPICS, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1}],
+                                      "timeout": 10000}, version=4)
+        assert r.topics[0].error_code.value == 0
+        join = {"group_id": "g", "session_timeout": 6000, "rebalance_timeout": 6000, "member_id": "",
+                "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}
+        first = c.request(JOIN_GROUP, join, version=1)
+        assert first.error_code.value == 0
+        second = c.request(JOIN_GROUP, join, version=1)
+        assert second.error_code.value == 81  # GROUP_MAX_SIZE_REACHED
+        commit = {"group_id": "standalone", "generation_id_or_member_epoch": -1, "member_id": "",
+                  "topics": [{"name": "t", "partitions": [
+                      {"partition_index": 0, "committed_offset": 0, "committed_metadata": "123456"}]}]}
+        r = c.request(OFFSET_COMMIT, commit, version=2)
+        assert r.topics[0].partitions[0].error_code.value == 12  # OFFSET_METADATA_TOO_LARGE
+
+
+def test_custom_plugin_prefixes_reach_rsm_and_rlmm(tmp_path, caplog):
+    from tieredlog.rlm.config import RemoteLogManagerConfig
+    from tieredlog.rlm.factory import build_rsm
+
+    c = BrokerConfig.load(None, [
+        f"log.dir={tmp_path}", "remote.log.storage.manager.impl.prefix=my.rsm.",
+        "remote.log.metadata.manager.impl.prefix=my.rlmm.", f"my.rsm.dir={tmp_path / 'tier'}",
+        "my.rlmm.remote.log.metadata.topic.num.partitions=3", "rsm.config.dir=/not/used",
+    ])
+    assert "my.rsm.dir" not in c.unknown and "my.rlmm.remote.log.metadata.topic.num.partitions" not in c.unknown
+    assert "unknown broker config my." not in caplog.text
+    # the default prefix is no longer the RSM's: such a key is unknown, as in Kafka
+    assert c.unknown == ("rsm.config.dir",)
+    rcfg = RemoteLogManagerConfig.from_broker_config(c)
+    assert rcfg.rsm_configs == {"dir": str(tmp_path / "tier")}
+    assert rcfg.rlmm_configs == {"remote.log.metadata.topic.num.partitions": "3"}
+    rsm = build_rsm(rcfg)
+    assert rsm.root == tmp_path / "tier"

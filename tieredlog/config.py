@@ -76,6 +76,10 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("group.initial.rebalance.delay.ms", "int", 3000, "", 0),
     _d("group.min.session.timeout.ms", "int", 6000, "", 0),
     _d("group.max.session.timeout.ms", "int", 1800000, "", 0),
+    # read by the group coordinator (tieredlog.coordinator.GroupConfig); Kafka's defaults and minimums
+    _d("group.max.size", "int", 2**31 - 1, "most members a consumer group may have", 1),
+    _d("offset.metadata.max.bytes", "int", 4096, "largest metadata string of a committed offset", 0),
+    _d("offsets.topic.segment.bytes", "int", 104857600, "segment.bytes of __consumer_offsets when created", 1),
     _d("offsets.retention.minutes", "int", 10080, "", 1),
     _d("producer.id.expiration.ms", "int", 86400000, "", 1),
     _d("replica.lag.time.max.ms", "int", 30000, "", 0),
@@ -127,6 +131,20 @@ for _td in TOPIC_CONFIGS:
         )
 
 PASSTHROUGH_PREFIXES = ("rsm.config.", "rlmm.config.")
+_PREFIX_KEYS = ("remote.log.storage.manager.impl.prefix", "remote.log.metadata.manager.impl.prefix")
+
+
+def _passthrough_prefixes(props: Mapping[str, Any]) -> tuple[str, ...]:
+    """The RSM and RLMM prefixes in force: Kafka hands the keys under the configured
+    ``remote.log.*.impl.prefix`` to the plugins, so those (not the defaults) are pass-through.
+    An empty prefix passes nothing: it would otherwise swallow every typo."""
+    out = []
+    for key in _PREFIX_KEYS:
+        value = props.get(key)
+        prefix = BROKER_CONFIG_DEFS[key].default if value is None else str(value).strip()
+        if prefix:
+            out.append(prefix)
+    return tuple(out)
 
 
 def _parse_value(d: BrokerConfigDef, raw: Any) -> Any:
@@ -207,11 +225,12 @@ class BrokerConfig:
         values: dict[str, Any] = {n: d.default for n, d in BROKER_CONFIG_DEFS.items()}
         unknown: list[str] = []
         passthrough: dict[str, str] = {}
+        prefixes = _passthrough_prefixes(props)
         for key, raw in props.items():
-            if key.startswith(PASSTHROUGH_PREFIXES):
+            d = BROKER_CONFIG_DEFS.get(key)
+            if d is None and key.startswith(prefixes):
                 passthrough[key] = str(raw)
                 continue
-            d = BROKER_CONFIG_DEFS.get(key)
             if d is None:
                 unknown.append(key)
                 continue

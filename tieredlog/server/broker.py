@@ -145,6 +145,8 @@ class Broker:
             kwargs["producer_id_expiration_ms"] = self.config["producer.id.expiration.ms"]
         if "topic_configs" in params:
             kwargs["topic_configs"] = self._topic_config_for
+        if "num_recovery_threads_per_data_dir" in params:
+            kwargs["num_recovery_threads_per_data_dir"] = self.config["num.recovery.threads.per.data.dir"]
         return LogManager(self.log_dirs, self.default_log_config, **kwargs)
 
     def _topic_config_for(self, topic: str) -> LogConfig:
