@@ -208,17 +208,45 @@ class Connection:
 
     async def _send_raw(self, resp: RawResponse) -> None:
         loop = asyncio.get_running_loop()
+        transport = self.writer.transport
+        # Direct os.sendfile on a plain TCP socket whose transport buffer is empty: the bytes go in
+        # order, and a region the socket takes at once costs one syscall instead of loop.sendfile's
+        # reader pause, writer registration and extra loop turn. The rest goes through loop.sendfile.
+        sock = transport.get_extra_info("socket")
+        out_fd = sock.fileno() if sock is not None and transport.get_extra_info("sslcontext") is None else -1
         try:
             for part in resp.parts:
                 if isinstance(part, OpenRegion):
-                    await self.writer.drain()
-                    # zero-copy from the page cache; asyncio falls back to read+write where it cannot
-                    await loop.sendfile(self.writer.transport, part.file, part.position, part.size)
+                    position, size = part.position, part.size
+                    if out_fd >= 0 and not transport.is_closing() and transport.get_write_buffer_size() == 0:
+                        sent = _sendfile_nonblocking(out_fd, part.file.fileno(), position, size)
+                        position += sent
+                        size -= sent
+                    if size:
+                        await self.writer.drain()
+                        # zero-copy from the page cache; asyncio falls back to read+write where it cannot
+                        await loop.sendfile(transport, part.file, position, size)
                 else:
                     self.writer.write(part)
             await self.writer.drain()
         finally:
             resp.close()
+
+
+def _sendfile_nonblocking(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+    """Send from ``in_fd`` at ``offset`` until ``count`` bytes went or the socket would block."""
+    sent = 0
+    while sent < count:
+        try:
+            n = os.sendfile(out_fd, in_fd, offset + sent, count - sent)
+        except (BlockingIOError, InterruptedError):
+            break
+        if n == 0:
+            # the file ended inside the region: the frame's size prefix is already out, so the
+            # connection cannot continue
+            raise ConnectionError(f"segment file ended {count - sent} bytes short of a fetch region")
+        sent += n
+    return sent
 
 
 class KafkaServer:
