@@ -316,3 +316,25 @@ def test_topic_deletion_removes_remote_data_and_survives_restart(env, tmp_path):
         assert list(rsm.partition_dir(state.tip).glob("*.log")) == []
     finally:
         rlm2.shutdown()
+
+
+def test_remote_storage_disabled_deletes_remote_segments_without_a_partition_delete_marker(env):
+    lg, rsm, rlmm, rlm, events = env
+    produce(lg, 60)
+    state = state_for(rlm, lg)
+    copier.copy_task(rlm, state, TaskContext())
+    copied = finished(rlmm, state.tip)
+    assert copied and list(rsm.iter_segment_files())
+    rlm.on_leadership_change([lg])
+    assert TP in rlm._leaders
+    rlm.on_remote_storage_disabled([TP])
+    assert TP not in rlm._leaders  # the copy and expiration tasks are gone
+    deadline = time.monotonic() + 30  # a wait for the background task, not a performance bound
+    while list(rsm.iter_segment_files()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(rsm.iter_segment_files()) == []
+    assert sorted(e.start_offset for e in events if e.type == "DELETE_SEGMENT") == [m.start_offset for m in copied]
+    assert finished(rlmm, state.tip) == []
+    # the partition itself is not marked deleted: tiering it again later must work
+    assert rlm.pending_partition_deletes() == []
+    assert state.tip not in rlmm._store.delete_metadata and state.tip in rlmm._store.caches

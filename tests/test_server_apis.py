@@ -193,3 +193,112 @@ def test_produce_errors_corrupt_and_too_large(broker):
         assert _produce_raw(c, "perr", good, acks=2).error_code.value == 21  # INVALID_REQUIRED_ACKS
         # the broker is still fine and the log has just the one good batch
         assert _list(c, "perr", -1).offset == 1
+
+
+def _create_with(c: KafkaClient, name: str, configs: dict[str, str]):
+    r = c.request(CREATE_TOPICS, {"topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
+                                              "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                                  "timeout": 10000})
+    return r.topics[0]
+
+
+def _alter(c: KafkaClient, name: str, configs: dict[str, str]):
+    from tieredlog.protocol.api import ALTER_CONFIGS
+
+    r = c.request(ALTER_CONFIGS, {"resources": [{"resource_type": 2, "resource_name": name, "configs": [
+        {"name": k, "value": v} for k, v in configs.items()]}], "validate_only": False})
+    return r.responses[0]
+
+
+def _incremental(c: KafkaClient, name: str, configs: dict[str, str]):
+    from tieredlog.protocol.api import INCREMENTAL_ALTER_CONFIGS
+
+    r = c.request(INCREMENTAL_ALTER_CONFIGS, {"resources": [{"resource_type": 2, "resource_name": name, "configs": [
+        {"name": k, "value": v, "config_operation": 0} for k, v in configs.items()]}], "validate_only": False})
+    return r.responses[0]
+
+
+SYSTEM_OFF = "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
+
+
+def test_remote_storage_refused_when_the_broker_tier_is_off(broker_factory):
+    b = broker_factory({"remote.log.storage.system.enable": "false"})
+    with KafkaClient(b.bootstrap) as c:
+        r = _create_with(c, "tiered-off", {"remote.storage.enable": "true"})
+        assert (r.error_code.value, r.error_message) == (40, SYSTEM_OFF)
+        assert _create_with(c, "plain", {}).error_code.value == 0
+        for alter in (_alter, _incremental):
+            r = alter(c, "plain", {"remote.storage.enable": "true"})
+            assert (r.error_code.value, r.error_message) == (40, SYSTEM_OFF)
+        assert _incremental(c, "plain", {"retention.ms": "1000"}).error_code.value == 0
+
+
+def test_kafka_tiered_topic_config_rules(broker):
+    with KafkaClient(broker.bootstrap) as c:
+        r = _create_with(c, "lr-ms", {"remote.storage.enable": "true", "local.retention.ms": "-1"})
+        assert r.error_code.value == 40
+        assert r.error_message == ("Invalid value -1 for configuration local.retention.ms: "
+                                   "Value must not be -1 as retention.ms value is set as 604800000.")
+        r = _create_with(c, "lr-b", {"remote.storage.enable": "true", "retention.bytes": "1000",
+                                     "local.retention.bytes": "-1"})
+        assert r.error_code.value == 40 and "Value must not be -1 as retention.bytes value is set as 1000." in r.error_message
+        # both unlimited is fine, and so is -1 locally on a topic that is not tiered
+        assert _create_with(c, "lr-ok", {"remote.storage.enable": "true", "retention.bytes": "-1",
+                                         "local.retention.bytes": "-1"}).error_code.value == 0
+        assert _create_with(c, "lr-plain", {"local.retention.ms": "-1"}).error_code.value == 0
+        # KIP-950: with copying disabled only the total retention may delete
+        r = _create_with(c, "cd", {"remote.storage.enable": "true", "remote.log.copy.disable": "true",
+                                   "local.retention.ms": "1000"})
+        assert r.error_code.value == 40 and r.error_message.startswith(
+            "When `remote.log.copy.disable` is set to true, the `local.retention.ms` and `retention.ms` must be")
+        assert _create_with(c, "cd", {"remote.storage.enable": "true", "remote.log.copy.disable": "true",
+                                      "local.retention.ms": "604800000"}).error_code.value == 0
+        r = _incremental(c, "cd", {"local.retention.bytes": "10"})
+        assert r.error_code.value == 40 and "`local.retention.bytes` and `retention.bytes`" in r.error_message
+        # KIP-950: turning tiering off needs remote.log.delete.on.disable=true
+        for alter in (_alter, _incremental):
+            r = alter(c, "cd", {"remote.storage.enable": "false"})
+            assert r.error_code.value == 40
+            assert r.error_message.startswith("It is invalid to disable remote storage without deleting remote data.")
+        assert _incremental(c, "cd", {"remote.storage.enable": "false",
+                                      "remote.log.delete.on.disable": "true"}).error_code.value == 0
+        # and it may be turned on again
+        assert _incremental(c, "cd", {"remote.storage.enable": "true"}).error_code.value == 0
+
+
+def test_stored_tiered_topic_on_a_broker_with_the_tier_off_uses_total_retention(tmp_path):
+    """A topic tiered while the remote tier was on keeps running as a local-only topic when the broker
+    restarts with remote.log.storage.system.enable=false: retention.bytes deletes local segments."""
+    import asyncio
+    import uuid
+
+    from tieredlog.config import BrokerConfig
+    from tieredlog.log.types import TopicPartition
+    from tieredlog.records.record import build_batch
+    from tieredlog.server.broker import Broker
+    from tieredlog.server.topic_store import TopicMetadata, TopicStore
+
+    TopicStore(tmp_path).save({"old": TopicMetadata("old", uuid.uuid4(), 1, {
+        "remote.storage.enable": "true", "segment.bytes": "1024", "retention.bytes": "2048",
+        "local.retention.bytes": "1", "file.delete.delay.ms": "0"})})
+    b = Broker(BrokerConfig.load(None, [f"log.dir={tmp_path}", "remote.log.storage.system.enable=false",
+                                        "offsets.topic.num.partitions=1"]))
+
+    async def run():
+        await b.start()
+        try:
+            plog = b.get_partition_log("old", 0)
+            assert plog.config.remote_storage_enable is False
+            assert b.topics["old"].configs["remote.storage.enable"] == "true"  # the topic's setting is kept
+            for i in range(40):
+                plog.append_as_leader(build_batch([(b"k", b"v" * 200, [], 1_700_000_000_000 + i)]), 0)
+            plog.update_high_watermark(plog.log_end_offset)
+            assert len(plog.segments) > 4
+            assert plog.delete_old_segments() > 0
+            assert plog.size <= 2048 + 1024
+            assert plog.log_start_offset == plog.local_log_start_offset == plog.segments[0].base_offset > 0
+            assert b.log_manager.get_log(TopicPartition("old", 0)) is plog
+        finally:
+            await b.shutdown()
+
+    asyncio.run(run())

@@ -212,3 +212,45 @@ def validate_log_config(cfg: LogConfig) -> None:
         raise ConfigError(
             f"Value must not be more than retention.bytes property value: local.retention.bytes={cfg.local_retention_bytes}"
         )
+
+
+def validate_topic_config_change(cfg: LogConfig, was_remote_enabled: bool, remote_system_enabled: bool) -> None:
+    """The checks Kafka makes when a client creates a topic or alters its configs (LogConfig.validate
+    with the broker's settings), on the combined config (defaults, broker synonyms, topic overrides).
+    Not made when stored topic configs are loaded at start-up: a broker must still start with a topic
+    that an older version, or a broker with tiering on, accepted."""
+    if cfg.remote_storage_enable:
+        if not remote_system_enabled:
+            raise ConfigError(
+                "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
+            )
+        # local retention of -1 (keep forever) would outlive a finite total retention
+        if cfg.retention_bytes > -1 and cfg.local_retention_bytes == -1:
+            raise ConfigError(
+                f"Invalid value -1 for configuration local.retention.bytes: "
+                f"Value must not be -1 as retention.bytes value is set as {cfg.retention_bytes}."
+            )
+        if cfg.retention_ms != -1 and cfg.local_retention_ms == -1:
+            raise ConfigError(
+                f"Invalid value -1 for configuration local.retention.ms: "
+                f"Value must not be -1 as retention.ms value is set as {cfg.retention_ms}."
+            )
+        if cfg.remote_log_copy_disable:
+            # KIP-950: nothing more is copied, so only the total retention may delete local data
+            if cfg.local_retention_bytes != -2 and cfg.local_retention_bytes != cfg.retention_bytes:
+                raise ConfigError(
+                    "When `remote.log.copy.disable` is set to true, the `local.retention.bytes` and `retention.bytes` "
+                    "must be set to the identical value because there will be no more logs copied to the remote storage."
+                )
+            if cfg.local_retention_ms != -2 and cfg.local_retention_ms != cfg.retention_ms:
+                raise ConfigError(
+                    "When `remote.log.copy.disable` is set to true, the `local.retention.ms` and `retention.ms` "
+                    "must be set to the identical value because there will be no more logs copied to the remote storage."
+                )
+    elif was_remote_enabled and not cfg.remote_log_delete_on_disable:
+        raise ConfigError(
+            "It is invalid to disable remote storage without deleting remote data. If you want to keep the remote data "
+            "and turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to "
+            "disable remote storage and delete all remote data, please set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+        )

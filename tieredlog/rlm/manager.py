@@ -262,6 +262,51 @@ class RemoteLogManager:
         if chosen:
             self.stop_partitions(chosen, delete_remote=True)
 
+    def on_remote_storage_disabled(self, partitions: Iterable[Any]) -> None:
+        """KIP-950: ``remote.storage.enable`` went from true to false with
+        ``remote.log.delete.on.disable=true``. Stop the partitions' tasks and delete their remote
+        segments in the background (Kafka's deleteRemoteLogPartition). Unlike a topic deletion no
+        partition-delete marker is written: the partition lives on, and tiering may be enabled again
+        later. Not journaled, as in Kafka: a broker stopped midway leaves the rest of the objects.
+        Cheap: safe to call on the event loop."""
+        tips = []
+        with self._lock:
+            for p in partitions:
+                tp, lg = self._resolve(p)
+                self._cancel_leader_tasks(tp)
+                self.expirer.cancel(("follower", tp))
+                self._followers.pop(tp, None)
+                self.metrics.remove_partition(tp.topic, tp.partition)
+                try:
+                    tips.append(p if isinstance(p, TopicIdPartition) else self._tip(tp, lg))
+                except UnknownTopicOrPartitionError:
+                    continue
+        for tip in tips:
+            self._schedule_remote_data_delete(tip)
+
+    def _schedule_remote_data_delete(self, tip: TopicIdPartition) -> None:
+        key = ("disable", tip)
+
+        def run(ctx: TaskContext) -> None:
+            # the RLMM must have the partition's metadata loaded to list its segments
+            self.rlmm.on_partition_leadership_changes({tip}, set())
+            if not self.rlmm_ready(tip):
+                raise ReplicaNotAvailableError(f"{tip}: remote metadata not loaded yet")
+            for md in sorted(self.list_segments(tip), key=lambda m: m.start_offset):
+                if ctx.cancelled or self.closing:
+                    return
+                if md.state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+                    self.delete_remote_segment(md)
+            try:
+                self.rlmm.on_stop_partitions({tip})
+            except Exception:
+                log.debug("on_stop_partitions failed", exc_info=True)
+            self.expirer.cancel(key)
+            log.info("%s: remote storage disabled, remote data deleted", tip)
+
+        # retried with backoff on failure; on success the task cancels itself
+        self.expirer.schedule(key, run, self.config.task_interval_ms)
+
     # ---- single-broker leadership ------------------------------------------------------------------
     def watch_log_manager(self, interval_s: float = 0.5) -> None:
         """Without a replication layer this broker leads every partition it hosts: keep the tasks in

@@ -7,6 +7,7 @@ and RemoteLogManager. Handlers reach it through ``RequestContext.broker``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import logging
@@ -24,7 +25,7 @@ from tieredlog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from tieredlog.log.config import ConfigError, LogConfig
+from tieredlog.log.config import ConfigError, LogConfig, validate_topic_config_change
 from tieredlog.log.types import TopicPartition
 from tieredlog.server.delayed import PartitionWatchers
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
@@ -110,6 +111,11 @@ class Broker:
         self.producer_ids = ProducerIdManager(first / _PID_FILE)
         self._store = TopicStore(first)
         self.topics = self._store.load()  # before the logs load, so they get their topic configs
+        if not self.remote_storage_system_enabled:
+            for t in self.topics.values():
+                if str(t.configs.get("remote.storage.enable", "")).strip().lower() == "true":
+                    log.warning("topic %s has remote.storage.enable=true but remote.log.storage.system.enable=false: "
+                                "it is served as a local-only topic (retention.ms/retention.bytes apply locally)", t.name)
         self.log_manager = self._make_log_manager()
         self._reconcile_with_logs()
         self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
@@ -151,7 +157,27 @@ class Broker:
 
     def _topic_config_for(self, topic: str) -> LogConfig:
         t = self.topics.get(topic)
-        return self.log_config_for(t.configs) if t else self.default_log_config
+        return self._effective_log_config(t.configs) if t else self.default_log_config
+
+    @property
+    def remote_storage_system_enabled(self) -> bool:
+        return bool(self.config.get("remote.log.storage.system.enable", False))
+
+    def _effective_log_config(self, overrides: dict[str, str]) -> LogConfig:
+        """The config the logs run with. A topic stored with remote.storage.enable=true on a broker whose
+        remote tier is off (created while it was on) is local-only here: nothing tiers it, so local
+        retention waiting for copies would never delete; total retention applies instead. (Kafka refuses
+        to start in this state; keeping the broker up is kinder, and the topic's own setting is kept.)"""
+        cfg = self.log_config_for(overrides)
+        if cfg.remote_storage_enable and not self.remote_storage_system_enabled:
+            cfg = dataclasses.replace(cfg, remote_storage_enable=False)
+        return cfg
+
+    def _validate_topic_configs(self, cfg: LogConfig, was_remote_enabled: bool) -> None:
+        try:
+            validate_topic_config_change(cfg, was_remote_enabled, self.remote_storage_system_enabled)
+        except ConfigError as exc:
+            raise InvalidConfigError(str(exc)) from None
 
     def _reconcile_with_logs(self) -> None:
         """Topics whose partition dirs exist but are missing from the store (store lost or written
@@ -245,7 +271,7 @@ class Broker:
 
     def _ensure_log(self, t: TopicMetadata, partition: int) -> Any:
         tp = TopicPartition(t.name, partition)
-        return self.log_manager.get_or_create_log(tp, t.topic_id, self.log_config_for(t.configs))
+        return self.log_manager.get_or_create_log(tp, t.topic_id, self._effective_log_config(t.configs))
 
     def get_topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
@@ -277,7 +303,9 @@ class Broker:
                 f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
                 f"of {replication_factor} cannot be reached because only 1 broker(s) are registered."
             )
-        return self.log_config_for(configs)
+        cfg = self.log_config_for(configs)
+        self._validate_topic_configs(cfg, was_remote_enabled=False)
+        return cfg
 
     def create_topic(
         self, name: str, partitions: int, replication_factor: int = 1, configs: dict[str, str] | None = None
@@ -339,19 +367,40 @@ class Broker:
         if t is None:
             raise UnknownTopicOrPartitionError(f"Topic {name} not found")
         cfg = self.log_config_for(overrides)
+        was_remote_enabled = self.log_config_for(t.configs).remote_storage_enable
+        self._validate_topic_configs(cfg, was_remote_enabled)
         if validate_only:
             return
         t.configs = dict(overrides)
         self._store.save(self.topics)
+        cfg = self._effective_log_config(overrides)
+        logs = []
         for p in range(t.partitions):
             plog = self.log_manager.get_log(TopicPartition(name, p))
             if plog is None:
                 continue
+            logs.append(plog)
             update = getattr(plog, "update_config", None)
             if update is not None:
                 update(cfg)
             else:
                 plog.config = cfg
+        if was_remote_enabled and not cfg.remote_storage_enable and cfg.remote_log_delete_on_disable:
+            self._remote_storage_disabled(name, logs)
+
+    def _remote_storage_disabled(self, name: str, logs: list) -> None:
+        """KIP-950 with remote.log.delete.on.disable=true: the remote copies go, so (as Kafka does) the
+        log start moves up to the local log start: offsets only the remote tier held are no longer
+        readable, and ListOffsets -2 / DeleteRecords agree with what is left."""
+        rlm = self.remote_log_manager
+        if rlm is not None:
+            rlm.on_remote_storage_disabled([TopicPartition(name, plog.topic_partition[1]) for plog in logs])
+        for plog in logs:
+            try:
+                plog.maybe_increment_log_start_offset(plog.local_log_start_offset, "remote storage disabled")
+            except Exception:  # noqa: BLE001 - a log start above the HW waits for the next retention run
+                log.warning("%s-%d: could not move the log start offset", *plog.topic_partition, exc_info=True)
+        log.info("topic %s: remote storage disabled, its remote data will be deleted", name)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         return self.topics_by_id.get(topic_id)
