@@ -254,3 +254,23 @@ def test_recopy_without_txn_index_drops_the_earlier_one(rsm, tmp_path):
     with pytest.raises(RemoteResourceNotFoundException):
         rsm.fetch_index(md, IndexType.TRANSACTION)
     assert rsm.list_manifests(TP)[0]["tx_index_present"] is False
+
+
+def test_deleting_the_last_segments_removes_the_empty_partition_and_topic_folders(rsm, tmp_path):
+    root = tmp_path / "remote"
+    p0, p1 = TopicIdPartition(TOPIC_ID, "gone", 0), TopicIdPartition(TOPIC_ID, "gone", 1)
+    a, b, c = make_md(tp=p0), make_md(start=100, end=199, tp=p0), make_md(tp=p1)
+    for i, md in enumerate((a, b, c)):
+        rsm.copy_log_segment_data(md, make_files(tmp_path / f"s{i}", b"x"))
+    pdir0, pdir1 = rsm.partition_dir(p0), rsm.partition_dir(p1)
+    tdir = pdir0.parent
+    rsm.delete_log_segment_data(a)
+    assert pdir0.is_dir()  # another segment is still there
+    rsm.delete_log_segment_data(b)
+    assert not pdir0.exists() and tdir.is_dir()  # partition 1 still lives in the topic folder
+    rsm.delete_log_segment_data(c)
+    assert not tdir.exists() and root.is_dir()
+    assert list(root.iterdir()) == []
+    # a later copy to the same partition recreates the folders
+    rsm.copy_log_segment_data(make_md(start=200, end=299, tp=p0), make_files(tmp_path / "s9", b"y"))
+    assert len(rsm.list_manifests(p0)) == 1

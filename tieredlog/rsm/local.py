@@ -286,6 +286,18 @@ class LocalTieredStorage(RemoteStorageManager):
                 _unlink(self.segment_path(md, suffix))
         except OSError as exc:
             raise RemoteStorageException(f"delete of segment {segment_file_stem(md)} failed: {exc}") from exc
+        # The partition's last segment gone: remove its folder and then the topic's, when empty, so a
+        # deleted topic leaves nothing behind. rmdir refuses a folder that is not empty, so a segment
+        # being copied there meanwhile (its temporary file is already in it) keeps the folder; a copy
+        # that finds its folder gone recreates it (_atomic_write).
+        pdir = self.segment_path(md, MANIFEST_SUFFIX).parent
+        for folder in (pdir, pdir.parent):
+            if folder == self.root:
+                break
+            try:
+                folder.rmdir()
+            except OSError:
+                break  # not empty (or already gone): leave it and its parent
         self._emit("DELETE_SEGMENT", md)
 
     def close(self) -> None:
@@ -339,7 +351,15 @@ def _bool(v: object) -> bool:
 def _atomic_write(dest: Path, source: Path | bytes) -> int:
     """Write ``source`` (a file to copy, or bytes) to ``dest`` through a unique temporary file in the
     same folder, fsync it and rename it into place. Returns the size written."""
-    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+    for attempt in range(10):
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+            break
+        except FileNotFoundError:
+            # the folder is missing, or a concurrent delete of the partition's last segment removed it
+            if attempt == 9:
+                raise
+            dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         with os.fdopen(fd, "wb") as out:
             if isinstance(source, (bytes, bytearray, memoryview)):
