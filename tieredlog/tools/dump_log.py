@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
+from tieredlog.tools import run_tool
+
 from tieredlog.log.producer_state import CorruptSnapshotError, decode_snapshot
 from tieredlog.records.batch import (
     COMPRESSION_NAMES,
@@ -352,40 +354,40 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return run_tool(lambda: _run(args))
+
+
+def _run(args) -> int:
     paths = [Path(x) for x in args.paths] + [Path(x) for f in args.files for x in f.split(",") if x]
     if not paths:
         print("tieredlog dump-log: no files given (see --help)", file=sys.stderr)
         return 2
     out = _Out(sys.stdout)
     rc = 0
-    try:
-        for path in paths:
-            dumper = _dumper_for(path)
-            if dumper is None:
-                print(f"tieredlog dump-log: {path}: unknown file type", file=sys.stderr)
-                rc = 1
-                continue
-            if not path.is_file():
-                why = "not a regular file" if path.exists() else "no such file"
-                print(f"tieredlog dump-log: {path}: {why}", file=sys.stderr)
-                rc = 1
-                continue
-            out(f"Dumping {path}")
-            try:
-                dumper(path, out, args.print_data)
-            except Corrupt as e:
-                sys.stdout.flush()
-                print(f"{path}: corrupt data at byte {e.position}: {e.reason}", file=sys.stderr)
-                rc = 1
-            except OSError as e:
-                print(f"tieredlog dump-log: {path}: {e.strerror or e}", file=sys.stderr)
-                rc = 1
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # `dump-log ... | head`: the reader went away, which is not an error of ours. Point stdout at
-        # /dev/null so the interpreter's final flush does not complain.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return rc
+    for path in paths:
+        dumper = _dumper_for(path)
+        if dumper is None:
+            print(f"tieredlog dump-log: {path}: unknown file type", file=sys.stderr)
+            rc = 1
+            continue
+        if not path.is_file():
+            why = "not a regular file" if path.exists() else "no such file"
+            print(f"tieredlog dump-log: {path}: {why}", file=sys.stderr)
+            rc = 1
+            continue
+        out(f"Dumping {path}")
+        try:
+            dumper(path, out, args.print_data)
+        except Corrupt as e:
+            sys.stdout.flush()
+            print(f"{path}: corrupt data at byte {e.position}: {e.reason}", file=sys.stderr)
+            rc = 1
+        except BrokenPipeError:
+            raise  # stdout's reader went away, not a problem with this file: run_tool ends quietly
+        except OSError as e:
+            print(f"tieredlog dump-log: {path}: {e.strerror or e}", file=sys.stderr)
+            rc = 1
+    sys.stdout.flush()
     return rc
 
 

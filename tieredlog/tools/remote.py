@@ -25,6 +25,7 @@ from tieredlog.rsm.api import (
     RemotePartitionDeleteMetadata,
 )
 from tieredlog.rsm.local import uuid_to_base64
+from tieredlog.tools import run_tool
 
 DEFAULT_LOG_DIR = "./data"
 
@@ -185,7 +186,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    return int(args.func(args))
+    return run_tool(lambda: int(args.func(args)))
 
 
 if __name__ == "__main__":

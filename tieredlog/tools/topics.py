@@ -12,6 +12,7 @@ from typing import Any
 
 from tieredlog.protocol.api import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, METADATA
 from tieredlog.protocol.client import KafkaClient
+from tieredlog.tools import run_tool
 
 TOPIC_RESOURCE = 2
 DYNAMIC_TOPIC_CONFIG = 1
@@ -167,12 +168,18 @@ COMMANDS = {"create": cmd_create, "delete": cmd_delete, "list": cmd_list, "descr
 
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        with KafkaClient(a.bootstrap_server) as client:
-            return COMMANDS[a.command](client, a)
-    except (OSError, ConnectionError) as exc:
-        print(f"tieredlog topics: cannot reach {a.bootstrap_server}: {exc}", file=sys.stderr)
-        return 1
+
+    def run() -> int:
+        try:
+            with KafkaClient(a.bootstrap_server) as client:
+                return COMMANDS[a.command](client, a)
+        except BrokenPipeError:
+            raise  # our stdout, not the broker: run_tool ends quietly
+        except (OSError, ConnectionError) as exc:
+            print(f"tieredlog topics: cannot reach {a.bootstrap_server}: {exc}", file=sys.stderr)
+            return 1
+
+    return run_tool(run)
 
 
 if __name__ == "__main__":
