@@ -553,6 +553,31 @@ class RemoteLogManager:
         except Exception as exc:
             raise KafkaStorageError(f"remote timestamp lookup for {tp} failed: {exc}") from exc
 
+    def find_max_timestamp(self, topic_partition: Any) -> tuple[int, int, int] | None:
+        """ListOffsets -3 over the remote tier: (offset, timestamp, leader epoch) of the first record
+        carrying the largest timestamp among the partition's live remote segments (those at or above
+        the log start offset), or None when nothing readable is remote. The segment metadata's
+        max_timestamp_ms picks the segment; the timestamp lookup then finds the record inside it.
+        Blocking: the server calls it in an executor."""
+        tp = TopicPartition(*topic_partition)
+        log_ = self.log_manager.get_log(tp)
+        if log_ is None or not self.is_tiered(log_):
+            return None
+        try:
+            tip = self._tip(tp, log_)
+            live = [m for m in self.list_segments(tip)
+                    if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.end_offset >= log_.log_start_offset]
+            if not live:
+                return None
+            max_ts = max(m.max_timestamp_ms for m in live)
+            # the first record at or after max_ts is the first one with exactly max_ts (none is larger);
+            # None means that segment also starts in the local log, where the caller looks anyway
+            return self.read_path.find_offset_by_timestamp(tip, log_, max_ts)
+        except KafkaError:
+            raise
+        except Exception as exc:
+            raise KafkaStorageError(f"remote max-timestamp lookup for {tp} failed: {exc}") from exc
+
     def fetch_remote_log_segment_metadata(self, topic_partition: Any, epoch: int, offset: int):
         """For the follower's rebuild of its aux state (KIP-405 BuildingRemoteLogAuxState)."""
         tp, log_ = self._resolve(topic_partition)

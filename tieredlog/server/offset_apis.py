@@ -52,6 +52,18 @@ async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: in
         off = plog.highest_offset_in_remote_storage
         return off, -1, _epoch_for(plog, off)
     rlm = ctx.broker.remote_log_manager
+    if ts == MAX_TIMESTAMP and rlm is not None and plog.local_log_start_offset > plog.log_start_offset:
+        # The largest timestamp may be in a segment only the remote tier holds (all data tiered, or
+        # late records with old offsets). Kafka looks at local segments only; the remote tier's
+        # segment metadata answers here as well, and on a tie the remote (earlier) offset wins.
+        loop = asyncio.get_running_loop()
+        remote = await loop.run_in_executor(None, rlm.find_max_timestamp, tp)
+        local = plog.fetch_offset_by_timestamp(ts)
+        if remote is not None and (local is None or _unpack(remote)[1] >= _unpack(local)[1]):
+            return _unpack(remote)
+        if local is None:
+            return -1, -1, -1
+        return _unpack(local)
     if ts >= 0 and rlm is not None and plog.local_log_start_offset > plog.log_start_offset:
         # part of the log lives only in the remote tier; ask it first, off the loop
         loop = asyncio.get_running_loop()
