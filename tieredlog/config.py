@@ -89,6 +89,7 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("cluster.id", "str", None, "cluster id; generated and kept in meta.properties when unset"),
     _d("broker.rack", "str", None),
     _d("metrics.port", "int", -1, "Prometheus metrics HTTP port; -1 disables", -1),
+    _d("metrics.host", "str", "127.0.0.1", "address the Prometheus metrics endpoint binds"),
     # Tiered storage (KIP-405), Kafka's names; tieredlog enables the remote tier by default.
     _d("remote.log.storage.system.enable", "bool", True, "start the RemoteLogManager"),
     _d("remote.log.storage.manager.class.name", "str", "local", "RSM short name or module:Class"),

@@ -100,7 +100,7 @@ def bind_gauge(gauge: Gauge, fn: Callable[[], float]) -> None:
     gauge.set_function(fn)
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0") -> None:
+def start_metrics_server(port: int, addr: str = "127.0.0.1") -> None:
     """Serve /metrics for Prometheus on ``metrics.port``; the broker calls this when it is set."""
     metrics()
     start_http_server(int(port), addr=addr, registry=REGISTRY)

@@ -139,7 +139,7 @@ class Broker:
 
         port = self.config.get("metrics.port", -1)
         if port is not None and port >= 0:
-            start_metrics_server(port)
+            start_metrics_server(port, self.config.get("metrics.host") or "127.0.0.1")
         self.remote_log_manager = create_remote_log_manager(self)
 
     def _make_log_manager(self) -> Any:
