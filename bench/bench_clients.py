@@ -6,7 +6,8 @@ Consume rows also give the time to the first record (consumer start-up, first fe
 filling its first 10 000-message batch) and the rate after it; 200 MB topics (lz4 and uncompressed,
 10 MiB and librdkafka's default 1 MiB per partition) show the steady catch-up rate and what lz4
 decompression costs the client; "client alone" times only the Python poll loop over 50 MB that
-librdkafka has already fetched and decompressed: the ceiling any broker sees from this client.
+librdkafka has already fetched and decompressed: the ceiling any broker sees from this client;
+"broker alone" reads Fetch responses with a raw socket and decodes nothing: the broker's own rate.
 The baseline is the same number of bytes sent to an asyncio server that only appends them to a file:
 the ceiling for a Python broker on this machine.
 """
@@ -167,6 +168,49 @@ def client_only_run(bootstrap: str, topic: str, partitions: int, expected: int) 
     return nbytes / dt / 1e6
 
 
+def broker_only_run(bootstrap: str, topic: str, partitions: int, partition_max: int, fetches: int = 300) -> float:
+    """MB/s the broker serves to a raw-socket client that only reads Fetch v12 responses into one
+    buffer (no decode, no decompression): the broker alone, beside "client alone" above."""
+    from tieredlog.protocol.codec import encode_request
+
+    def request(correlation_id: int, offset: int) -> bytes:
+        return encode_request(1, 12, correlation_id, "bench-raw", {
+            "replica_id": -1, "max_wait": 500, "min_bytes": 1, "max_bytes": 50 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": p, "fetch_offset": offset, "partition_max_bytes": partition_max,
+                 "current_leader_epoch": -1, "log_start_offset": -1} for p in range(partitions)]}],
+        })
+
+    per_partition = RECORDS // partitions
+    step = max(1, min(per_partition // 2, partition_max // VALUE_SIZE))
+    requests = [request(i, (i * step) % (per_partition - step)) for i in range(8)]
+    host, port = bootstrap.rsplit(":", 1)
+    buf = bytearray(64 << 20)
+    view = memoryview(buf)
+
+    def read_exact(sock: socket.socket, n: int) -> None:
+        got = 0
+        while got < n:
+            k = sock.recv_into(view[got:n])
+            if not k:
+                raise ConnectionError("broker closed the connection")
+            got += k
+
+    total = 0
+    with socket.create_connection((host, int(port))) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t0 = time.perf_counter()
+        for i in range(fetches):
+            s.sendall(requests[i % len(requests)])
+            read_exact(s, 4)
+            (size,) = struct.unpack_from(">i", buf)
+            read_exact(s, size)
+            total += size + 4
+        dt = time.perf_counter() - t0
+    return total / dt / 1e6
+
+
 def latency_run(bootstrap: str, topic: str) -> tuple[float, float, int]:
     """p50/p99 (ms) from produce() call to consumer receipt at a fixed 20 MB/s."""
     import threading
@@ -253,6 +297,10 @@ def main() -> None:
                 r = consume_run(b.bootstrap, topic, n, count, **overrides)
                 print(f"{label:<30}{r['mb_s']:9.1f}{r['rps']:12.0f}{r['mb_s'] / base:12.2f}x"
                       f"{r['first_ms']:8.1f} ms{r['steady_mb_s']:7.0f} MB/s")
+            for n, pmax in ((1, 10 << 20), (1, 1 << 20), (6, 1 << 20)):
+                mb = broker_only_run(b.bootstrap, f"bench-{n}-1", n, pmax)
+                label = f"broker alone p={n} {pmax >> 20}MiB/p"
+                print(f"{label:<30}{mb:9.1f}{'':12}{mb / base:12.2f}x  (Fetch v12 read into a buffer, no decode)")
             mb = client_only_run(b.bootstrap, "bench-1-1", 1, RECORDS)
             print(f"{'client alone: poll loop':<30}{mb:9.1f}{mb * 1e6 / VALUE_SIZE:12.0f}{mb / base:12.2f}x"
                   "  (50 MB already fetched+decompressed by librdkafka)")
