@@ -404,8 +404,42 @@ def test_sequential_remote_reads_are_byte_identical_with_few_ranged_reads(tiered
     # not one per 1000-byte fetch
     assert ranged <= len(remote_bytes) // (8 * 1024) + 3 * segments
     assert len(remote_bytes) // 1000 > 2 * ranged
-    # each segment's offset index was fetched once, not once per fetch
-    assert sum(e.type == "FETCH_OFFSET_INDEX" for e in events) == segments
+    # only the first segment's offset index was needed: the reader enters every later segment at
+    # its start, through the stream set up (and read ahead) before it got there
+    assert sum(e.type == "FETCH_OFFSET_INDEX" for e in events) == 1
+
+
+def test_read_ahead_grows_to_large_ranged_reads_and_crosses_segments(tiered_log):
+    lg, rlm, _, remote_bytes = tiered_log
+    rlm.read_path.chunk_min = 1024
+    rlm.read_path.chunk_grown = 8 * 1024
+    rsm = rlm.rsm
+    ranges: list = []
+    fetch = rsm.fetch_log_segment
+
+    def recording(md, start, end=None):
+        ranges.append((md.start_offset, start, end + 1))
+        return fetch(md, start, end)
+
+    rsm.fetch_log_segment = recording
+    assert _catch_up(rlm, lg, 500) == remote_bytes
+    by_segment: dict = {}
+    for seg, start, end in ranges:
+        by_segment.setdefault(seg, []).append((start, end))
+    sizes_by_seg = {}
+    for seg, rs in sorted(by_segment.items()):
+        rs.sort()
+        assert rs[0][0] == 0  # every segment is read from its start ...
+        assert all(a[1] == b[0] for a, b in zip(rs, rs[1:]))  # ... in contiguous ranges, each byte once
+        sizes_by_seg[seg] = [e - s for s, e in rs]
+    first, *later = sorted(sizes_by_seg)
+    # the first read is small (a quick first answer), then each read ahead doubles up to chunk_grown
+    assert sizes_by_seg[first][:5] == [1024, 1024, 2048, 4096, 8192]
+    for seg in sizes_by_seg:
+        assert max(sizes_by_seg[seg][:-1], default=0) <= 8 * 1024  # a segment's tail may be up to 1.5x
+        assert sizes_by_seg[seg][-1] <= 12 * 1024
+    for seg in later:  # later segments start with the grown size: their first read was a read-ahead
+        assert sizes_by_seg[seg][0] == min(8 * 1024, sizes_by_seg[seg][0] + sum(sizes_by_seg[seg][1:]))
 
 
 def test_read_ahead_memory_stays_within_its_budget(tiered_log):

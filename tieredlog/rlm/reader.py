@@ -41,10 +41,15 @@ _LAST_DELTA = struct.Struct(">i")
 _LENGTH = struct.Struct(">i")
 _LAST_DELTA_AT = 23  # base offset 8, length 4, leader epoch 4, magic 1, crc 4, attributes 2
 
-# Read-ahead for sequential (catch-up) readers: ranged reads of CHUNK_MIN..CHUNK_MAX bytes (at
-# least twice the fetch size), up to READ_AHEAD_CHUNKS of them beyond what the reader holds.
-CHUNK_MIN = 4 * 1024 * 1024
+# Read-ahead for sequential (catch-up) readers: a stream's first ranged read is CHUNK_MIN bytes or
+# twice the fetch size (at most CHUNK_MAX), short so the first fetch answers soon; every read
+# ahead doubles the size up to CHUNK_GROWN (or the first size when larger): an object store
+# pays a request's fixed cost (signing, parsing, time to first byte) per read, so a reader
+# that keeps going should pay it rarely. Up to READ_AHEAD_CHUNKS reads beyond what the reader
+# holds; when the whole segment is held or in flight, the next segment's first read is issued.
+CHUNK_MIN = 2 * 1024 * 1024
 CHUNK_MAX = 32 * 1024 * 1024
+CHUNK_GROWN = 16 * 1024 * 1024
 READ_AHEAD_CHUNKS = 2
 
 
@@ -56,10 +61,12 @@ class _Stream:
     ``data``. Only the thread serving a fetch touches a stream (it is taken out of the table).
     """
 
-    __slots__ = ("tip", "md", "next_offset", "data", "p", "data_pos", "ahead", "fetched_to", "reserved", "chunk")
+    __slots__ = ("tip", "md", "next_offset", "data", "p", "data_pos", "ahead", "fetched_to", "reserved", "chunk",
+                 "first_chunk", "log", "next_started")
 
-    def __init__(self, tip, md: RemoteLogSegmentMetadata, next_offset: int, pos: int) -> None:
+    def __init__(self, tip, md: RemoteLogSegmentMetadata, next_offset: int, pos: int, log=None) -> None:
         self.tip = tip
+        self.log = log  # the partition's log: finds the next segment when this one is all read
         self.md = md
         self.next_offset = next_offset
         self.data: bytes = b""
@@ -68,7 +75,9 @@ class _Stream:
         self.ahead: "deque[tuple[int, int, Future]]" = deque()
         self.fetched_to = pos  # end of data plus every read in flight
         self.reserved = 0  # bytes of read-ahead counted against the table's budget
-        self.chunk = CHUNK_MIN
+        self.chunk = CHUNK_MIN  # size of the next ranged read
+        self.first_chunk = CHUNK_MIN  # ... back to this under memory pressure
+        self.next_started = False  # the next segment's stream has been set up
 
     @property
     def pos(self) -> int:
@@ -105,6 +114,10 @@ class PrefetchCache:
 
     def __len__(self) -> int:
         return len(self._streams)
+
+    def contains(self, tip, offset: int) -> bool:
+        with self._lock:
+            return (tip, offset) in self._streams
 
     def take(self, tip, offset: int) -> _Stream | None:
         with self._lock:
@@ -165,6 +178,7 @@ class RemoteReadPath:
         self.rlm = rlm
         self.prefetch = PrefetchCache()
         self.chunk_min = CHUNK_MIN  # ranged reads are at least this long (and twice the fetch size)
+        self.chunk_grown = CHUNK_GROWN  # read-ahead sizes double up to this
 
     # -- segment lookup -------------------------------------------------------------------------
     def find_segment(self, tip: TopicIdPartition, log, offset: int) -> RemoteLogSegmentMetadata | None:
@@ -214,6 +228,7 @@ class RemoteReadPath:
     def read(self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True) -> bytes:
         s = self.prefetch.take(tip, fetch_offset)
         if s is not None:
+            s.log = log
             # a sequential reader: continue where the previous fetch ended, from bytes read ahead
             try:
                 data = self._serve(s, fetch_offset, max_bytes, min_one_message)
@@ -232,8 +247,8 @@ class RemoteReadPath:
             )
         while md is not None:
             pos = self.rlm.index_cache.lookup_offset(md, fetch_offset)
-            s = _Stream(tip, md, fetch_offset, pos)
-            s.chunk = min(CHUNK_MAX, max(self.chunk_min, 2 * max_bytes))
+            s = _Stream(tip, md, fetch_offset, pos, log)
+            s.chunk = s.first_chunk = min(CHUNK_MAX, max(self.chunk_min, 2 * max_bytes))
             try:
                 data = self._serve(s, fetch_offset, max_bytes, min_one_message)
             except BaseException:
@@ -348,6 +363,9 @@ class RemoteReadPath:
         s.next_offset = next_offset
         if next_offset > s.md.end_offset or s.pos >= s.size:
             self.prefetch.release(s)
+            if not s.next_started and s.log is not None and next_offset > s.md.end_offset:
+                s.next_started = True
+                self._start_next_segment(s)
             return
         # drop what was consumed, so the stream only holds bytes ahead of the reader
         if s.p >= len(s.data):
@@ -355,6 +373,9 @@ class RemoteReadPath:
             s.data, s.p = b"", 0
         self._read_ahead(s)
         self.prefetch.put(s)
+        if not s.next_started and s.fetched_to >= s.size > 0 and s.log is not None:
+            s.next_started = True
+            self._start_next_segment(s)
 
     def _read_ahead(self, s: _Stream) -> None:
         size = s.size
@@ -362,8 +383,11 @@ class RemoteReadPath:
         while len(s.ahead) < READ_AHEAD_CHUNKS and s.fetched_to < size:
             start = s.fetched_to
             end = min(size, start + s.chunk)
+            if size - end < s.chunk // 2:
+                end = size  # no short read for a small tail
             held = (len(s.data) - s.p) + sum(e - b for b, e, _ in s.ahead) + (end - start)
             if not self.prefetch.account(s, held):
+                s.chunk = s.first_chunk  # memory is short: back to small reads
                 break  # over the read-ahead budget: this reader fetches inline
             if pool is None or not pool.has_room(0.5):
                 break  # the pool is busy with real fetches; read-ahead is only an optimisation
@@ -373,7 +397,27 @@ class RemoteReadPath:
                 break
             s.ahead.append((start, end, fut))
             s.fetched_to = end
+            s.chunk = max(s.first_chunk, min(self.chunk_grown, 2 * s.chunk))
         self.prefetch.account(s, (len(s.data) - s.p) + sum(e - b for b, e, _ in s.ahead))
+
+    def _start_next_segment(self, s: _Stream) -> None:
+        """Set up (and read ahead) the stream of the segment after ``s``'s, so a reader crossing
+        the segment boundary finds its bytes on the way instead of starting cold."""
+        log = s.log
+        offset = s.md.end_offset + 1
+        try:
+            if offset >= log.local_log_start_offset or self.prefetch.contains(s.tip, offset):
+                return
+            md = self.find_segment(s.tip, log, offset)
+        except Exception:  # only an optimisation: the reader's own fetch reports any failure
+            return
+        if md is None or md.start_offset != offset or md.segment_size_in_bytes <= 0:
+            return  # an offset gap, or nothing more remote: found on demand, as without read-ahead
+        nxt = _Stream(s.tip, md, offset, 0, log)  # a segment starts with the batch holding its start offset
+        nxt.first_chunk = s.first_chunk
+        nxt.chunk = s.chunk
+        self._read_ahead(nxt)
+        self.prefetch.put(nxt)
 
     # -- ListOffsets by timestamp -----------------------------------------------------------------
     def find_offset_by_timestamp(self, tip: TopicIdPartition, log, timestamp: int) -> tuple[int, int, int] | None:

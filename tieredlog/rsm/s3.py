@@ -46,7 +46,6 @@ from tieredlog.rsm.api import (
 )
 from tieredlog.rsm.objectstore import (
     ConfigReader,
-    LimitedReader,
     ObjectStoreRemoteStorageManager,
     RemoteStorageConfigError,
     validated_prefix,
@@ -97,6 +96,57 @@ def map_s3_error(exc: BaseException, what: str) -> RemoteStorageException:
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return RemoteStorageException(f"{what}: no AWS credentials found (set storage.aws.access.key.id or the AWS chain)")
     return RemoteStorageException(f"{what}: {type(exc).__name__}: {exc}")
+
+
+class S3Body(io.RawIOBase):
+    """The body of one GetObject response.
+
+    ``read()`` / ``read(n)`` with ``n`` covering the rest of the body take it in one read: one
+    copy from the socket into one ``bytes``, the loop in C (a remote reader asks for the whole
+    range it requested, so that is the common case). Smaller reads go through botocore's
+    StreamingBody piece by piece. Read failures come out through ``on_error`` (tieredlog
+    exceptions); a body cut short raises instead of returning fewer bytes.
+    """
+
+    def __init__(self, body, length: int | None, on_error) -> None:
+        super().__init__()
+        self._body = body
+        self._left = length
+        self._on_error = on_error
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._left == 0:
+            return b""
+        try:
+            if size is None or size < 0 or (self._left is not None and size >= self._left):
+                data = self._body.read()  # botocore checks the length against Content-Length
+            elif size == 0:
+                return b""
+            else:
+                data = self._body.read(size)
+        except Exception as exc:
+            raise self._on_error(exc) from exc
+        if self._left is not None:
+            self._left -= len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        return n
+
+    def close(self) -> None:
+        try:
+            self._body.close()
+        finally:
+            super().close()
 
 
 class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
@@ -268,11 +318,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             raise map_s3_error(exc, f"GetObject {key} {byte_range}") from exc
         except Exception as exc:
             raise map_s3_error(exc, f"GetObject {key} {byte_range}") from exc
-        body = response["Body"]
-        return io.BufferedReader(
-            LimitedReader(body, response.get("ContentLength"), lambda e: map_s3_error(e, f"reading {key}")),
-            buffer_size=256 * 1024,
-        )
+        return S3Body(response["Body"], response.get("ContentLength"), lambda e: map_s3_error(e, f"reading {key}"))
 
     def _delete_keys(self, keys: list[str]) -> None:
         for i in range(0, len(keys), DELETE_BATCH):
