@@ -15,6 +15,7 @@ touches the file. Rolled segments load their index lazily on first use and hold 
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import struct
 import sys
@@ -121,6 +122,12 @@ class _SparseIndex:
     def close(self) -> None:
         self.trim_to_valid_size()
 
+    def release(self) -> None:
+        """Close the descriptor without trimming (after a failed close)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def rename_to(self, new_path: Path) -> None:
         if self.path.exists():
             os.replace(self.path, new_path)
@@ -139,7 +146,25 @@ class _SparseIndex:
     def _write_entry(self, index: int, a: int, b: int) -> None:
         if self._fd is None:
             raise IndexOffsetError(f"index {self.path} is not open for writing")
-        os.pwrite(self._fd, self._entry.pack(a, b), index * self.entry_size)
+        data = self._entry.pack(a, b)
+        # The file is preallocated, but sparse: on a full disk writing into it can still fail
+        # (ENOSPC), possibly after part of the entry landed. The column is only extended after
+        # this returns, so a failure leaves the index as it was; zero the slot so no half entry
+        # is ever read back from the file.
+        if os.pwrite(self._fd, data, index * self.entry_size) != len(data):
+            self._zero_slot(index)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+
+    def _zero_slot(self, index: int) -> None:
+        try:
+            os.pwrite(self._fd, bytes(self.entry_size), index * self.entry_size)
+        except OSError:
+            pass
+
+    def truncate_to_entries(self, keep: int) -> None:
+        """Drop every entry after the first ``keep`` (undo of a failed append); no-op if there are no more."""
+        if self.entries > keep:
+            self._truncate_entries(keep)
 
     def _truncate_entries(self, keep: int) -> None:
         keys, vals = self._columns()
@@ -391,8 +416,31 @@ class TransactionIndex:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.pwrite(self._fd, txn.to_bytes(), len(entries) * self.entry_size)
+        data = txn.to_bytes()
+        end = len(entries) * self.entry_size
+        try:
+            if os.pwrite(self._fd, data, end) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        except OSError:
+            # A full disk: cut any partial entry so the file still holds whole entries only.
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError:
+                pass
+            raise
         entries.append(txn)
+
+    def truncate_to_entries(self, keep: int) -> None:
+        """Drop every entry after the first ``keep`` (undo of a failed append)."""
+        entries = self._all()
+        if len(entries) > keep:
+            del entries[keep:]
+            if self.path.exists():
+                os.truncate(self.path, keep * self.entry_size)
+
+    @property
+    def num_entries(self) -> int:
+        return len(self._all())
 
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
         out = []

@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Mapping
 from tieredlog import errors
 from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile, fsync_dir
 from tieredlog.log.config import LogConfig
-from tieredlog.log.partition_log import PartitionLog
+from tieredlog.log.partition_log import PartitionLog, describe_os_error, storage_error_log
 from tieredlog.log.types import TopicPartition, parse_partition_dir
 
 log = logging.getLogger(__name__)
@@ -252,8 +252,15 @@ class LogManager:
         now = self._clock() if now_ms is None else now_ms
         total = 0
         for lg in self.all_logs():
-            total += lg.delete_old_segments(now)
-            lg.delete_expired_files(now)
+            # One log on a full disk (its roll or snapshot fails) must not stop retention of the others,
+            # which is what frees space; it is retried on the next run.
+            try:
+                total += lg.delete_old_segments(now)
+                lg.delete_expired_files(now)
+            except OSError as e:
+                storage_error_log.error(("retention", str(lg.topic_partition)),
+                                        "partition %s: retention failed, retrying next run: %s",
+                                        lg.topic_partition, describe_os_error(e))
         # Producer expiration rides on the same periodic task, so the broker needs no extra scheduler.
         self.remove_expired_producers(now)
         return total
@@ -267,7 +274,15 @@ class LogManager:
     def flush_dirty_logs(self, now_ms: int | None = None) -> int:
         """The "log-flusher" task: flush.ms for every log."""
         now = self._clock() if now_ms is None else now_ms
-        return sum(1 for lg in self.all_logs() if lg.flush_if_due(now))
+        flushed = 0
+        for lg in self.all_logs():
+            try:
+                flushed += lg.flush_if_due(now)
+            except OSError as e:  # the recovery point stays where it was; retried next run
+                storage_error_log.error(("flush", str(lg.topic_partition)),
+                                        "partition %s: flush failed, retrying next run: %s",
+                                        lg.topic_partition, describe_os_error(e))
+        return flushed
 
     def _by_dir(self) -> dict[Path, list[PartitionLog]]:
         out: dict[Path, list[PartitionLog]] = {d: [] for d in self.log_dirs}
@@ -275,31 +290,68 @@ class LogManager:
             out.setdefault(lg.dir.parent, []).append(lg)
         return out
 
-    def checkpoint_recovery_points(self) -> None:
-        for d, logs in self._by_dir().items():
-            OffsetCheckpointFile(d / RECOVERY_POINT_CHECKPOINT).write({lg.topic_partition: lg.recovery_point for lg in logs})
+    @staticmethod
+    def _write_checkpoint(path: Path, offsets: dict[TopicPartition, int]) -> bool:
+        """Write one checkpoint file; on a full disk the old file stays intact (the new one goes through
+        ``<file>.tmp``, removed here), one line is logged and the next run tries again. Returns success."""
+        try:
+            OffsetCheckpointFile(path).write(offsets)
+            return True
+        except OSError as e:
+            path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+            storage_error_log.error(("checkpoint", str(path)), "cannot write checkpoint %s: %s", path, describe_os_error(e))
+            return False
 
-    def checkpoint_log_start_offsets(self) -> None:
+    def checkpoint_recovery_points(self) -> bool:
+        ok = True
         for d, logs in self._by_dir().items():
-            OffsetCheckpointFile(d / LOG_START_OFFSET_CHECKPOINT).write(
+            ok &= self._write_checkpoint(d / RECOVERY_POINT_CHECKPOINT, {lg.topic_partition: lg.recovery_point for lg in logs})
+        return ok
+
+    def checkpoint_log_start_offsets(self) -> bool:
+        ok = True
+        for d, logs in self._by_dir().items():
+            ok &= self._write_checkpoint(
+                d / LOG_START_OFFSET_CHECKPOINT,
                 {lg.topic_partition: lg.log_start_offset for lg in logs
-                 if lg.log_start_offset > 0 or lg.config.remote_storage_enable}  # Kafka: always for tiered logs
+                 if lg.log_start_offset > 0 or lg.config.remote_storage_enable},  # Kafka: always for tiered logs
             )
+        return ok
 
-    def checkpoint_high_watermarks(self) -> None:
+    def checkpoint_high_watermarks(self) -> bool:
+        ok = True
         for d, logs in self._by_dir().items():
-            OffsetCheckpointFile(d / REPLICATION_CHECKPOINT).write({lg.topic_partition: lg.high_watermark for lg in logs})
+            ok &= self._write_checkpoint(d / REPLICATION_CHECKPOINT, {lg.topic_partition: lg.high_watermark for lg in logs})
+        return ok
 
     def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown markers (last)."""
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers (last).
+
+        A log dir where any of that fails (full disk) gets no marker: its next start recovers from the
+        log itself instead of trusting files that could not be written."""
         logs = self.all_logs()
+        failed: set[Path] = set()
         for lg in logs:
-            lg.flush()
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
+            try:
+                lg.flush()
+            except OSError as e:
+                failed.add(lg.dir.parent)
+                log.error("partition %s: cannot flush at shutdown: %s", lg.topic_partition, describe_os_error(e))
+        written = [self.checkpoint_recovery_points(), self.checkpoint_log_start_offsets(), self.checkpoint_high_watermarks()]
+        if not all(written):
+            failed.update(self.log_dirs)
         for lg in logs:
-            lg.close(flush=False)
+            try:
+                lg.close(flush=False)
+            except OSError as e:
+                failed.add(lg.dir.parent)
+                log.error("partition %s: cannot close cleanly at shutdown: %s", lg.topic_partition, describe_os_error(e))
         for d in self.log_dirs:
-            (d / CLEAN_SHUTDOWN_FILE).touch()
-            fsync_dir(d)
+            if d in failed:
+                log.error("log dir %s: shut down without the clean-shutdown marker; it is recovered at the next start", d)
+                continue
+            try:
+                (d / CLEAN_SHUTDOWN_FILE).touch()
+                fsync_dir(d)
+            except OSError as e:
+                log.error("log dir %s: cannot write the clean-shutdown marker: %s", d, describe_os_error(e))

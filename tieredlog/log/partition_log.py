@@ -29,12 +29,19 @@ from tieredlog.log.checkpoints import LeaderEpochCheckpointFile, PartitionMetada
 from tieredlog.log.config import LogConfig
 from tieredlog.log.index import AbortedTxn, CorruptIndexError
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
-from tieredlog.log.producer_state import CompletedTxn, DuplicateBatch, ProducerStateManager, read_control_record
+from tieredlog.log.producer_state import (
+    CompletedTxn,
+    DuplicateBatch,
+    ProducerStateManager,
+    read_control_record,
+    snapshot_path,
+)
 from tieredlog.log.segment import (
     DELETED_SUFFIX,
     LOG_SUFFIX,
     FileSlice,
     LogSegment,
+    filename_prefix,
     offset_from_filename,
 )
 from tieredlog.log.types import TopicPartition, parse_partition_dir
@@ -103,6 +110,45 @@ class TimestampAndOffset:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class RateLimitedLog:
+    """One line per key per ``interval_s``: a producer retrying against a full disk, or a periodic task
+    failing every run, must not flood the broker log. Repeats in between are counted and the count
+    is appended to the next line that gets through."""
+
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[object, float] = {}
+        self._suppressed: dict[object, int] = {}
+
+    def error(self, key: object, msg: str, *args: object) -> bool:
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.interval_s:
+                self._suppressed[key] = self._suppressed.get(key, 0) + 1
+                return False
+            self._last[key] = now
+            n = self._suppressed.pop(key, 0)
+        if n:
+            msg += " (%d more since the last report)"
+            args = (*args, n)
+        log.error(msg, *args)
+        return True
+
+
+# Shared by the log layer and the broker's periodic tasks (see docs/operations.md, "Full disk").
+storage_error_log = RateLimitedLog()
+
+
+def describe_os_error(e: BaseException) -> str:
+    """``No space left on device`` rather than ``[Errno 28] No space left on device: '/path'``."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
 
 
 def _check_next_in_request(prev: BatchHeader, h: BatchHeader, txn_open: bool) -> None:
@@ -500,38 +546,73 @@ class PartitionLog:
     ) -> LogAppendInfo:
         first, last = headers[0].base_offset, headers[-1].last_offset
         max_ts = max(h.max_timestamp for h in headers)
-        seg = self.active_segment
-        if seg.should_roll(
-            messages_size=len(buf),
-            max_timestamp_in_messages=max_ts,
-            max_offset_in_messages=last,
-            now_ms=now,
-            segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.segment_ms,
-        ):
-            seg = self._roll(first)
-        seg.append(buf, headers)
-        cache = self.leader_epoch_cache
-        latest = cache.latest_epoch
-        ps = self.producer_state
-        pos = 0
-        for h in headers:
-            epoch = h.partition_leader_epoch
-            if epoch >= 0 and (latest is None or epoch > latest):
-                cache.assign(epoch, h.base_offset)
-                latest = epoch
-            if h.has_producer_id:
-                control = read_control_record(buf, pos) if h.is_control else None
-                done = ps.update(h, h.base_offset, append_time if append_time >= 0 else h.max_timestamp, control)
-                if done is not None:
-                    self._on_txn_completed(seg, done)
-            pos += h.size
-        self.log_end_offset = headers[-1].next_offset
         count = sum(h.records_count for h in headers)
-        self._unflushed_messages += count
-        if self._unflushed_messages >= self.config.flush_messages:
-            self.flush()
+        try:
+            seg = self.active_segment
+            if seg.should_roll(
+                messages_size=len(buf),
+                max_timestamp_in_messages=max_ts,
+                max_offset_in_messages=last,
+                now_ms=now,
+                segment_bytes=self.config.segment_bytes,
+                segment_ms=self.config.segment_ms,
+            ):
+                seg = self._roll(first)  # undoes itself if it fails
+            self._append_to_segment(seg, buf, headers, append_time, count)
+        except OSError as e:
+            # A full disk (ENOSPC, EDQUOT, EFBIG) or another write failure: the log is exactly as it was
+            # before this call, no offset was used, and the client gets KAFKA_STORAGE_ERROR (retriable).
+            reason = describe_os_error(e)
+            storage_error_log.error(
+                ("append", str(self.topic_partition)),
+                "partition %s: cannot append %d bytes: %s", self.topic_partition, len(buf), reason,
+            )
+            raise errors.KafkaStorageError(
+                f"partition {self.topic_partition}: cannot append {len(buf)} bytes: {reason}"
+            ) from e
         return LogAppendInfo(first, last, append_time, self.log_start_offset, count)
+
+    def _append_to_segment(self, seg: LogSegment, buf, headers: list[BatchHeader], append_time: int, count: int) -> None:
+        """Write the batches, then update the epoch cache, producer state and offsets. Any failure undoes
+        every step already made, so no torn batch is visible, recovered later or given an offset."""
+        cache = self.leader_epoch_cache
+        ps = self.producer_state
+        first = headers[0].base_offset
+        old_end, old_unflushed = self.log_end_offset, self._unflushed_messages
+        mark = seg.append_mark()
+        touched_producers = False
+        try:
+            seg.append(buf, headers)  # undoes its own partial writes
+            latest = cache.latest_epoch
+            for h in headers:
+                epoch = h.partition_leader_epoch
+                if epoch >= 0 and (latest is None or epoch > latest):
+                    cache.assign(epoch, h.base_offset)  # writes the leader-epoch checkpoint
+                    latest = epoch
+            pos = 0
+            for h in headers:
+                if h.has_producer_id:
+                    touched_producers = True
+                    control = read_control_record(buf, pos) if h.is_control else None
+                    done = ps.update(h, h.base_offset, append_time if append_time >= 0 else h.max_timestamp, control)
+                    if done is not None:
+                        self._on_txn_completed(seg, done)  # may write the transaction index
+                pos += h.size
+            self.log_end_offset = headers[-1].next_offset
+            self._unflushed_messages += count
+            if self._unflushed_messages >= self.config.flush_messages:
+                self.flush()  # flush.messages: not acknowledged unless it is on disk
+        except BaseException:
+            seg.rollback_to(mark)
+            self.log_end_offset, self._unflushed_messages = old_end, old_unflushed
+            # The checkpoint file may keep an entry past the end; loading truncates the cache to the log end.
+            cache.truncate_from_end(first, flush=False)
+            if touched_producers:
+                try:
+                    self._rebuild_producer_state(rebuild_txn_from=None)
+                except OSError as e:  # pragma: no cover - reading back what was just there
+                    log.error("partition %s: cannot rebuild producer state: %s", self.topic_partition, describe_os_error(e))
+            raise
 
     def _on_txn_completed(self, seg: LogSegment, done: CompletedTxn) -> None:
         if done.is_aborted:
@@ -551,14 +632,51 @@ class PartitionLog:
             if active.size == 0:
                 return active  # nothing to roll: the empty active segment already starts there
             raise errors.KafkaStorageError(f"segment {new_base} already exists in {self.dir}")
-        active.on_become_inactive()
-        # The producer snapshot at the new base offset is what the RLM uploads with the rolled segment.
-        self.producer_state.map_end_offset = max(self.producer_state.map_end_offset, new_base)
-        self.producer_state.take_snapshot(new_base)
-        seg = self._new_segment(new_base, active=True)
+        # Every fallible step comes before the segment map changes, and a failure (a full disk: the
+        # snapshot, the new files, index preallocation, the roll's time-index entry) undoes the steps
+        # already made, so the old active segment stays active and writable.
+        ps = self.producer_state
+        old_map_end = ps.map_end_offset
+        snapshot = snapshot_path(self.dir, new_base)
+        new_files = [self.dir / f"{filename_prefix(new_base)}{sfx}" for sfx in (LOG_SUFFIX, ".index", ".timeindex")]
+        preexisting = {p for p in [snapshot, *new_files] if p.exists()}
+        time_entries = active.time_index.entries
+        seg: LogSegment | None = None
+        try:
+            # The producer snapshot at the new base offset is what the RLM uploads with the rolled segment.
+            ps.map_end_offset = max(old_map_end, new_base)
+            ps.take_snapshot(new_base)
+            seg = self._new_segment(new_base, active=True)
+            active.on_become_inactive()
+        except BaseException as e:
+            ps.map_end_offset = old_map_end
+            if seg is not None:
+                seg.delete()
+            for p in [snapshot, snapshot.with_name(snapshot.name + ".tmp"), *new_files]:
+                if p not in preexisting:
+                    p.unlink(missing_ok=True)
+            try:
+                active.make_active()
+                active.time_index.truncate_to_entries(time_entries)
+            except OSError:
+                pass  # its indexes are rebuilt from the log by recovery if they stay short
+            if isinstance(e, OSError):
+                storage_error_log.error(
+                    ("roll", str(self.topic_partition)),
+                    "partition %s: cannot roll a new segment at offset %d: %s",
+                    self.topic_partition, new_base, describe_os_error(e),
+                )
+            raise
         self._add_segment(seg)
-        # Kafka flushes the rolled segment right away (asynchronously); the recovery point follows.
-        self._flush_to(new_base)
+        # Kafka flushes the rolled segment right away (asynchronously); the recovery point follows. If
+        # the fsync fails the roll still stands: the recovery point stays and the flusher retries.
+        try:
+            self._flush_to(new_base)
+        except OSError as e:
+            storage_error_log.error(
+                ("flush", str(self.topic_partition)),
+                "partition %s: cannot flush the rolled segment: %s", self.topic_partition, describe_os_error(e),
+            )
         return seg
 
     # ---- reads ------------------------------------------------------------------------------------
@@ -911,9 +1029,17 @@ class PartitionLog:
             if flush:
                 self._flush_to(self.log_end_offset)
             self.producer_state.map_end_offset = self.log_end_offset
-            self.producer_state.take_snapshot(self.log_end_offset)
-            for seg in self._segments.values():
-                seg.close()
+            try:
+                self.producer_state.take_snapshot(self.log_end_offset)
+            finally:
+                # A snapshot that cannot be written (full disk) is rebuilt from the log at the next
+                # start; the descriptors are released either way.
+                for seg in self._segments.values():
+                    try:
+                        seg.close()  # releases its descriptors even when trimming the indexes fails
+                    except OSError as e:
+                        log.error("partition %s: cannot close %s cleanly: %s", self.topic_partition,
+                                  seg.log_path.name, describe_os_error(e))
             for _, seg in self._pending_deletes:
                 seg.close_handles()
 

@@ -89,6 +89,19 @@ class LogFile:
             self._fd = None
 
 
+@dataclass(frozen=True, slots=True)
+class AppendMark:
+    size: int
+    next_offset: int | None
+    max_ts: int | None
+    offset_of_max_ts: int
+    rolling_ts: int | None
+    bytes_since_last_index: int
+    offset_entries: int
+    time_entries: int
+    txn_entries: int
+
+
 @dataclass
 class FileSlice:
     """A byte range of a segment file: what a local fetch sends (with ``os.sendfile`` when it can)."""
@@ -291,6 +304,7 @@ class LogSegment:
                 f"offsets {headers[0].base_offset}..{headers[-1].last_offset} do not fit segment {self.base_offset}"
             )
         self._load_max_ts()
+        mark = self.append_mark()
         if self._size == 0:
             self._rolling_ts = headers[0].max_timestamp
         pos = self._size
@@ -306,15 +320,49 @@ class LogSegment:
                 since = 0
             pos += h.size
             since += h.size
-        # Data first: an index entry must never point at bytes that are not in the file yet.
-        self._log.write_at(self._size, records)
-        for offset, position, ts, ts_off in entries:
-            self.offset_index.append(offset, position)
-            self.time_index.maybe_append(ts, ts_off)
+        # Data first: an index entry must never point at bytes that are not in the file yet. A write
+        # that fails part-way (full disk) is undone, so the segment is exactly as before the call.
+        try:
+            self._log.write_at(self._size, records)
+            for offset, position, ts, ts_off in entries:
+                self.offset_index.append(offset, position)
+                self.time_index.maybe_append(ts, ts_off)
+        except BaseException:
+            self.rollback_to(mark)
+            raise
         self._size = pos
         self._bytes_since_last_index = since
         self._max_ts, self._offset_of_max_ts = max_ts, off_max
         self._next_offset = headers[-1].next_offset
+
+    def append_mark(self) -> "AppendMark":
+        """Everything an append changes, to undo it with ``rollback_to`` if a later step fails."""
+        return AppendMark(
+            self._size, self._next_offset, self._max_ts, self._offset_of_max_ts, self._rolling_ts,
+            self._bytes_since_last_index, self.offset_index.entries, self.time_index.entries,
+            self.txn_index.num_entries,
+        )
+
+    def rollback_to(self, mark: "AppendMark") -> None:
+        """Cut the log and its indexes back to ``mark`` (a failed append: nothing of it stays visible).
+
+        Best effort on the files: if even the truncation fails, the in-memory size still says where the
+        log ends, the next append overwrites from there, and recovery would cut any torn tail."""
+        self._size = mark.size
+        self._next_offset = mark.next_offset
+        self._max_ts, self._offset_of_max_ts = mark.max_ts, mark.offset_of_max_ts
+        self._rolling_ts = mark.rolling_ts
+        self._bytes_since_last_index = mark.bytes_since_last_index
+        for undo in (
+            lambda: self.offset_index.truncate_to_entries(mark.offset_entries),
+            lambda: self.time_index.truncate_to_entries(mark.time_entries),
+            lambda: self.txn_index.truncate_to_entries(mark.txn_entries),
+            lambda: self._log.truncate(mark.size) if self._log.file_size() != mark.size else None,
+        ):
+            try:
+                undo()
+            except OSError:
+                pass
 
     def should_roll(
         self,
@@ -473,12 +521,18 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self) -> None:
-        if self.time_index.is_writable:
-            self.on_become_inactive()
-        self.offset_index.close()
-        self.time_index.close()
-        self.txn_index.close()
-        self._log.close()
+        try:
+            if self.time_index.is_writable:
+                self.on_become_inactive()
+            self.offset_index.close()
+            self.time_index.close()
+        finally:
+            # A full disk can fail the roll entry or the trim; the descriptors are released anyway
+            # (an untrimmed index fails the sanity check at the next start and is rebuilt).
+            self.offset_index.release()
+            self.time_index.release()
+            self.txn_index.close()
+            self._log.close()
 
     def close_handles(self) -> None:
         """Release descriptors without writing anything (a segment scheduled for deletion)."""

@@ -224,6 +224,13 @@ class Broker:
             try:
                 # file deletion and fsync run off the loop so requests keep flowing
                 await loop.run_in_executor(None, fn)
+            except OSError as exc:
+                # A full disk (or another I/O error) the task did not handle itself: one line, and the
+                # next run tries again; the broker keeps serving.
+                from tieredlog.log.partition_log import describe_os_error, storage_error_log
+
+                storage_error_log.error(("periodic", key), "periodic task for %s failed, retrying next run: %s",
+                                        key, describe_os_error(exc))
             except Exception:
                 log.exception("periodic task for %s failed", key)
 

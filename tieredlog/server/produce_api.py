@@ -23,12 +23,17 @@ CORRUPT_MESSAGE = 2
 INVALID_RECORD = 87
 UNKNOWN_SERVER_ERROR = -1
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+KAFKA_STORAGE_ERROR = 56
 LEADER_EPOCH = 0  # single broker: the leader epoch never changes
 
 
 def error_code_of(exc: BaseException) -> int:
     if isinstance(exc, KafkaError):
         return exc.code
+    if isinstance(exc, OSError):
+        # The log turns write failures into KafkaStorageError itself; anything else from the disk is
+        # still a storage error (retriable), not an unknown one.
+        return KAFKA_STORAGE_ERROR
     if isinstance(exc, CorruptRecordError):
         return CORRUPT_MESSAGE
     if isinstance(exc, InvalidRecordError):
@@ -50,6 +55,8 @@ def _append(broker: Any, topic: str, partition: int, records: bytes | None) -> d
         code = error_code_of(exc)
         if code == UNKNOWN_SERVER_ERROR:
             log.exception("append to %s-%d failed", topic, partition)
+        elif isinstance(exc, OSError):
+            log.error("append to %s-%d failed: %s", topic, partition, exc)
         out["error_code"] = code
         out["error_message"] = str(exc)
         out["log_start_offset"] = plog.log_start_offset
