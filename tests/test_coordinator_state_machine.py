@@ -476,3 +476,8 @@ async def test_failed_appends_map_to_kafka_errors_and_keep_state_unchanged():
 
     h2 = await Harness(store=FailingStore(OSError("disk full"))).start()
     assert h2.coord.commit_offsets("g", "", None, -1, {("t", 0): (1, -1, "")}) == {("t", 0): -1}
+
+    # A full log dir surfaces from the log as KAFKA_STORAGE_ERROR; Kafka answers NOT_COORDINATOR.
+    h3 = await Harness(store=FailingStore(errors.KafkaStorageError("No space left on device"))).start()
+    assert h3.coord.commit_offsets("g", "", None, -1, {("t", 0): (1, -1, "")}) == {("t", 0): 16}
+    assert h3.coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None

@@ -125,7 +125,8 @@ def _store_error_code(exc: Exception) -> int:
     if isinstance(exc, (errors.NotEnoughReplicasError, errors.NotEnoughReplicasAfterAppendError,
                         errors.RequestTimedOutError, errors.UnknownTopicOrPartitionError)):
         return COORDINATOR_NOT_AVAILABLE
-    if isinstance(exc, errors.NotLeaderOrFollowerError):
+    if isinstance(exc, (errors.NotLeaderOrFollowerError, errors.KafkaStorageError)):
+        # A full or failed log dir: Kafka sends the client to look for the coordinator again.
         return NOT_COORDINATOR
     if isinstance(exc, (errors.MessageTooLargeError, errors.RecordListTooLargeError,
                         errors.InvalidFetchSizeError)):
