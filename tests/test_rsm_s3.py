@@ -169,7 +169,9 @@ def test_sse_and_storage_class_are_applied(moto_s3, tmp_path):
                                  "storage.s3.multipart.upload.part.size": str(5 * MIB)})
     seg = make_segment(tmp_path, size=6 * MIB)
     rsm.copy_log_segment_data(seg.metadata, seg.data)
-    for key in keys_under(moto_s3, rsm.key_prefix):
+    keys = keys_under(moto_s3, rsm.key_prefix)
+    assert len(keys) == 7, keys  # every object of the segment, the multipart .log among them
+    for key in keys:
         head = moto_s3.client().head_object(Bucket=moto_s3.bucket, Key=key)
         assert head["ServerSideEncryption"] == "AES256", key
         assert head["StorageClass"] == "STANDARD_IA", key
@@ -255,3 +257,20 @@ def test_configured_secret_is_never_logged(seaweed_s3, caplog, tmp_path):
     rsm.delete_log_segment_data(seg.metadata)
     assert "S3 remote storage: bucket" in caplog.text
     assert seaweed_s3.secret_key not in caplog.text
+
+
+def test_body_reads_whole_range_at_once_or_piecewise(moto_s3, tmp_path):
+    rsm = configured(moto_s3)
+    seg = make_segment(tmp_path, size=300_000)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    # a read asking for at least what is left takes the rest in one read (the remote reader's way)
+    with rsm.fetch_log_segment(seg.metadata, 1000, 250_999) as stream:
+        assert stream.read(10 ** 7) == seg.log[1000:251_000]
+        assert stream.read(10) == b""
+    # smaller reads come piece by piece, then the rest, then nothing
+    with rsm.fetch_log_segment(seg.metadata, 7) as stream:
+        assert stream.read(100) == seg.log[7:107]
+        buf = bytearray(50)
+        assert stream.readinto(buf) == 50 and bytes(buf) == seg.log[107:157]
+        assert stream.read() == seg.log[157:]
+        assert stream.read() == b""
