@@ -66,12 +66,24 @@ def test_quota_unlimited_by_default_and_dynamic_update():
 
 
 def test_quota_acquire_waits_then_records_and_stops_when_cancelled():
-    q = RLMQuotaManager(1_000_000, window_size_seconds=0.01)  # 10 kB burst, real clock
+    # a frozen clock: the debt is repaid only when the test moves time on, so "it waited" is a fact
+    # about the code, not about how fast this machine happens to be
+    clock = FakeClock()
+    q = RLMQuotaManager(1_000_000, window_size_seconds=0.01, clock=clock)  # 10 kB burst
     assert q.acquire(10_000)
     assert q.acquire(20_000)  # debt: 20 ms at 1 MB/s
-    t0 = time.monotonic()
-    assert q.acquire(1)
-    assert time.monotonic() - t0 > 0.005  # it had to wait for the debt to be repaid
+    result: list = []
+    waiter = threading.Thread(target=lambda: result.append(q.acquire(1)), daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + 30  # hang guard only
+    while q.throttle_time_total_ms == 0:
+        assert time.monotonic() < deadline, "acquire never started waiting"
+        time.sleep(0.005)
+    assert waiter.is_alive() and result == []  # still waiting: the debt is not repaid yet
+    clock.t += 0.03  # more than the 20 ms the debt needs at 1 MB/s (an exact 0.02 is lost to float rounding)
+    waiter.join(30)
+    assert not waiter.is_alive() and result == [True]
+    assert q.throttle_time_total_ms >= 20
     q.update_quota(1)
     q.record(10)
     assert q.acquire(1, cancelled=lambda: True) is False

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
-import threading
 
 import pytest
 from confluent_kafka import Producer
@@ -92,9 +92,11 @@ def test_parked_fetch_is_woken_by_append_and_responses_stay_in_order(broker):
     s = socket.create_connection((broker.host, broker.port), timeout=60)
     s.sendall(encode_request(FETCH, 12, 1, "w", _fetch_body("wake", 0, max_wait=60_000, min_bytes=1)))
     s.sendall(encode_request(API_VERSIONS, 3, 2, "w", {"client_software_name": "t", "client_software_version": "1"}))
-    # produce only once the broker has read both requests: ApiVersions is answered only after the
-    # fetch, so nothing can arrive yet; a produce then wakes the fetch
-    threading.Timer(0.5, _produce, args=(broker.bootstrap, "wake", 1)).start()
+    # the fetch parks: nothing may come back (not even the ApiVersions answer, which must wait its
+    # turn behind the fetch) until a produce on another connection wakes it
+    readable, _, _ = select.select([s], [], [], 0.5)
+    assert readable == [], "answered before anything was produced"
+    _produce(broker.bootstrap, "wake", 1)
 
     def frame() -> bytes:
         head = b""

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_harness import free_port
-from tieredlog.protocol.api import LIST_OFFSETS
+from tieredlog.protocol.api import FETCH, LIST_OFFSETS
 from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
@@ -45,11 +45,13 @@ def value_of(i: int) -> bytes:
 def produce(bootstrap: str, topic: str, start: int, n: int) -> None:
     # batches well below segment.bytes (a bigger record set is rejected, as in Kafka)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "batch.size": 8192})
+    errors: list = []
     for i in range(start, start + n):
-        p.produce(topic, key=b"k%d" % i, value=value_of(i), timestamp=TS0 + i, headers=[("i", b"%d" % i)])
-    errors = []
-    p.poll(0)
+        p.produce(topic, key=b"k%d" % i, value=value_of(i), timestamp=TS0 + i, headers=[("i", b"%d" % i)],
+                  on_delivery=lambda err, msg: errors.append(err) if err is not None else None)
+        p.poll(0)
     assert p.flush(30) == 0
+    assert errors == []
 
 
 def consume(bootstrap: str, topic: str, offset: int, n: int, timeout_s: float = 40) -> list:
@@ -161,6 +163,29 @@ def test_restart_in_the_middle_of_copying(broker_factory):
     check_messages(consume(b.bootstrap, "crash", 0, 2500), 0, 2500)
 
 
+def failures(control: Path, method: str) -> int:
+    """How many calls of ``method`` the faulty RSM failed on purpose so far."""
+    try:
+        return (control / "failures").read_text().split().count(method)
+    except FileNotFoundError:
+        return 0
+
+
+def consume_nothing_until(bootstrap: str, topic: str, offset: int, until, what: str, timeout_s: float = 40) -> None:
+    """Fetch from ``offset`` until ``until()`` holds; not one record may arrive meanwhile."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False,
+                  "fetch.error.backoff.ms": 50, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, offset)])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not until():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            got = [m for m in c.consume(500, 0.2) if m.error() is None]
+            assert got == [], [m.offset() for m in got]
+    finally:
+        c.close()
+
+
 def test_hanging_then_failing_rsm_never_blocks_local_traffic(broker_factory, tmp_path):
     control = tmp_path / "control"
     control.mkdir()
@@ -171,20 +196,30 @@ def test_hanging_then_failing_rsm_never_blocks_local_traffic(broker_factory, tmp
     create(b.bootstrap, "hang")
     produce(b.bootstrap, "hang", 0, 1500)
     # the copier is stuck in the RSM: nothing local may go, and local produce/consume still work
-    time.sleep(1.5)
+    wait_for(lambda: (control / "hung-copy_log_segment_data").exists(), what="the copier to hang in the RSM")
+    check_messages(consume(b.bootstrap, "hang", 0, 1500), 0, 1500)
     assert list_offset(b.bootstrap, "hang", -4) == 0
     assert local_bases(b.data_dir, "hang")[0] == 0
-    check_messages(consume(b.bootstrap, "hang", 0, 1500), 0, 1500)
-    # failing instead of hanging: still nothing deleted locally
+    # failing instead of hanging: still nothing deleted locally, however often the copier retries
     (control / "fail").touch()
     (control / "hang").unlink()
-    time.sleep(1.5)
+    wait_for(lambda: failures(control, "copy_log_segment_data") >= 2, what="the copier to fail twice")
     assert list_offset(b.bootstrap, "hang", -4) == 0
+    assert local_bases(b.data_dir, "hang")[0] == 0
     (control / "fail").unlink()
     local_start = wait_for(lambda: list_offset(b.bootstrap, "hang", -4), what="tiering after recovery")
     # remote fetches while the RSM hangs time out cleanly: empty, and the broker keeps serving
     (control / "hang").touch()
-    assert consume(b.bootstrap, "hang", 0, 1, timeout_s=4) == []
+    consume_nothing_until(b.bootstrap, "hang", 0, lambda: any(control.glob("hung-fetch_*")),
+                          "a remote read to hang in the RSM")
+    # a Fetch below the local start is answered (after remote.fetch.max.wait.ms): no error, no records
+    with KafkaClient(b.bootstrap, timeout=60) as c:
+        r = c.request(FETCH, {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                              "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                              "topics": [{"topic": "hang", "partitions": [
+                                  {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}, version=12)
+    part = r.responses[0].partitions[0]
+    assert (part.error_code.value, bytes(part.records or b"")) == (0, b""), part
     produce(b.bootstrap, "hang", 1500, 10)
     check_messages(consume(b.bootstrap, "hang", 1500, 10), 1500, 10)
     (control / "hang").unlink()
@@ -209,7 +244,7 @@ def test_remote_retention_and_topic_deletion_across_restart(broker_factory, tmp_
     (control / "hang").touch()
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.delete_topics(["ret"])["ret"].result(30)
-    time.sleep(0.5)
+    wait_for(lambda: (control / "hung-delete_log_segment_data").exists(), what="the remote delete to hang in the RSM")
     b.kill9()
     (control / "hang").unlink()
     b.start()

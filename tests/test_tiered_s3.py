@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -161,6 +162,16 @@ def wait_for(cond: Callable[[], object], what: str, timeout_s: float = 90) -> ob
             return v
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def copy_errors(metrics_port: int, topic: str) -> float:
+    """The broker's RemoteCopyErrors counter for ``topic`` (0 before the first failure)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    name = f'kafka_server_brokertopicmetrics_remotecopyerrors_total{{topic="{topic}"}}'
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split(" ")[1])
+    return 0.0
 
 
 def local_bases(data: Path, topic: str) -> list[int]:
@@ -412,7 +423,11 @@ def outage(request) -> Iterator[Outage]:
 
 def test_object_store_outage_never_blocks_local_traffic_nor_loses_data(outage, brokers):
     prefix = unique_prefix()
-    b = brokers(s3_overrides(outage.url, outage.endpoint, prefix))
+    metrics_port = free_port()
+    # two attempts per S3 request (not five, with botocore's growing backoff): a failed copy ends
+    # within a second or two, so the outage spans several copy tasks, each failed and retried by the RLM
+    b = brokers(s3_overrides(outage.url, outage.endpoint, prefix, **{
+        "metrics.port": str(metrics_port), "rsm.config.storage.s3.retry.max.attempts": "2"}))
     topic = "outage"
     create_topic(b.bootstrap, topic, **{"local.retention.bytes": "1"})
     bucket = Bucket(outage.endpoint, prefix, url=outage.direct_url)
@@ -434,9 +449,11 @@ def test_object_store_outage_never_blocks_local_traffic_nor_loses_data(outage, b
         # nothing new can be remote, so the segments produced meanwhile all stay local
         bases = local_bases(b.data_dir, topic)
         assert bases[0] == start and bases[0] < 1000 and len(bases) >= 5, bases
-        for _ in range(10):  # the copier keeps failing, and local retention keeps waiting for it
-            time.sleep(0.3)
-            local_starts.append(list_offset(b.bootstrap, topic, -4))
+        # the copier keeps failing (each failure counted after the start was sampled), and local
+        # retention keeps waiting for it
+        errors = copy_errors(metrics_port, topic)
+        wait_for(lambda: copy_errors(metrics_port, topic) >= errors + 2, "two more failed copies during the outage")
+        local_starts.append(list_offset(b.bootstrap, topic, -4))
         assert local_starts[-1] == start and local_bases(b.data_dir, topic)[0] == start
 
         outage.up()
