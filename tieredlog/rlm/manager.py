@@ -4,7 +4,8 @@ For each partition this broker leads it runs a copy task (tier rolled segments b
 on the copier pool and an expiration task (remote retention) on the expiration pool; for each it
 follows, a follower task keeps ``highest_offset_in_remote_storage`` current so local retention can
 proceed. Consumer reads below the local log start go to a bounded reader pool. Nothing here runs on
-the asyncio event loop except :meth:`read_async`, which only queues work.
+the asyncio event loop except :meth:`read_async` and :meth:`try_read_cached`, which only queue work
+or slice bytes already read ahead into memory.
 
 Threads: copier pool (``remote.log.manager.copier.thread.pool.size``), expiration pool
 (``remote.log.manager.expiration.thread.pool.size``, also follower tasks and partition
@@ -497,7 +498,9 @@ class RemoteLogManager:
         """Queue a remote read of ``fetch_offset``; the future yields whole record batches (bytes),
         at least one batch when ``min_one_message``. Never blocks: safe on the event loop. A full
         reader queue or a missing partition gives a failed future; a read over the fetch quota
-        gives empty bytes at once (Kafka: throttled partitions come back empty, without error)."""
+        gives empty bytes at once (Kafka: throttled partitions come back empty, without error).
+        When a sequential reader's bytes are already in memory the future comes back done
+        (:meth:`try_read_cached`)."""
         tp = TopicPartition(*topic_partition)
         self.metrics.fetch_requests.labels(tp.topic).inc()
         throttle_ms = self.fetch_quota.throttle_time_ms()
@@ -511,12 +514,51 @@ class RemoteLogManager:
             if log_ is None:
                 raise UnknownTopicOrPartitionError(f"{tp} is not hosted here")
             tip = self._tip(tp, log_)
+            data = self._read_inline(tip, log_, fetch_offset, max_bytes, min_one_message)
+            if data is not None:
+                fut = Future()
+                fut.set_result(data)
+                return fut
             return self.reader_pool.submit(self._read, tip, log_, fetch_offset, max_bytes, min_one_message)
         except Exception as exc:
             self.metrics.fetch_errors.labels(tp.topic).inc()
             fut = Future()
             fut.set_exception(exc)
             return fut
+
+    def try_read_cached(
+        self, topic_partition: Any, fetch_offset: int, max_bytes: int, min_one_message: bool = True
+    ) -> bytes | None:
+        """The answer :meth:`read_async` would give, at once on the caller's thread, when the
+        sequential reader at ``fetch_offset`` has those bytes read ahead in memory (the next
+        read-ahead is queued on the reader pool); None otherwise: call :meth:`read_async` then.
+        Never does I/O or waits for a read in flight: safe on the event loop. Counted like
+        :meth:`read_async` (requests, bytes, fetch quota) only when it answers; a throttled
+        fetch, an unknown partition or a stopped RLM give None (read_async answers those)."""
+        if self.closing or not self._started or self.fetch_quota.throttle_time_ms() > 0:
+            return None
+        tp = TopicPartition(*topic_partition)
+        log_ = self.log_manager.get_log(tp)
+        if log_ is None:
+            return None
+        try:
+            tip = self._tip(tp, log_)
+        except UnknownTopicOrPartitionError:
+            return None
+        data = self._read_inline(tip, log_, fetch_offset, max_bytes, min_one_message)
+        if data is not None:
+            self.metrics.fetch_requests.labels(tp.topic).inc()
+        return data
+
+    def _read_inline(self, tip: TopicIdPartition, log_: Any, fetch_offset: int, max_bytes: int,
+                     min_one: bool) -> bytes | None:
+        if self.closing or self.reader_pool is None:
+            return None
+        data = self.read_path.read_inline(tip, log_, fetch_offset, max_bytes, min_one)
+        if data is not None:
+            self.fetch_quota.record(len(data))
+            self.metrics.fetch_bytes.labels(tip.topic).inc(len(data))
+        return data
 
     def _read(self, tip: TopicIdPartition, log_: Any, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes:
         try:

@@ -1,7 +1,10 @@
 """The remote read path: offset -> remote segment -> byte range -> whole record batches.
 
-Runs on the reader pool only (it blocks on the RSM). Bytes come back exactly as they were
-produced: the segment's batches are sliced out of the remote object, never decoded or rebuilt.
+Runs on the reader pool (it blocks on the RSM), except :meth:`RemoteReadPath.read_inline`, which
+any thread (the event loop) may call: it only slices bytes a sequential reader's stream already
+holds in memory, and answers None when serving would need a read or a wait. Bytes come back
+exactly as they were produced: the segment's batches are sliced out of the remote object, never
+decoded or rebuilt.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import logging
 import struct
 import threading
 from collections import OrderedDict, deque
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
@@ -119,12 +122,16 @@ class PrefetchCache:
         with self._lock:
             return (tip, offset) in self._streams
 
-    def take(self, tip, offset: int) -> _Stream | None:
+    def take(self, tip, offset: int, count: bool = True) -> _Stream | None:
         with self._lock:
             s = self._streams.pop((tip, offset), None)
-            if s is not None:
+            if s is not None and count:
                 self.hits += 1
             return s
+
+    def count_hit(self) -> None:
+        with self._lock:
+            self.hits += 1
 
     def put(self, s: _Stream) -> None:
         with self._lock:
@@ -179,6 +186,12 @@ class RemoteReadPath:
         self.prefetch = PrefetchCache()
         self.chunk_min = CHUNK_MIN  # ranged reads are at least this long (and twice the fetch size)
         self.chunk_grown = CHUNK_GROWN  # read-ahead sizes double up to this
+        self.inline_hits = 0  # fetches read_inline answered from memory
+        self.inline_misses = 0  # ... and those it left to the reader pool
+        # next-segment set-ups that read_inline queued on the pool, by (partition, first offset):
+        # a pool read of that offset waits for its set-up instead of starting a second stream
+        self._starting: dict[tuple, Future] = {}
+        self._starting_lock = threading.Lock()
 
     # -- segment lookup -------------------------------------------------------------------------
     def find_segment(self, tip: TopicIdPartition, log, offset: int) -> RemoteLogSegmentMetadata | None:
@@ -225,7 +238,43 @@ class RemoteReadPath:
             stream.close()
         return b"".join(parts)
 
+    def read_inline(
+        self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True
+    ) -> bytes | None:
+        """What :meth:`read` would answer, when the sequential stream waiting at ``fetch_offset``
+        already holds those bytes in memory; None when it does not (no such stream, the bytes are
+        still being read ahead, a read failed, the segment ends oddly): then call :meth:`read` on
+        the pool. Never does I/O and never waits for a read in flight, so any thread, the event
+        loop included, may call it. Queues the stream's next read-ahead on the pool."""
+        s = self.prefetch.take(tip, fetch_offset, count=False)
+        if s is None:
+            self.inline_misses += 1
+            return None
+        s.log = log
+        try:
+            data = self._serve_inline(s, fetch_offset, max_bytes, min_one_message)
+        except Exception:
+            # bytes the slow path would fail on: it starts over from a fresh stream and reports it
+            self.prefetch.release(s)
+            self.inline_misses += 1
+            return None
+        if data is None:
+            self.prefetch.put(s)  # back for the pool's read, state unchanged in meaning
+            self.inline_misses += 1
+            return None
+        self.prefetch.count_hit()
+        self.inline_hits += 1
+        return data
+
     def read(self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True) -> bytes:
+        pending = self._starting.get((tip, fetch_offset))
+        if pending is not None and pending.running():
+            # read_inline queued this segment's set-up ahead of this read (the pool runs tasks in
+            # order, so it is running or done): take its stream rather than start another
+            try:
+                pending.result()
+            except (Exception, CancelledError):
+                pass
         s = self.prefetch.take(tip, fetch_offset)
         if s is not None:
             s.log = log
@@ -268,6 +317,7 @@ class RemoteReadPath:
         """Whole batches from ``s`` starting at the batch holding ``fetch_offset``, up to
         ``max_bytes`` (at least one batch when ``min_one``); None when the segment has no batch
         at or after ``fetch_offset``. Puts ``s`` back for the next fetch, or releases it."""
+        # (_serve_inline is the same without I/O: keep the two in step)
         # skip the batches before fetch_offset (a fresh stream starts at an index floor)
         while True:
             if not self._ensure(s, HEADER_SIZE):
@@ -286,28 +336,41 @@ class RemoteReadPath:
             return b""
         limit = max(first_size, max_bytes) if min_one else max_bytes
         self._ensure(s, limit)
-        buf, p = s.data, s.p
-        n = len(buf)
-        stop = min(n, p + limit)
-        end = last = p
-        length_at = _LENGTH.unpack_from
-        while stop - end >= LOG_OVERHEAD:
-            size = length_at(buf, end + 8)[0] + LOG_OVERHEAD
-            if size < HEADER_SIZE or end + size > stop:
-                break
-            last = end
-            end += size
-        if end == p:
+        cut = _cut(s, limit)
+        if cut is None:
             # the first batch is cut short: the object ends early (a truncated upload)
             self.prefetch.release(s)
             return None
-        next_offset = _BASE_OFFSET.unpack_from(buf, last)[0] + _LAST_DELTA.unpack_from(buf, last + _LAST_DELTA_AT)[0] + 1
-        if isinstance(buf, memoryview):
-            data = bytes(buf[p:end])
-        else:
-            data = buf[p:end] if (p or end != n) else buf
-        s.p = end
+        data, s.p, next_offset = cut
         self._park(s, next_offset)
+        return data
+
+    def _serve_inline(self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes | None:
+        """:meth:`_serve` from the bytes ``s`` holds or has read ahead (landed reads only): the
+        same answer, parked the same way; None, with ``s`` neither parked nor released (its state
+        still valid for :meth:`_serve`), when that answer needs a read or a wait, or when the
+        segment has no more batches or ends early (the slow path handles those)."""
+        while True:
+            if not self._ensure_now(s, HEADER_SIZE) or len(s.data) - s.p < HEADER_SIZE:
+                return None
+            h = read_header(s.data, s.p)
+            if h.last_offset >= fetch_offset:
+                break
+            if not self._ensure_now(s, h.size) or len(s.data) - s.p < h.size:
+                return None
+            s.p += h.size
+        first_size = h.size
+        if first_size > max_bytes and not min_one:
+            self._park(s, fetch_offset, inline=True)
+            return b""
+        limit = max(first_size, max_bytes) if min_one else max_bytes
+        if not self._ensure_now(s, limit):
+            return None
+        cut = _cut(s, limit)
+        if cut is None:
+            return None
+        data, s.p, next_offset = cut
+        self._park(s, next_offset, inline=True)
         return data
 
     def _ensure(self, s: _Stream, n: int) -> bool:
@@ -331,41 +394,40 @@ class RemoteReadPath:
                 end = start + max(n - (len(s.data) - s.p), s.chunk)
                 chunk = self.fetch_range(s.md, start, end)
                 s.fetched_to = max(s.fetched_to, start + len(chunk))
-            if not chunk:
-                break
-            left = len(s.data) - s.p
-            if left <= 0:
-                s.data_pos += len(s.data)
-                s.data, s.p = chunk, 0
-            else:
-                # join only what this fetch needs onto the leftover; the rest of the chunk
-                # goes back in front of the queue, so most bytes are never copied twice
-                k = min(len(chunk), max(0, n - left))
-                s.data = b"".join((memoryview(s.data)[s.p :], memoryview(chunk)[:k]))
-                s.data_pos += s.p
-                s.p = 0
-                if k < len(chunk):
-                    rest: Future = Future()
-                    rest.set_result(memoryview(chunk)[k:])
-                    s.ahead.appendleft((start + k, end, rest))
-                    start += k
-                    chunk = chunk[:0]
-                    continue
-            if len(chunk) < end - start:
-                # the object is shorter than the metadata says: stop here
-                s.cancel()
-                s.fetched_to = s.data_pos + len(s.data)
+            if not _splice(s, n, start, end, chunk):
                 break
         return len(s.data) > s.p
 
-    def _park(self, s: _Stream, next_offset: int) -> None:
-        """Keep ``s`` for a fetch at ``next_offset`` and read ahead of it; drop it at the segment end."""
+    @staticmethod
+    def _ensure_now(s: _Stream, n: int) -> bool:
+        """:meth:`_ensure` from reads that have landed, without I/O or waiting: True when
+        ``s.data[s.p:]`` now holds what :meth:`_ensure` would leave there (``n`` bytes, or all
+        there is); False when getting there needs a read that is missing, in flight, failed or
+        cancelled (``s`` stays valid: the slow path goes on from it)."""
+        size = s.size
+        while len(s.data) - s.p < n:
+            if s.data_pos + len(s.data) >= size > 0:
+                return True
+            if not s.ahead:
+                return False
+            start, end, fut = s.ahead[0]
+            if not fut.done() or fut.cancelled() or fut.exception() is not None:
+                return False
+            s.ahead.popleft()
+            if not _splice(s, n, start, end, fut.result()):
+                return True
+        return True
+
+    def _park(self, s: _Stream, next_offset: int, inline: bool = False) -> None:
+        """Keep ``s`` for a fetch at ``next_offset`` and read ahead of it; drop it at the segment end.
+        ``inline``: on a thread that must not block, the next segment is set up on the pool."""
         s.next_offset = next_offset
+        start_next = self._start_next_segment_on_pool if inline else self._start_next_segment
         if next_offset > s.md.end_offset or s.pos >= s.size:
             self.prefetch.release(s)
             if not s.next_started and s.log is not None and next_offset > s.md.end_offset:
                 s.next_started = True
-                self._start_next_segment(s)
+                start_next(s)
             return
         # drop what was consumed, so the stream only holds bytes ahead of the reader
         if s.p >= len(s.data):
@@ -375,7 +437,7 @@ class RemoteReadPath:
         self.prefetch.put(s)
         if not s.next_started and s.fetched_to >= s.size > 0 and s.log is not None:
             s.next_started = True
-            self._start_next_segment(s)
+            start_next(s)
 
     def _read_ahead(self, s: _Stream) -> None:
         size = s.size
@@ -399,6 +461,28 @@ class RemoteReadPath:
             s.fetched_to = end
             s.chunk = max(s.first_chunk, min(self.chunk_grown, 2 * s.chunk))
         self.prefetch.account(s, (len(s.data) - s.p) + sum(e - b for b, e, _ in s.ahead))
+
+    def _start_next_segment_on_pool(self, s: _Stream) -> None:
+        """:meth:`_start_next_segment` queued on the reader pool (it asks the RLMM, which may block)."""
+        pool = self.rlm.reader_pool
+        if pool is None or not pool.has_room(0.5):
+            s.next_started = False  # the pool is busy: a later fetch of this stream tries again
+            return
+        key = (s.tip, s.md.end_offset + 1)
+        try:
+            fut = pool.submit(self._start_next_segment, s)
+        except Exception:
+            s.next_started = False
+            return
+        with self._starting_lock:
+            self._starting[key] = fut
+
+        def done(f: Future) -> None:
+            with self._starting_lock:
+                if self._starting.get(key) is f:
+                    del self._starting[key]
+
+        fut.add_done_callback(done)
 
     def _start_next_segment(self, s: _Stream) -> None:
         """Set up (and read ahead) the stream of the segment after ``s``'s, so a reader crossing
@@ -464,6 +548,59 @@ class RemoteReadPath:
             if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
                 return _record_at_or_after(buf, p, h, timestamp, starting_offset)
             p += size
+
+
+def _splice(s: _Stream, n: int, start: int, end: int, chunk) -> bool:
+    """Append ``chunk`` (the segment's bytes from ``start``, asked up to ``end``) to ``s.data``;
+    False when no more bytes follow it (empty, or the object is shorter than the metadata says)."""
+    if not chunk:
+        return False
+    left = len(s.data) - s.p
+    if left <= 0:
+        s.data_pos += len(s.data)
+        s.data, s.p = chunk, 0
+    else:
+        # join only what this fetch needs onto the leftover; the rest of the chunk
+        # goes back in front of the queue, so most bytes are never copied twice
+        k = min(len(chunk), max(0, n - left))
+        s.data = b"".join((memoryview(s.data)[s.p :], memoryview(chunk)[:k]))
+        s.data_pos += s.p
+        s.p = 0
+        if k < len(chunk):
+            rest: Future = Future()
+            rest.set_result(memoryview(chunk)[k:])
+            s.ahead.appendleft((start + k, end, rest))
+            return True
+    if len(chunk) < end - start:
+        # the object is shorter than the metadata says: stop here
+        s.cancel()
+        s.fetched_to = s.data_pos + len(s.data)
+        return False
+    return True
+
+
+def _cut(s: _Stream, limit: int) -> tuple[bytes, int, int] | None:
+    """The whole batches in ``s.data`` from ``s.p`` within ``limit`` bytes: (bytes, position after
+    them in ``s.data``, offset after them); None when not even the first batch is whole."""
+    buf, p = s.data, s.p
+    n = len(buf)
+    stop = min(n, p + limit)
+    end = last = p
+    length_at = _LENGTH.unpack_from
+    while stop - end >= LOG_OVERHEAD:
+        size = length_at(buf, end + 8)[0] + LOG_OVERHEAD
+        if size < HEADER_SIZE or end + size > stop:
+            break
+        last = end
+        end += size
+    if end == p:
+        return None
+    next_offset = _BASE_OFFSET.unpack_from(buf, last)[0] + _LAST_DELTA.unpack_from(buf, last + _LAST_DELTA_AT)[0] + 1
+    if isinstance(buf, memoryview):
+        data = bytes(buf[p:end])
+    else:
+        data = buf[p:end] if (p or end != n) else buf
+    return data, end, next_offset
 
 
 def _record_at_or_after(buf, pos: int, h, timestamp: int, starting_offset: int) -> tuple[int, int, int]:

@@ -118,26 +118,46 @@ def _read_local(broker: Any, pr: _PartitionRead, isolation: str, budget: int, fi
     return _records_size(info.records)
 
 
-async def _read_remote(broker: Any, pr: _PartitionRead) -> int:
-    """KIP-405 consumer read below the local log start, bounded by remote.fetch.max.wait.ms. On
-    timeout the partition comes back empty without an error, so the client simply fetches again."""
+def _start_remote(broker: Any, pr: _PartitionRead) -> Any:
+    """Start the KIP-405 consumer read of ``pr`` below the local log start: the RLM's future, or
+    None when the RLM answered at once (bytes a sequential reader had read ahead into memory, a
+    throttled fetch, a full reader queue), already put in ``pr.data``."""
+    try:
+        fut = broker.remote_log_manager.read_async(TopicPartition(pr.topic, pr.partition), pr.fetch_offset, pr.max_bytes)
+    except Exception as exc:  # noqa: BLE001
+        _remote_failed(pr, exc)
+        return None
+    if not fut.done():
+        return fut
+    try:
+        pr.data.records = bytes(fut.result() or b"")
+    except Exception as exc:  # noqa: BLE001
+        _remote_failed(pr, exc)
+    return None
+
+
+def _remote_failed(pr: _PartitionRead, exc: BaseException) -> None:
     d = pr.data
-    rlm = broker.remote_log_manager
+    d.error_code = error_code_of(exc)
+    if d.error_code == -1:
+        log.warning("remote read of %s-%d at %d failed: %r", pr.topic, pr.partition, pr.fetch_offset, exc)
+    d.records = b""
+
+
+async def _read_remote(broker: Any, pr: _PartitionRead, fut: Any) -> None:
+    """Wait for the remote read ``fut`` of ``pr``, bounded by remote.fetch.max.wait.ms. On timeout
+    the partition comes back empty without an error, so the client simply fetches again."""
+    d = pr.data
     wait_s = broker.config["remote.fetch.max.wait.ms"] / 1000
     try:
-        fut = rlm.read_async(TopicPartition(pr.topic, pr.partition), pr.fetch_offset, pr.max_bytes)
         data = await asyncio.wait_for(asyncio.wrap_future(fut), wait_s)
     except asyncio.TimeoutError:
         d.records = b""
-        return 0
+        return
     except Exception as exc:  # noqa: BLE001
-        d.error_code = error_code_of(exc)
-        if d.error_code == -1:
-            log.warning("remote read of %s-%d at %d failed: %r", pr.topic, pr.partition, pr.fetch_offset, exc)
-        d.records = b""
-        return 0
+        _remote_failed(pr, exc)
+        return
     d.records = bytes(data or b"")
-    return len(d.records)
 
 
 def _open_regions(topics: list[FetchTopicData]) -> None:
@@ -213,9 +233,11 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
             errors = errors or pr.data.error_code != 0
         remote = [pr for pr in reads if pr.remote]
         if remote:
-            # several partitions of one fetch are read from the remote tier in parallel
-            sizes = await asyncio.gather(*(_read_remote(broker, pr) for pr in remote))
-            total += sum(sizes)
+            # several partitions of one fetch are read from the remote tier in parallel; those
+            # the RLM answers at once (read ahead into memory) cost no trip through the pool
+            waits = [(pr, fut) for pr in remote if (fut := _start_remote(broker, pr)) is not None]
+            if waits:
+                await asyncio.gather(*(_read_remote(broker, pr, fut) for pr, fut in waits))
             break
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or not reads or remaining <= 0 or getattr(broker, "stopping", False):
