@@ -462,6 +462,10 @@ class GroupCoordinator:
             return
         group.protocol_name = group.select_protocol()
         group.transition_to(GroupState.COMPLETING_REBALANCE, now)
+        log.info(
+            "group %s: generation %d (%s) with %d members, leader %s", group.group_id, group.generation_id,
+            group.protocol_name, len(group.members), group.leader_id,
+        )
         for member in group.members.values():
             _resolve(member.awaiting_join, self._join_result(group, member))
             member.awaiting_join = None
