@@ -436,14 +436,23 @@ def test_object_store_outage_never_blocks_local_traffic_nor_loses_data(outage, b
         wait_for(lambda: list_offset(b.bootstrap, topic, -4), "tiering before the outage")
         checks_before = watcher.checks
 
+        errors_before = copy_errors(metrics_port, topic)
         outage.down()
-        # local traffic is unaffected: produce acks (acks=all, idempotent) and local reads
-        local_starts = [list_offset(b.bootstrap, topic, -4)]
+        # local traffic is unaffected: produce acks (acks=all, idempotent) ...
         produce(b.bootstrap, topic, 1000, 1000)
-        local_starts.append(list_offset(b.bootstrap, topic, -4))
+        # A copy in flight when the store went down may still have finished, and local retention may
+        # still be deleting segments tiered before the outage. Once a copy has failed and the local log
+        # starts right after the last tiered offset, the local log start cannot move until the store is
+        # back, so the reads below are local reads.
+        wait_for(lambda: copy_errors(metrics_port, topic) > errors_before, "a failed copy during the outage")
+        wait_for(lambda: list_offset(b.bootstrap, topic, -4) == list_offset(b.bootstrap, topic, -5) + 1,
+                 "local retention to catch up with what was tiered before the outage")
+        # ... and so are local reads
+        local_starts = [list_offset(b.bootstrap, topic, -4)]
         check_messages(consume(b.bootstrap, topic, local_starts[-1], 2000 - local_starts[-1]), local_starts[-1], 2000)
         produce(b.bootstrap, topic, 2000, 1000)
         start = list_offset(b.bootstrap, topic, -4)
+        assert start == local_starts[0]  # nothing was deleted locally while the store was down
         local_starts.append(start)
         check_messages(consume(b.bootstrap, topic, start, 3000 - start), start, 3000)
         # nothing new can be remote, so the segments produced meanwhile all stay local
