@@ -20,6 +20,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from broker_harness import BrokerProcess  # noqa: E402
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Hundreds of logs, sockets and clients are opened over the whole run; a machine whose soft
+    # descriptor limit is the common 1024 would fail late in the suite for no reason of the code's.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data").start()

@@ -43,6 +43,14 @@ def config(rng: random.Random) -> LogConfig:
     return LogConfig(segment_bytes=rng.choice([600, 1500, 4000]), index_interval_bytes=rng.choice([0, 100, 4096]))
 
 
+def crash(log: PartitionLog) -> None:
+    """Drop a log as a killed broker would: release its descriptors without writing anything."""
+    for seg in log.segments:
+        seg.offset_index.release()
+        seg.time_index.release()
+        seg.close_handles()
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_flushed_batches_survive_torn_tail_and_garbage(tmp_path, seed):
     rng = random.Random(seed)
@@ -70,7 +78,7 @@ def test_flushed_batches_survive_torn_tail_and_garbage(tmp_path, seed):
         f.write(rng.randbytes(rng.choice([0, 1, 11, 61, 300])))
     if rng.random() < 0.3:
         seg.offset_index_path.unlink(missing_ok=True)
-    del log
+    crash(log)
 
     recovered = PartitionLog(d, cfg, recovery_point=rp, had_clean_shutdown=False)
     assert recovered.log_end_offset >= rp
@@ -86,6 +94,7 @@ def test_flushed_batches_survive_torn_tail_and_garbage(tmp_path, seed):
     again = PartitionLog(d, cfg, recovery_point=recovered.recovery_point)
     assert again.log_end_offset == recovered.log_end_offset
     assert read_all(again) == read_all(recovered)
+    again.close()
 
 
 def test_recovery_rebuilds_indexes_equal_to_originals(tmp_path):
@@ -140,7 +149,7 @@ def test_producer_state_rebuilt_after_crash(tmp_path):
         log.append_as_leader(b, 0)
         seq += 2
     last = b
-    del log  # crash: no snapshot at the log end
+    crash(log)  # no snapshot at the log end
     log = PartitionLog(d, cfg, had_clean_shutdown=False, recovery_point=0)
     dup = log.append_as_leader(last, 0)
     assert dup.duplicate and dup.first_offset == 38
@@ -176,7 +185,7 @@ def test_unclean_restart_recovers_from_the_recovery_point_and_checks_the_rest(tm
     bases = [s.base_offset for s in log.segments]
     floor = max(b for b in bases if b <= rp)
     flushed = {b: v for b, v in read_all(log).items() if b < rp}
-    del log  # crash
+    crash(log)
     (d / f"{bases[1]:020d}.index").write_bytes(b"\x7f\xff\xff\xff" * 4)  # below the recovery point
     good = (d / f"{bases[2]:020d}.index").read_bytes()
 
@@ -213,7 +222,7 @@ def test_unclean_restart_does_not_read_the_preallocated_indexes_it_rebuilds(tmp_
     assert seg.offset_index_path.stat().st_size == 10 * 1024 * 1024
     written = (seg.offset_index.file_bytes(), seg.time_index.file_bytes())
     assert len(written[0]) > 8
-    del log  # crash: nothing trimmed
+    crash(log)  # nothing trimmed
 
     loaded = []
     real = _SparseIndex._load
