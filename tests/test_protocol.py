@@ -59,6 +59,24 @@ def test_fetch_response_encoding_decodes_with_kio(version):
     assert [(a.producer_id, a.first_offset) for a in p0.aborted_transactions] == [(9, 10)]
 
 
+@pytest.mark.parametrize("version", [4, 12, 16])
+def test_large_in_memory_records_are_sent_uncopied(version):
+    # remote reads hand the encoder megabytes in memory: they must go out as their own part
+    big = bytes(range(256)) * 4096  # 1 MiB
+    small = b"tiny"
+    topics = [FetchTopicData("t", uuid.uuid4(), [
+        FetchPartitionData(0, 0, 10, 10, 0, None, big),
+        FetchPartitionData(1, 0, 10, 10, 0, None, small),
+    ])]
+    parts, total = encode_fetch_response(version, 5, topics)
+    assert any(part is big for part in parts)
+    wire = b"".join(parts)
+    assert len(wire) == total and int.from_bytes(wire[:4], "big") == total - 4
+    _, body = decode_response(FETCH, version, memoryview(wire)[4:])
+    p0, p1 = body.responses[0].partitions
+    assert p0.records == big and p1.records == small
+
+
 def test_request_round_trip_and_trailing_bytes_tolerated():
     frame = encode_request(METADATA, 12, 5, "cid", {"topics": [{"name": "a", "topic_id": uuid.UUID(int=0)}]})
     header, body = decode_request(frame[4:] + b"\x00\x01\x02")

@@ -55,6 +55,9 @@ class FetchTopicData:
     partitions: list[FetchPartitionData] = field(default_factory=list)
 
 
+_INLINE_RECORDS_MAX = 16 * 1024
+
+
 class _Parts:
     """Accumulates bytes, flushing them as one part whenever a file region is appended."""
 
@@ -67,6 +70,7 @@ class _Parts:
         self.buf += data
 
     def region(self, region: Any, size: int) -> None:
+        """A part sent as it is: a file region (sendfile) or a large in-memory record set (no copy)."""
         if self.buf:
             self.parts.append(bytes(self.buf))
             self.size += len(self.buf)
@@ -139,7 +143,12 @@ def encode_fetch_response(
                 size = part.records_size
                 p.b(_uvarint(size + 1) if flexible else _i32(size))
                 if isinstance(records, (bytes, bytearray, memoryview)):
-                    p.b(bytes(records))
+                    # remote reads hand over megabytes in memory: copying them into the frame
+                    # buffer would cost more than the rest of the response
+                    if size >= _INLINE_RECORDS_MAX:
+                        p.region(records, size)
+                    else:
+                        p.b(records)
                 elif size:
                     p.region(records, size)
             if flexible:
