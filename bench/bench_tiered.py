@@ -8,9 +8,9 @@
 2. In-process: the RLM read path alone (``RemoteLogManager.read`` in a loop, no broker) vs
    ``PartitionLog.read``, and the RLM copy task vs a plain file copy.
 
-    TIERED_BENCH_MB=256 python -m bench.bench_tiered
+    TIERED_BENCH_MB=1024 python -m bench.bench_tiered
 
-``TIERED_BENCH_MB`` (default 256) is the data per topic; ``TIERED_BENCH_PARTITIONS`` (default 1),
+``TIERED_BENCH_MB`` (default 1024, the 1 GiB catch-up the issue asks for) is the data per topic; ``TIERED_BENCH_PARTITIONS`` (default 1),
 ``TIERED_BENCH_VALUE`` (bytes per record, default 1024), ``TIERED_BENCH_BATCH_KB`` (producer
 batch.size, default 16), ``TIERED_BENCH_SEGMENT_MB`` (segment.bytes, default 32);
 ``TIERED_BENCH_SKIP`` = comma list of ``broker``, ``inproc``, ``s3``.
@@ -134,7 +134,7 @@ def bench_broker() -> None:
 
     from broker_harness import BrokerProcess
 
-    total = _env("TIERED_BENCH_MB", 256) * MIB
+    total = _env("TIERED_BENCH_MB", 1024) * MIB
     parts = _env("TIERED_BENCH_PARTITIONS", 1)
     value_size = _env("TIERED_BENCH_VALUE", 1024)
     batch_kb = _env("TIERED_BENCH_BATCH_KB", 16)
@@ -338,7 +338,7 @@ def bench_inproc() -> None:
     from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
     from tieredlog.rsm.local import LocalTieredStorage
 
-    total = _env("TIERED_BENCH_MB", 256) * MIB
+    total = _env("TIERED_BENCH_MB", 1024) * MIB
     root = Path(tempfile.mkdtemp(prefix="bench-tiered-"))
     try:
         cfg = LogConfig(segment_bytes=64 << 20, remote_storage_enable=True, local_retention_bytes=1, retention_ms=-1,
