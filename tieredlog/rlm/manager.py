@@ -285,14 +285,18 @@ class RemoteLogManager:
         for tip in tips:
             self._schedule_remote_data_delete(tip)
 
+    def _require_remote_metadata(self, tip: TopicIdPartition) -> None:
+        """Load the partition's remote metadata (a task retries while it is still loading): the
+        RLMM lists a partition's segments only once it has read them."""
+        self.rlmm.on_partition_leadership_changes({tip}, set())
+        if not self.rlmm_ready(tip):
+            raise ReplicaNotAvailableError(f"{tip}: remote metadata not loaded yet")
+
     def _schedule_remote_data_delete(self, tip: TopicIdPartition) -> None:
         key = ("disable", tip)
 
         def run(ctx: TaskContext) -> None:
-            # the RLMM must have the partition's metadata loaded to list its segments
-            self.rlmm.on_partition_leadership_changes({tip}, set())
-            if not self.rlmm_ready(tip):
-                raise ReplicaNotAvailableError(f"{tip}: remote metadata not loaded yet")
+            self._require_remote_metadata(tip)
             for md in sorted(self.list_segments(tip), key=lambda m: m.start_offset):
                 if ctx.cancelled or self.closing:
                     return
@@ -346,9 +350,7 @@ class RemoteLogManager:
         key = ("delete", tip)
 
         def run(ctx: TaskContext) -> None:
-            self.rlmm.on_partition_leadership_changes({tip}, set())
-            if not self.rlmm_ready(tip):
-                raise ReplicaNotAvailableError(f"{tip}: remote metadata not loaded yet")
+            self._require_remote_metadata(tip)
             self.rlmm_put_partition_delete(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
             if expiration.delete_partition(self, tip, ctx):
                 self._remove_pending_delete(tip)
