@@ -32,7 +32,7 @@ run: install
 test: install-test system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install-test
+bench: install-test system-deps
 	$(PY) -m bench
 
 clean:

@@ -14,11 +14,14 @@
 ``TIERED_BENCH_VALUE`` (bytes per record, default 1024), ``TIERED_BENCH_BATCH_KB`` (producer
 batch.size, default 16), ``TIERED_BENCH_SEGMENT_MB`` (segment.bytes, default 32);
 ``TIERED_BENCH_SKIP`` = comma list of ``broker``, ``inproc``, ``s3``.
-3. Catch-up consumer from an S3 server (SeaweedFS by default, ``TIERED_BENCH_S3=moto``; data
-   ``TIERED_BENCH_S3_MB``, default 128) vs raw boto3 GETs of the same objects (one stream, whole
-   objects in offset order, as a consumer reads them), best of ``TIERED_BENCH_RUNS`` (default 2)
-   interleaved runs each; target ratio >= 0.5.
-The consumer uses confluent's defaults (max.partition.fetch.bytes 1 MiB, fetch.max.bytes 50 MiB,
+3. Catch-up consumers from an S3 server (SeaweedFS by default, ``TIERED_BENCH_S3=moto``; data
+   ``TIERED_BENCH_S3_MB``, default 256) vs raw boto3 GETs of the same objects (one stream, whole
+   objects in offset order, as a consumer reads them), best of ``TIERED_BENCH_RUNS`` (default 3)
+   interleaved runs each. Two consumers, each also on a local-only topic holding the same
+   records: kcat (librdkafka in C: the broker's rate, the target ratio >= 0.5 is taken on it)
+   and confluent-kafka's Python consumer (its per-record Python loop is the ceiling, as the
+   local-topic figure shows).
+The consumers use librdkafka's defaults (max.partition.fetch.bytes 1 MiB, fetch.max.bytes 50 MiB,
 fetch.wait.max.ms 500).
 """
 
@@ -251,16 +254,40 @@ def _wait_tiered(bs: str, data: Path, topic: str, parts: int, timeout: float = 3
     raise SystemExit(f"remote tier did not catch up: {ends}")
 
 
+def _kcat(bootstrap: str, topic: str, ends: dict[int, int]) -> float:
+    """Seconds for Debian's kcat (librdkafka's C consumer, no per-record Python) to read every
+    partition from offset 0 up to ``ends[p]``; process start and metadata included (a slight
+    undercount of the rate). Checks that the last offset printed is ``ends[p] - 1``."""
+    import subprocess
+
+    t0 = time.perf_counter()
+    procs = {p: subprocess.Popen(
+        ["kcat", "-C", "-q", "-b", bootstrap, "-t", topic, "-p", str(p), "-o", "0", "-c", str(end), "-e",
+         "-f", "%o\\n"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) for p, end in ends.items() if end > 0}
+    outs = {p: proc.communicate(timeout=600) for p, proc in procs.items()}
+    t = time.perf_counter() - t0
+    for p, (out, err) in outs.items():
+        last = out.rsplit(b"\n", 2)[-2] if out.count(b"\n") else b""
+        if procs[p].returncode != 0 or last != str(ends[p] - 1).encode():
+            raise SystemExit(f"kcat on {topic}-{p} ended at {last!r} (rc {procs[p].returncode}): {err[-500:]!r}")
+    return t
+
+
 def bench_s3() -> None:
-    """Catch-up consumer from an S3 server (SeaweedFS, or moto with TIERED_BENCH_S3=moto) vs raw
-    boto3 GETs of the same segment objects from the same server."""
+    """Catch-up consumers from an S3 server (SeaweedFS, or moto with TIERED_BENCH_S3=moto) vs raw
+    boto3 GETs of the same segment objects from the same server, and vs the same records in a
+    topic that is only local."""
+    import shutil as _shutil
+
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from broker_harness import BrokerProcess
     from s3servers import start_moto, start_seaweedfs
 
+    if _shutil.which("kcat") is None:
+        raise SystemExit("bench_tiered's S3 part needs kcat (Debian package kcat; `make bench` installs it)")
     which = os.environ.get("TIERED_BENCH_S3", "seaweedfs")
-    total = _env("TIERED_BENCH_S3_MB", 128) * MIB
+    total = _env("TIERED_BENCH_S3_MB", 256) * MIB
     segment = _env("TIERED_BENCH_SEGMENT_MB", 32) * MIB
     endpoint = (start_moto if which == "moto" else start_seaweedfs)()
     root = Path(tempfile.mkdtemp(prefix="bench-tiered-s3-"))
@@ -274,37 +301,71 @@ def bench_s3() -> None:
         broker.start()
         bs = broker.bootstrap
         admin = AdminClient({"bootstrap.servers": bs})  # kept alive until the result arrives
-        admin.create_topics([NewTopic("remote", 1, 1, config={
-            "segment.bytes": str(segment), "retention.ms": "-1", "remote.storage.enable": "true",
-            "local.retention.bytes": "1"})])["remote"].result(30)
-        _produce(bs, ["remote"], 1, total, _env("TIERED_BENCH_VALUE", 1024), _env("TIERED_BENCH_BATCH_KB", 16))
+        common = {"segment.bytes": str(segment), "retention.ms": "-1"}
+        for f in admin.create_topics([
+            NewTopic("remote", 1, 1, config={**common, "remote.storage.enable": "true", "local.retention.bytes": "1"}),
+            NewTopic("local", 1, 1, config={**common, "remote.storage.enable": "false"}),
+        ]).values():
+            f.result(30)
+        _produce(bs, ["remote", "local"], 1, total, _env("TIERED_BENCH_VALUE", 1024), _env("TIERED_BENCH_BATCH_KB", 16))
         ends = _wait_tiered(bs, root / "data", "remote", 1)
         client = endpoint.client()
         keys = sorted(o["Key"] for page in client.get_paginator("list_objects_v2").paginate(
             Bucket=endpoint.bucket, Prefix=prefix) for o in page.get("Contents", []) if o["Key"].endswith(".log"))
+
         def cpu() -> float:  # the broker process's CPU seconds (user + system)
             f = Path(f"/proc/{broker.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
             return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
-        # The baseline is what a consumer of these objects straight from the server would get: one
-        # stream, the same objects in offset order, each a whole-object GET read with one read()
-        # (boto3's fastest path). Runs interleave with the consumer's, best of each: the host is shared.
-        raw_runs, runs = [], []
-        for _ in range(_env("TIERED_BENCH_RUNS", 2)):
-            t0 = time.perf_counter()
-            raw = sum(len(client.get_object(Bucket=endpoint.bucket, Key=k)["Body"].read()) for k in keys)
-            raw_runs.append(time.perf_counter() - t0)
+        def timed(run) -> tuple[float, float]:
             c0 = cpu()
-            runs.append((_consume(bs, "remote", ends)[2], cpu() - c0))
-        t_raw, (t_r, cpu_r) = min(raw_runs), min(runs)
+            t = run()
+            return t, cpu() - c0
+
+        # The baseline is what a reader of these objects straight from the server gets: one stream,
+        # the same objects in offset order, each a whole-object GET read with one read() (boto3's
+        # fastest path). Runs interleave, best of each: the host is shared.
+        def raw_get() -> float:
+            t0 = time.perf_counter()
+            got = sum(len(client.get_object(Bucket=endpoint.bucket, Key=k)["Body"].read()) for k in keys)
+            nonlocal raw
+            raw = got
+            return time.perf_counter() - t0
+
+        raw = 0
+        paths = {
+            "raw": raw_get,
+            "kcat remote": lambda: _kcat(bs, "remote", ends),
+            "kcat local": lambda: _kcat(bs, "local", ends),
+            "python remote": lambda: _consume(bs, "remote", ends)[2],
+            "python local": lambda: _consume(bs, "local", ends)[2],
+        }
+        runs: dict[str, list[tuple[float, float]]] = {k: [] for k in paths}
+        for _ in range(_env("TIERED_BENCH_RUNS", 3)):
+            for name, run in paths.items():
+                runs[name].append(timed(run))
+        best = {k: min(v) for k, v in runs.items()}
         mb = raw / MIB
-        print(f"[{endpoint.name}] {len(keys)} segment objects, {mb:.0f} MiB")
-        print(f"[{endpoint.name}] raw boto3 GET of the segment objects : {_rate(raw, t_raw)}")
-        print(f"[{endpoint.name}] catch-up consumer from the S3 tier   : {_rate(raw, t_r)}   broker CPU "
-              f"{cpu_r * 1000 / mb:5.2f} ms/MiB")
-        print(f"[{endpoint.name}]   (all runs, s: raw " + " ".join(f"{t:.2f}" for t in raw_runs)
-              + "; consumer " + " ".join(f"{t:.2f}" for t, _ in runs) + ")")
-        print(f"[{endpoint.name}] RATIO remote consumer/raw GET        : {t_raw / t_r:5.2f}   (target >= 0.5)")
+        rate = {k: mb / t for k, (t, _) in best.items()}
+        tag = f"[{endpoint.name}]"
+        print(f"{tag} {len(keys)} segment objects, {mb:.0f} MiB; the same records in a local-only topic")
+        labels = {
+            "raw": "raw boto3 GET of the segment objects     ",
+            "kcat remote": "catch-up kcat (librdkafka), S3 tier      ",
+            "kcat local": "catch-up kcat (librdkafka), local topic  ",
+            "python remote": "catch-up confluent-kafka Python, S3 tier ",
+            "python local": "catch-up confluent-kafka Python, local   ",
+        }
+        for k, label in labels.items():
+            t, c = best[k]
+            extra = "" if k == "raw" else f"   broker CPU {c * 1000 / mb:5.2f} ms/MiB"
+            print(f"{tag} {label}: {rate[k]:8.1f} MiB/s ({t:6.2f} s){extra}")
+        print(f"{tag}   (all runs, s: " + "; ".join(
+            f"{k} " + " ".join(f"{t:.2f}" for t, _ in v) for k, v in runs.items()) + ")")
+        print(f"{tag} RATIO kcat S3 tier/raw GET              : {rate['kcat remote'] / rate['raw']:5.2f}   (target >= 0.5)")
+        print(f"{tag} RATIO kcat S3 tier/local topic          : {rate['kcat remote'] / rate['kcat local']:5.2f}")
+        print(f"{tag} RATIO Python S3 tier/raw GET            : {rate['python remote'] / rate['raw']:5.2f}")
+        print(f"{tag} RATIO Python S3 tier/local topic        : {rate['python remote'] / rate['python local']:5.2f}")
     finally:
         rc = broker.stop()
         if rc not in (0, None):
