@@ -497,7 +497,8 @@ class RemoteLogManager:
     def read_async(
         self, topic_partition: Any, fetch_offset: int, max_bytes: int, min_one_message: bool = True
     ) -> Future:
-        """Queue a remote read of ``fetch_offset``; the future yields whole record batches (bytes),
+        """Queue a remote read of ``fetch_offset``; the future yields whole record batches (bytes,
+        or a memoryview into read-ahead memory: send it, do not keep it),
         at least one batch when ``min_one_message``. Never blocks: safe on the event loop. A full
         reader queue or a missing partition gives a failed future; a read over the fetch quota
         gives empty bytes at once (Kafka: throttled partitions come back empty, without error).
@@ -530,7 +531,7 @@ class RemoteLogManager:
 
     def try_read_cached(
         self, topic_partition: Any, fetch_offset: int, max_bytes: int, min_one_message: bool = True
-    ) -> bytes | None:
+    ) -> bytes | memoryview | None:
         """The answer :meth:`read_async` would give, at once on the caller's thread, when the
         sequential reader at ``fetch_offset`` has those bytes read ahead in memory (the next
         read-ahead is queued on the reader pool); None otherwise: call :meth:`read_async` then.
@@ -553,7 +554,7 @@ class RemoteLogManager:
         return data
 
     def _read_inline(self, tip: TopicIdPartition, log_: Any, fetch_offset: int, max_bytes: int,
-                     min_one: bool) -> bytes | None:
+                     min_one: bool) -> bytes | memoryview | None:
         if self.closing or self.reader_pool is None:
             return None
         data = self.read_path.read_inline(tip, log_, fetch_offset, max_bytes, min_one)
@@ -579,8 +580,8 @@ class RemoteLogManager:
         return data
 
     def read(self, topic_partition: Any, fetch_offset: int, max_bytes: int, timeout: float | None = None) -> bytes:
-        """Blocking read (tools, tests): :meth:`read_async` and wait."""
-        return self.read_async(topic_partition, fetch_offset, max_bytes).result(timeout)
+        """Blocking read (tools, tests): :meth:`read_async` and wait; a ``bytes`` copy."""
+        return bytes(self.read_async(topic_partition, fetch_offset, max_bytes).result(timeout))
 
     def find_offset_by_timestamp(self, topic_partition: Any, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets by timestamp over the remote tier: (offset, timestamp, leader epoch) of the

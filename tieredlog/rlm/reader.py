@@ -240,7 +240,7 @@ class RemoteReadPath:
 
     def read_inline(
         self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True
-    ) -> bytes | None:
+    ) -> bytes | memoryview | None:
         """What :meth:`read` would answer, when the sequential stream waiting at ``fetch_offset``
         already holds those bytes in memory; None when it does not (no such stream, the bytes are
         still being read ahead, a read failed, the segment ends oddly): then call :meth:`read` on
@@ -266,7 +266,9 @@ class RemoteReadPath:
         self.inline_hits += 1
         return data
 
-    def read(self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True) -> bytes:
+    def read(
+        self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True
+    ) -> bytes | memoryview:
         pending = self._starting.get((tip, fetch_offset))
         if pending is not None and pending.running():
             # read_inline queued this segment's set-up ahead of this read (the pool runs tasks in
@@ -313,7 +315,7 @@ class RemoteReadPath:
         return b""
 
     # -- one stream -----------------------------------------------------------------------------
-    def _serve(self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes | None:
+    def _serve(self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes | memoryview | None:
         """Whole batches from ``s`` starting at the batch holding ``fetch_offset``, up to
         ``max_bytes`` (at least one batch when ``min_one``); None when the segment has no batch
         at or after ``fetch_offset``. Puts ``s`` back for the next fetch, or releases it."""
@@ -345,7 +347,9 @@ class RemoteReadPath:
         self._park(s, next_offset)
         return data
 
-    def _serve_inline(self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes | None:
+    def _serve_inline(
+        self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool
+    ) -> bytes | memoryview | None:
         """:meth:`_serve` from the bytes ``s`` holds or has read ahead (landed reads only): the
         same answer, parked the same way; None, with ``s`` neither parked nor released (its state
         still valid for :meth:`_serve`), when that answer needs a read or a wait, or when the
@@ -552,25 +556,16 @@ class RemoteReadPath:
 
 def _splice(s: _Stream, n: int, start: int, end: int, chunk) -> bool:
     """Append ``chunk`` (the segment's bytes from ``start``, asked up to ``end``) to ``s.data``;
-    False when no more bytes follow it (empty, or the object is shorter than the metadata says)."""
+    False when no more bytes follow it (empty, or the object is shorter than the metadata says).
+    ``n`` is what the caller needs; the whole chunk is taken either way."""
     if not chunk:
         return False
     left = len(s.data) - s.p
-    if left <= 0:
-        s.data_pos += len(s.data)
-        s.data, s.p = chunk, 0
-    else:
-        # join only what this fetch needs onto the leftover; the rest of the chunk
-        # goes back in front of the queue, so most bytes are never copied twice
-        k = min(len(chunk), max(0, n - left))
-        s.data = b"".join((memoryview(s.data)[s.p :], memoryview(chunk)[:k]))
-        s.data_pos += s.p
-        s.p = 0
-        if k < len(chunk):
-            rest: Future = Future()
-            rest.set_result(memoryview(chunk)[k:])
-            s.ahead.appendleft((start + k, end, rest))
-            return True
+    s.data_pos += s.p if left > 0 else len(s.data)
+    # The leftover (a batch cut by the chunk boundary, or bytes a fetch did not take) is joined
+    # with the whole chunk: one copy per chunk, after which fetches are zero-copy views of it
+    s.data = b"".join((memoryview(s.data)[s.p :], chunk)) if left > 0 else chunk
+    s.p = 0
     if len(chunk) < end - start:
         # the object is shorter than the metadata says: stop here
         s.cancel()
@@ -579,9 +574,10 @@ def _splice(s: _Stream, n: int, start: int, end: int, chunk) -> bool:
     return True
 
 
-def _cut(s: _Stream, limit: int) -> tuple[bytes, int, int] | None:
-    """The whole batches in ``s.data`` from ``s.p`` within ``limit`` bytes: (bytes, position after
-    them in ``s.data``, offset after them); None when not even the first batch is whole."""
+def _cut(s: _Stream, limit: int) -> tuple[bytes | memoryview, int, int] | None:
+    """The whole batches in ``s.data`` from ``s.p`` within ``limit`` bytes: (those bytes, a view
+    into ``s.data``; position after them in ``s.data``; offset after them); None when not even the
+    first batch is whole."""
     buf, p = s.data, s.p
     n = len(buf)
     stop = min(n, p + limit)
@@ -596,10 +592,8 @@ def _cut(s: _Stream, limit: int) -> tuple[bytes, int, int] | None:
     if end == p:
         return None
     next_offset = _BASE_OFFSET.unpack_from(buf, last)[0] + _LAST_DELTA.unpack_from(buf, last + _LAST_DELTA_AT)[0] + 1
-    if isinstance(buf, memoryview):
-        data = bytes(buf[p:end])
-    else:
-        data = buf[p:end] if (p or end != n) else buf
+    # a view, not a copy: it keeps the chunk alive until the response carrying it is sent
+    data = memoryview(buf)[p:end] if (p or end != n) else buf
     return data, end, next_offset
 
 

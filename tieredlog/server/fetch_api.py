@@ -130,7 +130,7 @@ def _start_remote(broker: Any, pr: _PartitionRead) -> Any:
     if not fut.done():
         return fut
     try:
-        pr.data.records = bytes(fut.result() or b"")
+        pr.data.records = fut.result() or b""  # bytes or a view of read-ahead memory, sent uncopied
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
     return None
@@ -157,7 +157,7 @@ async def _read_remote(broker: Any, pr: _PartitionRead, fut: Any) -> None:
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
         return
-    d.records = bytes(data or b"")
+    d.records = data or b""
 
 
 def _open_regions(topics: list[FetchTopicData]) -> None:
