@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -59,6 +60,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
         broker.node_id, ", ".join(f"{h}:{p}" for h, p in bound), broker.advertised_host, broker.advertised_port,
         broker.cluster_id,
     )
+    _tune_gc()
     if ready is not None:
         ready.set()
     await stop.wait()
@@ -68,6 +70,20 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
     await broker.shutdown()
     log.info("shut down cleanly")
     return 0
+
+
+# Objects a request allocates die with it, but CPython's default young-generation threshold (700)
+# runs a collection every request or two, and the older generations then keep re-walking what
+# start-up built (botocore's service models, the remote metadata caches, plugin modules): about a
+# third of the broker's CPU on a remote catch-up read. A larger young generation, with everything
+# alive at start-up moved out of the collector's sight, brings that down to a few percent.
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def _tune_gc() -> None:
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def main(argv: list[str] | None = None) -> int:
