@@ -15,7 +15,7 @@
 batch.size, default 16), ``TIERED_BENCH_SEGMENT_MB`` (segment.bytes, default 32);
 ``TIERED_BENCH_SKIP`` = comma list of ``broker``, ``inproc``, ``s3``.
 3. Catch-up consumers from an S3 server (SeaweedFS by default, ``TIERED_BENCH_S3=moto``; data
-   ``TIERED_BENCH_S3_MB``, default 256) vs raw boto3 GETs of the same objects (one stream, whole
+   ``TIERED_BENCH_S3_MB``, default 512) vs raw boto3 GETs of the same objects (one stream, whole
    objects in offset order, as a consumer reads them), best of ``TIERED_BENCH_RUNS`` (default 3)
    interleaved runs each. Two consumers, each also on a local-only topic holding the same
    records: kcat (librdkafka in C: the broker's rate, the target ratio >= 0.5 is taken on it)
@@ -287,7 +287,7 @@ def bench_s3() -> None:
     if _shutil.which("kcat") is None:
         raise SystemExit("bench_tiered's S3 part needs kcat (Debian package kcat; `make bench` installs it)")
     which = os.environ.get("TIERED_BENCH_S3", "seaweedfs")
-    total = _env("TIERED_BENCH_S3_MB", 256) * MIB
+    total = _env("TIERED_BENCH_S3_MB", 512) * MIB
     segment = _env("TIERED_BENCH_SEGMENT_MB", 32) * MIB
     endpoint = (start_moto if which == "moto" else start_seaweedfs)()
     root = Path(tempfile.mkdtemp(prefix="bench-tiered-s3-"))
