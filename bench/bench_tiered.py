@@ -277,14 +277,12 @@ def bench_s3() -> None:
     """Catch-up consumers from an S3 server (SeaweedFS, or moto with TIERED_BENCH_S3=moto) vs raw
     boto3 GETs of the same segment objects from the same server, and vs the same records in a
     topic that is only local."""
-    import shutil as _shutil
-
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from broker_harness import BrokerProcess
     from s3servers import start_moto, start_seaweedfs
 
-    if _shutil.which("kcat") is None:
+    if shutil.which("kcat") is None:
         raise SystemExit("bench_tiered's S3 part needs kcat (Debian package kcat; `make bench` installs it)")
     which = os.environ.get("TIERED_BENCH_S3", "seaweedfs")
     total = _env("TIERED_BENCH_S3_MB", 512) * MIB
@@ -310,8 +308,9 @@ def bench_s3() -> None:
         _produce(bs, ["remote", "local"], 1, total, _env("TIERED_BENCH_VALUE", 1024), _env("TIERED_BENCH_BATCH_KB", 16))
         ends = _wait_tiered(bs, root / "data", "remote", 1)
         client = endpoint.client()
-        keys = sorted(o["Key"] for page in client.get_paginator("list_objects_v2").paginate(
+        objects = sorted((o["Key"], o["Size"]) for page in client.get_paginator("list_objects_v2").paginate(
             Bucket=endpoint.bucket, Prefix=prefix) for o in page.get("Contents", []) if o["Key"].endswith(".log"))
+        raw = sum(size for _, size in objects)
 
         def cpu() -> float:  # the broker process's CPU seconds (user + system)
             f = Path(f"/proc/{broker.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -327,12 +326,11 @@ def bench_s3() -> None:
         # fastest path). Runs interleave, best of each: the host is shared.
         def raw_get() -> float:
             t0 = time.perf_counter()
-            got = sum(len(client.get_object(Bucket=endpoint.bucket, Key=k)["Body"].read()) for k in keys)
-            nonlocal raw
-            raw = got
-            return time.perf_counter() - t0
+            got = sum(len(client.get_object(Bucket=endpoint.bucket, Key=k)["Body"].read()) for k, _ in objects)
+            t = time.perf_counter() - t0
+            assert got == raw, (got, raw)
+            return t
 
-        raw = 0
         paths = {
             "raw": raw_get,
             "kcat remote": lambda: _kcat(bs, "remote", ends),
@@ -348,7 +346,7 @@ def bench_s3() -> None:
         mb = raw / MIB
         rate = {k: mb / t for k, (t, _) in best.items()}
         tag = f"[{endpoint.name}]"
-        print(f"{tag} {len(keys)} segment objects, {mb:.0f} MiB; the same records in a local-only topic")
+        print(f"{tag} {len(objects)} segment objects, {mb:.0f} MiB; the same records in a local-only topic")
         labels = {
             "raw": "raw boto3 GET of the segment objects     ",
             "kcat remote": "catch-up kcat (librdkafka), S3 tier      ",
