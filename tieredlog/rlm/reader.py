@@ -398,7 +398,7 @@ class RemoteReadPath:
                 end = start + max(n - (len(s.data) - s.p), s.chunk)
                 chunk = self.fetch_range(s.md, start, end)
                 s.fetched_to = max(s.fetched_to, start + len(chunk))
-            if not _splice(s, n, start, end, chunk):
+            if not _splice(s, start, end, chunk):
                 break
         return len(s.data) > s.p
 
@@ -418,7 +418,7 @@ class RemoteReadPath:
             if not fut.done() or fut.cancelled() or fut.exception() is not None:
                 return False
             s.ahead.popleft()
-            if not _splice(s, n, start, end, fut.result()):
+            if not _splice(s, start, end, fut.result()):
                 return True
         return True
 
@@ -554,10 +554,9 @@ class RemoteReadPath:
             p += size
 
 
-def _splice(s: _Stream, n: int, start: int, end: int, chunk) -> bool:
+def _splice(s: _Stream, start: int, end: int, chunk) -> bool:
     """Append ``chunk`` (the segment's bytes from ``start``, asked up to ``end``) to ``s.data``;
-    False when no more bytes follow it (empty, or the object is shorter than the metadata says).
-    ``n`` is what the caller needs; the whole chunk is taken either way."""
+    False when no more bytes follow it (empty, or the object is shorter than the metadata says)."""
     if not chunk:
         return False
     left = len(s.data) - s.p
