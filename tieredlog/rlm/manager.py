@@ -302,12 +302,7 @@ class RemoteLogManager:
                     return
                 if md.state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
                     self.delete_remote_segment(md)
-            try:
-                self.rlmm.on_stop_partitions({tip})
-            except Exception:
-                log.debug("on_stop_partitions failed", exc_info=True)
-            self.expirer.cancel(key)
-            log.info("%s: remote storage disabled, remote data deleted", tip)
+            self._remote_data_deleted(tip, key, "remote storage disabled, remote data deleted")
 
         # retried with backoff on failure; on success the task cancels itself
         self.expirer.schedule(key, run, self.config.task_interval_ms)
@@ -354,15 +349,19 @@ class RemoteLogManager:
             self.rlmm_put_partition_delete(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
             if expiration.delete_partition(self, tip, ctx):
                 self._remove_pending_delete(tip)
-                try:
-                    self.rlmm.on_stop_partitions({tip})
-                except Exception:
-                    log.debug("on_stop_partitions failed", exc_info=True)
-                self.expirer.cancel(key)
-                log.info("%s: remote data deleted", tip)
+                self._remote_data_deleted(tip, key, "remote data deleted")
 
         # retried with backoff on failure; on success the task cancels itself
         self.expirer.schedule(key, run, self.config.task_interval_ms)
+
+    def _remote_data_deleted(self, tip: TopicIdPartition, key: tuple, what: str) -> None:
+        """The end of a successful delete task: the RLMM stops tracking ``tip``, the task stops."""
+        try:
+            self.rlmm.on_stop_partitions({tip})
+        except Exception:
+            log.debug("on_stop_partitions failed", exc_info=True)
+        self.expirer.cancel(key)
+        log.info("%s: %s", tip, what)
 
     def pending_partition_deletes(self) -> list[TopicIdPartition]:
         return self._read_pending_deletes()
