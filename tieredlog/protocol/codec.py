@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from tieredlog.protocol.api import api_name
+from tieredlog.protocol.guard import Checker, FrameError, entity_checker
 
 _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: same in every header version
 _I32 = struct.Struct(">i")
@@ -50,10 +51,11 @@ def peek_header(payload: bytes | memoryview) -> tuple[int, int, int]:
     return _HEADER_PREFIX.unpack_from(payload, 0)
 
 
-_reader_cache: dict[tuple[int, int], tuple[type, Callable, Callable]] = {}
+_RequestCodec = tuple[type, Checker, Checker, Callable, Callable]
+_reader_cache: dict[tuple[int, int], _RequestCodec] = {}
 
 
-def _request_codec(api_key: int, version: int) -> tuple[type, Callable, Callable]:
+def _request_codec(api_key: int, version: int) -> _RequestCodec:
     key = (api_key, version)
     hit = _reader_cache.get(key)
     if hit is None:
@@ -61,7 +63,8 @@ def _request_codec(api_key: int, version: int) -> tuple[type, Callable, Callable
             cls = load_request_schema(api_key, version)
         except (UnknownAPIKey, UnknownEntity) as exc:
             raise UnsupportedVersion(str(exc)) from None
-        hit = (cls, entity_reader(cls.__header_schema__), entity_reader(cls))
+        hdr = cls.__header_schema__
+        hit = (cls, entity_checker(hdr), entity_checker(cls), entity_reader(hdr), entity_reader(cls))
         _reader_cache[key] = hit
     return hit
 
@@ -70,10 +73,16 @@ def decode_request(payload: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Decode header and body of one request frame (without its size prefix).
 
     Unknown tagged fields are skipped by kio; trailing bytes after the body are tolerated, as Kafka
-    does for requests from newer clients.
+    does for requests from newer clients. Every length is checked against the bytes left before
+    kio's native reader runs (``guard``): it would abort the process on a hostile array length.
     """
     api_key, version, _ = peek_header(payload)
-    _, read_header, read_body = _request_codec(api_key, version)
+    _, check_header, check_body, read_header, read_body = _request_codec(api_key, version)
+    end = len(payload)
+    try:
+        check_body(payload, check_header(payload, 0, end), end)
+    except FrameError as exc:
+        raise InvalidRequest(f"cannot decode {api_name(api_key)} v{version}: {exc}") from None
     try:
         header, n = read_header(payload, 0)
         body, _m = read_body(payload, n)
