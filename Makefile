@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test bench install install-test system-deps clean
+.PHONY: run test bench fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: install-test system-deps
 
 bench: install-test system-deps
 	$(PY) -m bench
+
+# The long fuzz run: many more hostile frames than `make test` sends, and hypothesis over every schema.
+fuzz: install-test system-deps
+	TIEREDLOG_FUZZ_FRAMES=$${TIEREDLOG_FUZZ_FRAMES:-50000} $(PY) -m pytest -o timeout=0 tests/test_fuzz_frames.py tests/fuzz_deep.py
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

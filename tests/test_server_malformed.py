@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from tieredlog.protocol.api import API_VERSIONS, METADATA, PRODUCE
+from tieredlog.protocol.api import API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, FETCH, METADATA, PRODUCE
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.protocol.codec import decode_response, encode_request
 
@@ -145,3 +145,49 @@ def test_many_parallel_connections_and_pipelining(broker):
             cid, _ = decode_response(METADATA, 9, body)
             assert cid == expected
         s.close()
+
+
+# Structurally valid requests with nulls and extreme values are answered as Kafka answers them.
+
+
+def test_metadata_null_topic_name(broker, healthy_client):
+    v10 = healthy_client.request(METADATA, {"topics": [{"name": None, "topic_id": None}]}, version=10)
+    assert [t.error_code.value for t in v10.topics] == [42]  # INVALID_REQUEST: names cannot be null before v12
+    v12 = healthy_client.request(METADATA, {"topics": [{"name": None, "topic_id": None}]}, version=12)
+    assert [(t.name, t.error_code.value) for t in v12.topics] == [(None, 100)]  # UNKNOWN_TOPIC_ID
+    assert broker.alive()
+
+
+def test_fetch_with_the_zero_topic_id(broker, healthy_client):
+    req = {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+        "topics": [{"topic_id": None, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}]}],
+    }  # fmt: skip
+    resp = healthy_client.request(FETCH, req, version=13)
+    assert [p.error_code.value for t in resp.responses for p in t.partitions] == [100]  # UNKNOWN_TOPIC_ID
+    _assert_healthy(broker, healthy_client)
+
+
+def test_requests_for_billions_of_partitions_are_refused(broker, healthy_client):
+    created = healthy_client.request(
+        CREATE_TOPICS,
+        {"topics": [{"name": "huge", "num_partitions": 2**31 - 1, "replication_factor": 1, "assignments": [], "configs": []}],
+         "timeout": 30000, "validate_only": False},
+    )  # fmt: skip
+    assert [(t.error_code.value, t.error_message) for t in created.topics] == [
+        (44, "Excessively large number of partitions per request.")  # POLICY_VIOLATION, as Kafka
+    ]
+    healthy_client.request(
+        CREATE_TOPICS,
+        {"topics": [{"name": "small", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}],
+         "timeout": 30000, "validate_only": False},
+    )  # fmt: skip
+    grown = healthy_client.request(
+        CREATE_PARTITIONS,
+        {"topics": [{"name": "small", "count": 1 << 30, "assignments": None}], "timeout": 30000, "validate_only": False},
+    )
+    assert [r.error_code.value for r in grown.results] == [44]
+    md = healthy_client.request(METADATA, {"topics": [{"name": "small"}]}, version=9)
+    assert len(md.topics[0].partitions) == 1
+    _assert_healthy(broker, healthy_client)

@@ -10,6 +10,7 @@ from tieredlog.errors import (
     InvalidRequestError,
     KafkaError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
 )
 from tieredlog.protocol.api import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS
 from tieredlog.server.config_apis import topic_config_entries
@@ -21,6 +22,12 @@ log = logging.getLogger(__name__)
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
 INVALID_REQUEST = 42
+
+# Kafka's controller refuses a request that would create more partitions than this in one go
+# (KAFKA-17870 for CreateTopics, KAFKA-19673 for CreatePartitions): without it one small request
+# could ask for 2^31 partitions.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 
 
 def _check_assignments(broker: Any, assignments: Any) -> int:
@@ -40,6 +47,11 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
     out = []
     seen: set[str] = set()
+    default = broker.config["num.partitions"]
+    total = sum(
+        len(t.assignments) if t.assignments else (default if t.num_partitions == -1 else max(t.num_partitions, 0))
+        for t in req.topics
+    )
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -47,6 +59,8 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
             if t.name in seen:
                 raise InvalidRequestError(f"Create topics request from client contains duplicate topic {t.name}")
             seen.add(t.name)
+            if total > MAX_PARTITIONS_PER_REQUEST:
+                raise PolicyViolationError(TOO_MANY_PARTITIONS)
             configs = {c.name: c.value for c in t.configs if c.value is not None}
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
@@ -110,9 +124,16 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
 async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
     out = []
+    added = 0
+    for t in req.topics:
+        meta = broker.get_topic(t.name)
+        if meta is not None:
+            added += max(t.count - meta.partitions, 0)
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         try:
+            if added > MAX_PARTITIONS_PER_REQUEST:
+                raise PolicyViolationError(TOO_MANY_PARTITIONS)
             if t.assignments:
                 for a in t.assignments:
                     if any(b != broker.node_id for b in a.broker_ids) or len(a.broker_ids) != 1:

@@ -202,8 +202,9 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
     reads: list[_PartitionRead] = []
     for ft in req.topics:
         if version >= 13:
-            tid = ft.topic_id
-            meta = broker.topic_by_id(tid)
+            # kio reads the all-zero id as None: no topic has it
+            tid = ft.topic_id or uuid.UUID(int=0)
+            meta = broker.topic_by_id(tid) if ft.topic_id else None
             name = meta.name if meta else ""
         else:
             name = ft.topic

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.errors import KafkaError
 from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
 from tieredlog.server.context import Handler, RequestContext
@@ -56,10 +58,14 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
         topics_out = [topic_entry(broker, t) for t in sorted(broker.topics.values(), key=lambda t: t.name)]
     else:
         for rt in req.topics:
-            name = getattr(rt, "name", None)
-            tid = getattr(rt, "topic_id", None)
-            if name is None and tid is not None and tid.int != 0:
-                t = broker.topic_by_id(tid)
+            name = rt.name
+            tid = getattr(rt, "topic_id", None)  # v10+; kio reads the all-zero id as None
+            if name is None:
+                if ctx.api_version < 12:
+                    # as Kafka: names cannot be null and ids are not looked up before v12
+                    topics_out.append(_error_topic("", ErrorCode.invalid_request))  # name is not nullable here
+                    continue
+                t = broker.topic_by_id(tid) if tid is not None else None
                 topics_out.append(topic_entry(broker, t) if t else _error_topic(None, UNKNOWN_TOPIC_ID, tid))
                 continue
             t = broker.get_topic(name)
