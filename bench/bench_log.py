@@ -1,4 +1,4 @@
-"""Local log engine figures: append throughput of 1 MiB lz4 batches through PartitionLog.append_as_leader
+"""Local log engine figures: append throughput of 1 MiB lz4 batches through UnifiedLog.append_as_leader
 (CRC check, offset patching, index maintenance) beside a raw sequential write of the same bytes to the
 same disk, random offset lookups over a 1,000-segment log, and the load time of 100 small partitions after
 an unclean shutdown. Targets: append >= 60% of raw; unclean restart of 100 partitions well under 1 s."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from tieredlog.log.config import LogConfig
 from tieredlog.log.log_manager import LogManager
-from tieredlog.log.partition_log import PartitionLog
 from tieredlog.log.types import TopicPartition
+from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import COMPRESSION_LZ4
 from tieredlog.records.record import build_batch
 
@@ -52,13 +52,13 @@ def _raw_write(path: Path, batches: list[bytes]) -> float:
 
 def _log_append(d: Path, batches: list[bytes]) -> float:
     cfg = LogConfig(max_message_bytes=4 << 20, message_timestamp_after_max_ms=1 << 62)
-    log = PartitionLog(d, cfg)
+    plog = UnifiedLog(d, cfg)
     t0 = time.perf_counter()
     for i in range(TOTAL_BATCHES):
-        log.append_as_leader(batches[i % len(batches)], 0)
-    log.flush()
+        plog.append_as_leader(batches[i % len(batches)], 0)
+    plog.flush()
     elapsed = time.perf_counter() - t0
-    log.close()
+    plog.close()
     return elapsed
 
 
@@ -66,24 +66,24 @@ def _lookups(d: Path) -> tuple[float, int]:
     small = build_batch([(None, b"x" * 60, [], 1_700_000_000_000)] * 2)
     per_segment = 8
     cfg = LogConfig(segment_bytes=len(small) * per_segment, index_interval_bytes=len(small) * 2)
-    log = PartitionLog(d, cfg)
+    plog = UnifiedLog(d, cfg)
     for _ in range(SEGMENTS_FOR_LOOKUP * per_segment):
-        log.append_as_leader(small, 0)
-    log.update_high_watermark(log.log_end_offset)
-    segments = log.num_segments
+        plog.append_as_leader(small, 0)
+    plog.update_high_watermark(plog.log_end_offset)
+    segments = plog.num_segments
     rng = random.Random(2)
-    end = log.log_end_offset
+    end = plog.log_end_offset
     n = 0
     t0 = time.perf_counter()
     while True:
         for _ in range(1000):
-            info = log.read(rng.randrange(end), 1, min_one_message=True)
+            info = plog.read(rng.randrange(end), 1, min_one_message=True)
             assert info.records.size == len(small)
         n += 1000
         elapsed = time.perf_counter() - t0
         if elapsed >= LOOKUP_SECONDS:
             break
-    log.close()
+    plog.close()
     return n / elapsed, segments
 
 
@@ -99,14 +99,14 @@ def _unclean_restart(d: Path) -> float:
             mgr = LogManager([d], LogConfig())
             for p in range(RESTART_PARTITIONS):
                 topic = "__consumer_offsets" if p < RESTART_PARTITIONS // 2 else "__remote_log_metadata"
-                lg = mgr.get_or_create_log(TopicPartition(topic, p % (RESTART_PARTITIONS // 2)))
+                plog = mgr.get_or_create_log(TopicPartition(topic, p % (RESTART_PARTITIONS // 2)))
                 for _ in range(3):
-                    lg.append_as_leader(small, 0)
-                lg.flush()
+                    plog.append_as_leader(small, 0)
+                plog.flush()
             mgr.checkpoint_recovery_points()
-            for lg in mgr.all_logs():
+            for plog in mgr.all_logs():
                 for _ in range(2):
-                    lg.append_as_leader(small, 0)  # past the recovery point: recovery re-reads these
+                    plog.append_as_leader(small, 0)  # past the recovery point: recovery re-reads these
             code = 0
         finally:
             os._exit(code)
@@ -116,7 +116,7 @@ def _unclean_restart(d: Path) -> float:
     again = LogManager([d], LogConfig())
     elapsed = time.perf_counter() - t0
     assert not again.had_clean_shutdown[d] and len(again.all_logs()) == RESTART_PARTITIONS
-    assert all(lg.log_end_offset == 15 for lg in again.all_logs())
+    assert all(plog.log_end_offset == 15 for plog in again.all_logs())
     again.shutdown()
     return elapsed
 

@@ -17,8 +17,8 @@ import uuid
 from pathlib import Path
 
 from tieredlog.log.config import LogConfig
-from tieredlog.log.partition_log import PartitionLog
 from tieredlog.log.types import TopicPartition
+from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.rlmm.snapshot import SNAPSHOT_DIR
 from tieredlog.rlmm.topic import LogMetadataTopic
 from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager
@@ -42,11 +42,11 @@ class _Logs:
     def __init__(self, root: Path):
         self.root = root
         self.config = LogConfig()
-        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self.logs: dict[TopicPartition, UnifiedLog] = {}
         for d in sorted(root.glob("__remote_log_metadata-*")):
             if d.is_dir() and d.name.rsplit("-", 1)[1].isdigit():
-                log = PartitionLog(d, self.config)
-                self.logs[log.topic_partition] = log
+                plog = UnifiedLog(d, self.config)
+                self.logs[plog.topic_partition] = plog
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict) -> int:
         existing = [t for t in self.logs if t.topic == name]
@@ -55,15 +55,15 @@ class _Logs:
         topic_id = uuid.uuid4()
         for p in range(num_partitions):
             t = TopicPartition(name, p)
-            self.logs[t] = PartitionLog(self.root / str(t), self.config, topic_id=topic_id)
+            self.logs[t] = UnifiedLog(self.root / str(t), self.config, topic_id=topic_id)
         return num_partitions
 
     def get_log(self, t: TopicPartition):
         return self.logs.get(t)
 
     def close(self) -> None:
-        for log in self.logs.values():
-            log.close()
+        for plog in self.logs.values():
+            plog.close()
 
 
 def _manager(root: Path, snapshots: bool) -> tuple[TopicBasedRemoteLogMetadataManager, _Logs]:

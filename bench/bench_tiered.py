@@ -6,7 +6,7 @@
    that is only local; beside them plain file reads of the same remote objects and of the local
    segment files. Printed: MiB/s of each and the ratios remote/local and remote/raw.
 2. In-process: the RLM read path alone (``RemoteLogManager.read`` in a loop, no broker) vs
-   ``PartitionLog.read``, and the RLM copy task vs a plain file copy.
+   ``UnifiedLog.read``, and the RLM copy task vs a plain file copy.
 
     TIERED_BENCH_MB=1024 python -m bench.bench_tiered
 
@@ -377,17 +377,17 @@ def bench_s3() -> None:
 # 2. in-process: the RLM read path alone, and the copy task
 # ---------------------------------------------------------------------------------------------
 class _Logs:
-    def __init__(self, lg):
-        self.lg = lg
+    def __init__(self, plog):
+        self.plog = plog
 
     def get_log(self, tp):
-        return self.lg
+        return self.plog
 
 
 def bench_inproc() -> None:
     from tieredlog.log.config import LogConfig
-    from tieredlog.log.partition_log import PartitionLog
-    from tieredlog.log.types import TopicPartition
+    from tieredlog.log.types import FetchIsolation, TopicPartition
+    from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.records.batch import iter_headers
     from tieredlog.records.record import build_batch
     from tieredlog.rlm import copier
@@ -403,16 +403,16 @@ def bench_inproc() -> None:
         cfg = LogConfig(segment_bytes=64 << 20, remote_storage_enable=True, local_retention_bytes=1, retention_ms=-1,
                         file_delete_delay_ms=0, message_timestamp_after_max_ms=1 << 62,
                         message_timestamp_before_max_ms=1 << 62)
-        lg = PartitionLog(root / "logs" / "bench-0", cfg, topic_id=uuid.uuid4())
+        plog = UnifiedLog(root / "logs" / "bench-0", cfg, topic_id=uuid.uuid4())
         value = os.urandom(1000)
         batch = build_batch([(b"k%d" % i, value, [], None) for i in range(16)])
-        while lg.size < total:
-            lg.append_as_leader(batch, 0)
-        lg.roll()
-        lg.update_high_watermark(lg.log_end_offset)
-        rolled = lg.segments[:-1]
+        while plog.size < total:
+            plog.append_as_leader(batch, 0)
+        plog.roll()
+        plog.update_high_watermark(plog.log_end_offset)
+        rolled = plog.segments[:-1]
         nbytes = sum(s.size for s in rolled)
-        end = lg.next_segment_base_offset(rolled[-1])
+        end = plog.next_segment_base_offset(rolled[-1])
         print(f"in-process: {nbytes / MIB:.0f} MiB in {len(rolled)} segments, batches of {len(batch)} B")
 
         plain = root / "plain"
@@ -425,21 +425,21 @@ def bench_inproc() -> None:
 
         rsm = LocalTieredStorage(root / "remote")
         rsm.configure({"broker.id": 0})
-        rlm = RemoteLogManager({}, _Logs(lg), rsm, InMemoryRemoteLogMetadataManager(),
+        rlm = RemoteLogManager({}, _Logs(plog), rsm, InMemoryRemoteLogMetadataManager(),
                                config=RemoteLogManagerConfig(log_dirs=(str(root / "logs"),)))
         rlm.start()
-        state = PartitionState(TopicPartition("bench", 0), rlm._tip(lg.topic_partition, lg))
+        state = PartitionState(TopicPartition("bench", 0), rlm._tip(plog.topic_partition, plog))
         t0 = time.perf_counter()
         copier.copy_task(rlm, state, TaskContext())
         t_copy = time.perf_counter() - t0
         print(f"copy  plain file copy          : {_rate(nbytes, t_plain)}")
         print(f"copy  RLM copy task            : {_rate(nbytes, t_copy)}   {t_plain / t_copy:.2f}x of plain")
 
-        # local: PartitionLog.read, whole batches only (the partial tail batch is read again next time)
+        # local: UnifiedLog.read, whole batches only (the partial tail batch is read again next time)
         t0 = time.perf_counter()
         off = got = 0
         while off < end:
-            info = lg.read(off, FETCH, "high_watermark")
+            info = plog.read(off, FETCH, FetchIsolation.HIGH_WATERMARK)
             data = info.records.read_bytes() if hasattr(info.records, "read_bytes") else bytes(info.records)
             whole = 0
             for pos, h in iter_headers(data):
@@ -451,7 +451,7 @@ def bench_inproc() -> None:
 
         direct, t_direct = _read_files(sorted((root / "remote").rglob("*.log")))
 
-        lg.delete_old_segments()
+        plog.delete_old_segments()
         t0 = time.perf_counter()
         off = remote = 0
         while off < end:
@@ -461,7 +461,7 @@ def bench_inproc() -> None:
             off = h.next_offset
         t_remote = time.perf_counter() - t0
         rlm.shutdown()
-        print(f"read  PartitionLog.read (local): {_rate(got, t_local)}")
+        print(f"read  UnifiedLog.read (local): {_rate(got, t_local)}")
         print(f"read  remote objects as files  : {_rate(direct, t_direct)}")
         print(f"read  RemoteLogManager.read    : {_rate(remote, t_remote)}   "
               f"{t_local / t_remote:.2f}x of local, {t_direct / t_remote:.2f}x of direct file reads")

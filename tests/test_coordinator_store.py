@@ -1,4 +1,4 @@
-"""The coordinator's state written to real `__consumer_offsets` PartitionLogs and loaded back."""
+"""The coordinator's state written to real `__consumer_offsets` UnifiedLogs and loaded back."""
 
 from __future__ import annotations
 
@@ -12,19 +12,20 @@ from tieredlog.coordinator.group import GroupState
 from tieredlog.coordinator.storage import OFFSETS_TOPIC, LogGroupStore
 from tieredlog.coordinator.timer import ManualScheduler
 from tieredlog.log.config import LogConfig
-from tieredlog.log.partition_log import PartitionLog
+from tieredlog.log.types import FetchIsolation
+from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.record import iter_batches_records
 
 PARTITIONS = 3
 
 
-def open_logs(root: Path) -> dict[int, PartitionLog]:
+def open_logs(root: Path) -> dict[int, UnifiedLog]:
     # Tiny segments so the load has to walk several of them.
     config = LogConfig().with_overrides({"segment.bytes": "600", "cleanup.policy": "compact"})
-    return {p: PartitionLog(root / f"{OFFSETS_TOPIC}-{p}", config) for p in range(PARTITIONS)}
+    return {p: UnifiedLog(root / f"{OFFSETS_TOPIC}-{p}", config) for p in range(PARTITIONS)}
 
 
-def coordinator_on(logs: dict[int, PartitionLog], clock: ManualScheduler) -> GroupCoordinator:
+def coordinator_on(logs: dict[int, UnifiedLog], clock: ManualScheduler) -> GroupCoordinator:
     config = GroupConfig(min_session_timeout_ms=1000, initial_rebalance_delay_ms=0)
     return GroupCoordinator(config, clock, LogGroupStore(logs.get, PARTITIONS))
 
@@ -55,7 +56,7 @@ def test_offsets_and_groups_survive_reopening_the_logs(tmp_path: Path):
         home = logs[schema.partition_for("live", PARTITIONS)]
         keys, offset = [], home.log_start_offset
         while offset < home.log_end_offset:  # one read returns at most one segment's worth
-            data = home.read(offset, 1 << 20, "log_end").records
+            data = home.read(offset, 1 << 20, FetchIsolation.LOG_END).records
             raw = data if isinstance(data, (bytes, bytearray)) else data.read_bytes()
             for header, recs in iter_batches_records(raw):
                 keys += [schema.decode_key(r.key) for r in recs]

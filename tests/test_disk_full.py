@@ -18,19 +18,21 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tieredlog import errors
 from tieredlog.log import log_manager as log_manager_mod
-from tieredlog.log import partition_log as partition_log_mod
+from tieredlog.log.checkpoints import LeaderEpochCheckpointFile
 from tieredlog.log.config import LogConfig
 from tieredlog.log.index import _SparseIndex
 from tieredlog.log.log_manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, LogManager
-from tieredlog.log.partition_log import PartitionLog, RateLimitedLog
 from tieredlog.log.producer_state import ProducerStateManager
-from tieredlog.log.types import TopicPartition
+from tieredlog.log.storage_errors import storage_error_log
+from tieredlog.log.types import FetchIsolation, TopicPartition
+from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import iter_headers, validate_batch
 from tieredlog.records.record import build_batch
 
@@ -47,52 +49,51 @@ class FakeClock:
 
 
 @pytest.fixture(autouse=True)
-def fresh_rate_limiter(monkeypatch):
-    """Each test gets its own limiter on a clock it controls (shared module state otherwise)."""
+def fresh_rate_limiter():
+    """Each test starts from a clean limiter on a clock it controls (the limiter is shared module state)."""
     clock = FakeClock()
-    limiter = RateLimitedLog(10.0, clock)
-    monkeypatch.setattr(partition_log_mod, "storage_error_log", limiter)
-    monkeypatch.setattr(log_manager_mod, "storage_error_log", limiter)
-    return clock
+    storage_error_log.reset(clock)
+    yield clock
+    storage_error_log.reset(time.monotonic)
 
 
 def batch(n: int = 3, value: bytes = b"v" * 200, **kw) -> bytes:
     return build_batch([(b"k", value, [], NOW + i) for i in range(n)], **kw)
 
 
-def make_log(tmp_path: Path, **cfg) -> PartitionLog:
-    return PartitionLog(tmp_path / "topic-0", LogConfig(**cfg), clock=lambda: NOW)
+def make_log(tmp_path: Path, **cfg) -> UnifiedLog:
+    return UnifiedLog(tmp_path / "topic-0", LogConfig(**cfg), clock=lambda: NOW)
 
 
-def disk_state(log: PartitionLog) -> dict[str, bytes]:
+def disk_state(plog: UnifiedLog) -> dict[str, bytes]:
     """Every file of the partition dir, byte for byte (indexes trimmed to their valid entries)."""
     out = {}
-    for seg in log.segments:
+    for seg in plog.segments:
         out[seg.log_path.name] = seg.log_path.read_bytes()
         out[seg.offset_index_path.name] = seg.offset_index.file_bytes()
         out[seg.time_index_path.name] = seg.time_index.file_bytes()
-    for name in sorted(os.listdir(log.dir)):
+    for name in sorted(os.listdir(plog.dir)):
         if not name.endswith((".log", ".index", ".timeindex")):
-            out[name] = (log.dir / name).read_bytes()
+            out[name] = (plog.dir / name).read_bytes()
     return out
 
 
-def log_state(log: PartitionLog) -> tuple:
+def log_state(plog: UnifiedLog) -> tuple:
     return (
-        log.log_end_offset,
-        log.num_segments,
-        [s.base_offset for s in log.segments],
-        [(s.size, s.next_offset) for s in log.segments],
-        log.leader_epoch_cache.epoch_entries(),
-        {pid: [(b.first_seq, b.last_seq, b.first_offset) for b in e.batches] for pid, e in log.producer_state.active_producers.items()},
+        plog.log_end_offset,
+        plog.num_segments,
+        [s.base_offset for s in plog.segments],
+        [(s.size, s.next_offset) for s in plog.segments],
+        plog.leader_epoch_cache.epoch_entries(),
+        {pid: [(b.first_seq, b.last_seq, b.first_offset) for b in e.batches] for pid, e in plog.producer_state.active_producers.items()},
     )
 
 
-def read_all(log: PartitionLog) -> list[tuple[int, bytes]]:
+def read_all(plog: UnifiedLog) -> list[tuple[int, bytes]]:
     """(base offset, batch bytes) of every batch; each must pass its CRC check."""
-    out, off = [], log.log_start_offset
-    while off < log.log_end_offset:
-        data = log.read(off, 1 << 20, isolation="log_end").records.read_bytes()
+    out, off = [], plog.log_start_offset
+    while off < plog.log_end_offset:
+        data = plog.read(off, 1 << 20, isolation=FetchIsolation.LOG_END).records.read_bytes()
         for pos, h in iter_headers(data):
             validate_batch(data, pos)
             out.append((h.base_offset, bytes(data[pos : pos + h.size])))
@@ -126,107 +127,107 @@ class FailingWrites:
 
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG])
 def test_torn_segment_write_leaves_log_unchanged(tmp_path, monkeypatch, caplog, err):
-    log = make_log(tmp_path, index_interval_bytes=100)
+    plog = make_log(tmp_path, index_interval_bytes=100)
     for _ in range(4):
-        log.append_as_leader(batch(), leader_epoch=0)
-    before_disk, before_state, before_data = disk_state(log), log_state(log), read_all(log)
+        plog.append_as_leader(batch(), leader_epoch=0)
+    before_disk, before_state, before_data = disk_state(plog), log_state(plog), read_all(plog)
 
     fail = FailingWrites(monkeypatch, ".log", err)
     payload = batch(5)
-    with caplog.at_level(logging.ERROR, logger="tieredlog.log.partition_log"):
+    with caplog.at_level(logging.ERROR, logger="tieredlog.log.storage_errors"):
         with pytest.raises(errors.KafkaStorageError) as ei:
-            log.append_as_leader(payload, leader_epoch=0)
+            plog.append_as_leader(payload, leader_epoch=0)
     assert fail.failures == 2  # half the batch landed, then the disk was full
     assert ei.value.code == KAFKA_STORAGE_ERROR and ei.value.retriable
     assert os.strerror(err) in str(ei.value)
-    assert disk_state(log) == before_disk
-    assert log_state(log) == before_state
-    assert read_all(log) == before_data
+    assert disk_state(plog) == before_disk
+    assert log_state(plog) == before_state
+    assert read_all(plog) == before_data
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [f"partition topic-0: cannot append {len(payload)} bytes: {os.strerror(err)}"]
 
     fail.active = False
-    info = log.append_as_leader(payload, leader_epoch=0)
+    info = plog.append_as_leader(payload, leader_epoch=0)
     assert info.first_offset == 12  # no offset was consumed by the failed append
-    assert [o for o, _ in read_all(log)] == [0, 3, 6, 9, 12]
+    assert [o for o, _ in read_all(plog)] == [0, 3, 6, 9, 12]
 
 
 def test_index_write_failure_undoes_the_data_too(tmp_path, monkeypatch):
-    log = make_log(tmp_path, index_interval_bytes=100)
-    log.append_as_leader(batch(), leader_epoch=0)
-    log.append_as_leader(batch(), leader_epoch=0)
-    before_disk, before_state = disk_state(log), log_state(log)
+    plog = make_log(tmp_path, index_interval_bytes=100)
+    plog.append_as_leader(batch(), leader_epoch=0)
+    plog.append_as_leader(batch(), leader_epoch=0)
+    before_disk, before_state = disk_state(plog), log_state(plog)
     fail = FailingWrites(monkeypatch, ".index")
     with pytest.raises(errors.KafkaStorageError):
-        log.append_as_leader(batch(), leader_epoch=0)
+        plog.append_as_leader(batch(), leader_epoch=0)
     assert fail.failures >= 1
-    assert disk_state(log) == before_disk
-    assert log_state(log) == before_state
+    assert disk_state(plog) == before_disk
+    assert log_state(plog) == before_state
     fail.active = False
-    assert log.append_as_leader(batch(), leader_epoch=0).first_offset == 6
+    assert plog.append_as_leader(batch(), leader_epoch=0).first_offset == 6
 
 
 def test_epoch_checkpoint_failure_on_first_append(tmp_path, monkeypatch):
-    log = make_log(tmp_path)
-    real = partition_log_mod.LeaderEpochCheckpointFile.write
+    plog = make_log(tmp_path)
+    real = LeaderEpochCheckpointFile.write
 
     def full(self, entries, sync=True):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(partition_log_mod.LeaderEpochCheckpointFile, "write", full)
+    monkeypatch.setattr(LeaderEpochCheckpointFile, "write", full)
     with pytest.raises(errors.KafkaStorageError):
-        log.append_as_leader(batch(), leader_epoch=3)
-    assert log.log_end_offset == 0
-    assert log.active_segment.size == 0 and log.active_segment.log_path.stat().st_size == 0
-    assert log.leader_epoch_cache.epoch_entries() == []
-    monkeypatch.setattr(partition_log_mod.LeaderEpochCheckpointFile, "write", real)
-    assert log.append_as_leader(batch(), leader_epoch=3).first_offset == 0
-    assert [tuple(e) for e in log.leader_epoch_cache.epoch_entries()] == [(3, 0)]
+        plog.append_as_leader(batch(), leader_epoch=3)
+    assert plog.log_end_offset == 0
+    assert plog.active_segment.size == 0 and plog.active_segment.log_path.stat().st_size == 0
+    assert plog.leader_epoch_cache.epoch_entries() == []
+    monkeypatch.setattr(LeaderEpochCheckpointFile, "write", real)
+    assert plog.append_as_leader(batch(), leader_epoch=3).first_offset == 0
+    assert [tuple(e) for e in plog.leader_epoch_cache.epoch_entries()] == [(3, 0)]
 
 
 def test_failed_idempotent_append_leaves_producer_state(tmp_path, monkeypatch):
     """The retry of the failed batch is accepted as new (not a duplicate, not out of order)."""
-    log = make_log(tmp_path)
+    plog = make_log(tmp_path)
     idem = dict(producer_id=7, producer_epoch=0)
-    log.append_as_leader(batch(2, base_sequence=0, **idem), leader_epoch=0)
+    plog.append_as_leader(batch(2, base_sequence=0, **idem), leader_epoch=0)
     fail = FailingWrites(monkeypatch, ".log")
     retry = batch(2, base_sequence=2, **idem)
     with pytest.raises(errors.KafkaStorageError):
-        log.append_as_leader(retry, leader_epoch=0)
+        plog.append_as_leader(retry, leader_epoch=0)
     fail.active = False
-    info = log.append_as_leader(retry, leader_epoch=0)
+    info = plog.append_as_leader(retry, leader_epoch=0)
     assert (info.first_offset, info.duplicate) == (2, False)
-    again = log.append_as_leader(retry, leader_epoch=0)  # and now it is stored: a real duplicate
+    again = plog.append_as_leader(retry, leader_epoch=0)  # and now it is stored: a real duplicate
     assert (again.first_offset, again.duplicate) == (2, True)
 
 
 def test_failed_append_is_not_recovered_after_crash(tmp_path, monkeypatch):
-    log = make_log(tmp_path)
+    plog = make_log(tmp_path)
     for _ in range(3):
-        log.append_as_leader(batch(), leader_epoch=0)
+        plog.append_as_leader(batch(), leader_epoch=0)
     fail = FailingWrites(monkeypatch, ".log")
     with pytest.raises(errors.KafkaStorageError):
-        log.append_as_leader(batch(4, value=b"x" * 3000), leader_epoch=0)
+        plog.append_as_leader(batch(4, value=b"x" * 3000), leader_epoch=0)
     fail.active = False
-    expected = read_all(log)
-    log.close_handles()  # a crash: nothing flushed or snapshotted
-    again = PartitionLog(tmp_path / "topic-0", LogConfig(), clock=lambda: NOW, had_clean_shutdown=False)
+    expected = read_all(plog)
+    plog.close_handles()  # a crash: nothing flushed or snapshotted
+    again = UnifiedLog(tmp_path / "topic-0", LogConfig(), clock=lambda: NOW, had_clean_shutdown=False)
     assert again.log_end_offset == 9
     assert read_all(again) == expected
     assert again.append_as_leader(batch(), leader_epoch=0).first_offset == 9
 
 
 def test_rate_limited_log_line(tmp_path, monkeypatch, caplog, fresh_rate_limiter):
-    log = make_log(tmp_path)
+    plog = make_log(tmp_path)
     fail = FailingWrites(monkeypatch, ".log", partial=False)
-    with caplog.at_level(logging.ERROR, logger="tieredlog.log.partition_log"):
+    with caplog.at_level(logging.ERROR, logger="tieredlog.log.storage_errors"):
         for _ in range(5):
             with pytest.raises(errors.KafkaStorageError):
-                log.append_as_leader(batch(), leader_epoch=0)
+                plog.append_as_leader(batch(), leader_epoch=0)
         assert len(caplog.records) == 1
         fresh_rate_limiter.t += 11
         with pytest.raises(errors.KafkaStorageError):
-            log.append_as_leader(batch(), leader_epoch=0)
+            plog.append_as_leader(batch(), leader_epoch=0)
     assert fail.failures == 6
     assert len(caplog.records) == 2
     assert caplog.records[1].getMessage().endswith("No space left on device (4 more since the last report)")
@@ -235,10 +236,10 @@ def test_rate_limited_log_line(tmp_path, monkeypatch, caplog, fresh_rate_limiter
 # ---- unit: roll and preallocation --------------------------------------------------------------------
 
 def test_roll_failing_on_producer_snapshot(tmp_path, monkeypatch):
-    log = make_log(tmp_path, segment_bytes=2000)
-    log.append_as_leader(batch(), leader_epoch=0)
-    log.append_as_leader(batch(), leader_epoch=0)
-    before_disk, before_state = disk_state(log), log_state(log)
+    plog = make_log(tmp_path, segment_bytes=2000)
+    plog.append_as_leader(batch(), leader_epoch=0)
+    plog.append_as_leader(batch(), leader_epoch=0)
+    before_disk, before_state = disk_state(plog), log_state(plog)
     real = ProducerStateManager.take_snapshot
 
     def full(self, next_offset=None):
@@ -246,20 +247,20 @@ def test_roll_failing_on_producer_snapshot(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ProducerStateManager, "take_snapshot", full)
     with pytest.raises(errors.KafkaStorageError):
-        log.append_as_leader(batch(5), leader_epoch=0)  # does not fit: rolls first
-    assert disk_state(log) == before_disk
-    assert log_state(log) == before_state
-    assert log.active_segment.offset_index.is_writable and log.active_segment.time_index.is_writable
+        plog.append_as_leader(batch(5), leader_epoch=0)  # does not fit: rolls first
+    assert disk_state(plog) == before_disk
+    assert log_state(plog) == before_state
+    assert plog.active_segment.offset_index.is_writable and plog.active_segment.time_index.is_writable
     monkeypatch.setattr(ProducerStateManager, "take_snapshot", real)
-    info = log.append_as_leader(batch(5), leader_epoch=0)
-    assert info.first_offset == 6 and log.num_segments == 2
+    info = plog.append_as_leader(batch(5), leader_epoch=0)
+    assert info.first_offset == 6 and plog.num_segments == 2
 
 
 def test_roll_failing_on_index_preallocation(tmp_path, monkeypatch):
-    log = make_log(tmp_path, segment_bytes=2000)
-    log.append_as_leader(batch(), leader_epoch=0)
-    log.append_as_leader(batch(), leader_epoch=0)
-    before_disk, before_state = disk_state(log), log_state(log)
+    plog = make_log(tmp_path, segment_bytes=2000)
+    plog.append_as_leader(batch(), leader_epoch=0)
+    plog.append_as_leader(batch(), leader_epoch=0)
+    before_disk, before_state = disk_state(plog), log_state(plog)
     real = _SparseIndex.make_writable
 
     def efbig(self):
@@ -269,12 +270,12 @@ def test_roll_failing_on_index_preallocation(tmp_path, monkeypatch):
 
     monkeypatch.setattr(_SparseIndex, "make_writable", efbig)
     with pytest.raises(errors.KafkaStorageError, match="File too large"):
-        log.append_as_leader(batch(5), leader_epoch=0)
-    assert disk_state(log) == before_disk  # no half-made segment files or snapshot left behind
-    assert log_state(log) == before_state
+        plog.append_as_leader(batch(5), leader_epoch=0)
+    assert disk_state(plog) == before_disk  # no half-made segment files or snapshot left behind
+    assert log_state(plog) == before_state
     monkeypatch.setattr(_SparseIndex, "make_writable", real)
-    assert log.append_as_leader(batch(5), leader_epoch=0).first_offset == 6
-    assert [s.base_offset for s in log.segments] == [0, 6]
+    assert plog.append_as_leader(batch(5), leader_epoch=0).first_offset == 6
+    assert [s.base_offset for s in plog.segments] == [0, 6]
 
 
 # ---- unit: background work ---------------------------------------------------------------------------
@@ -282,15 +283,15 @@ def test_roll_failing_on_index_preallocation(tmp_path, monkeypatch):
 def test_checkpoints_and_retention_survive_a_full_disk(tmp_path, monkeypatch, caplog):
     mgr = LogManager([tmp_path / "d"], LogConfig(segment_bytes=2000, retention_bytes=0))
     logs = [mgr.get_or_create_log(TopicPartition("t", p)) for p in range(2)]
-    for lg in logs:
+    for plog in logs:
         for _ in range(4):
-            lg.append_as_leader(batch(), leader_epoch=0)
-        lg.update_high_watermark(lg.log_end_offset)
+            plog.append_as_leader(batch(), leader_epoch=0)
+        plog.update_high_watermark(plog.log_end_offset)
     mgr.checkpoint_recovery_points()
     ckpt = tmp_path / "d" / RECOVERY_POINT_CHECKPOINT
     old = ckpt.read_bytes()
-    for lg in logs:
-        lg.flush()
+    for plog in logs:
+        plog.flush()
 
     real_snapshot = ProducerStateManager.take_snapshot
 
@@ -313,9 +314,9 @@ def test_checkpoints_and_retention_survive_a_full_disk(tmp_path, monkeypatch, ca
     monkeypatch.undo()
     again = LogManager([tmp_path / "d"], LogConfig(segment_bytes=2000))
     assert again.had_clean_shutdown[tmp_path / "d"] is False
-    for lg in again.all_logs():
-        assert lg.log_end_offset == 12
-        assert [o for o, _ in read_all(lg)] == [0, 3, 6, 9]
+    for plog in again.all_logs():
+        assert plog.log_end_offset == 12
+        assert [o for o, _ in read_all(plog)] == [0, 3, 6, 9]
     again.shutdown()
 
 

@@ -42,11 +42,11 @@ def test_legal_names_and_dir_layout(tmp_path):
 
 def test_shutdown_checkpoints_and_clean_reload(tmp_path):
     mgr = LogManager([tmp_path], LogConfig(segment_bytes=len(batch()) * 2))
-    lg = mgr.get_or_create_log(TopicPartition("t", 0))
+    plog = mgr.get_or_create_log(TopicPartition("t", 0))
     for _ in range(5):
-        lg.append_as_leader(batch(), 1)
-    lg.update_high_watermark(8)
-    lg.maybe_increment_log_start_offset(3)
+        plog.append_as_leader(batch(), 1)
+    plog.update_high_watermark(8)
+    plog.maybe_increment_log_start_offset(3)
     mgr.shutdown()
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     tp = TopicPartition("t", 0)
@@ -57,15 +57,15 @@ def test_shutdown_checkpoints_and_clean_reload(tmp_path):
     mgr2 = LogManager([tmp_path], LogConfig(segment_bytes=len(batch()) * 2))
     assert mgr2.had_clean_shutdown[tmp_path]
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # a later crash must look unclean
-    lg2 = mgr2.get_log(tp)
-    assert (lg2.log_start_offset, lg2.high_watermark, lg2.log_end_offset) == (3, 8, 10)
-    assert lg2.append_as_leader(batch(), 1).first_offset == 10
+    plog2 = mgr2.get_log(tp)
+    assert (plog2.log_start_offset, plog2.high_watermark, plog2.log_end_offset) == (3, 8, 10)
+    assert plog2.append_as_leader(batch(), 1).first_offset == 10
 
 
 def test_delete_log_renames_then_removes(tmp_path):
     mgr = LogManager([tmp_path], LogConfig())
-    lg = mgr.get_or_create_log(TopicPartition("t", 0))
-    lg.append_as_leader(batch(), 0)
+    plog = mgr.get_or_create_log(TopicPartition("t", 0))
+    plog.append_as_leader(batch(), 0)
     assert mgr.delete_log(TopicPartition("t", 0))
     assert mgr.get_log(TopicPartition("t", 0)) is None
     assert not any(p.is_dir() for p in tmp_path.iterdir())
@@ -80,15 +80,15 @@ def test_cleanup_and_flush_tasks(tmp_path):
     clock = [TS]
     cfg = LogConfig(segment_bytes=len(batch()) * 2, retention_ms=1000, file_delete_delay_ms=0, flush_ms=500)
     mgr = LogManager([tmp_path], cfg, clock=lambda: clock[0])
-    lg = mgr.get_or_create_log(TopicPartition("t", 0))
+    plog = mgr.get_or_create_log(TopicPartition("t", 0))
     for _ in range(4):
-        lg.append_as_leader(batch(), 0)
-    lg.update_high_watermark(8)
+        plog.append_as_leader(batch(), 0)
+    plog.update_high_watermark(8)
     clock[0] += 600
-    assert mgr.flush_dirty_logs() == 1 and lg.recovery_point == 8
+    assert mgr.flush_dirty_logs() == 1 and plog.recovery_point == 8
     clock[0] += 5000
     assert mgr.cleanup_logs() == 2
-    assert lg.log_start_offset == 8
+    assert plog.log_start_offset == 8
 
 
 def test_topic_overrides(tmp_path):
@@ -112,20 +112,20 @@ def test_remove_expired_producers(tmp_path):
     clock = [TS]
     tp = TopicPartition("t", 0)
     mgr = LogManager([tmp_path], LogConfig(), clock=lambda: clock[0], producer_id_expiration_ms=1000)
-    lg = mgr.get_or_create_log(tp)
+    plog = mgr.get_or_create_log(tp)
     # Producer 1 wrote at TS, producer 2 has a transaction open: never expired while it is.
-    lg.append_as_leader(build_batch([(b"k", b"v", [], TS)], producer_id=1, producer_epoch=0, base_sequence=0), 0)
-    lg.append_as_leader(
+    plog.append_as_leader(build_batch([(b"k", b"v", [], TS)], producer_id=1, producer_epoch=0, base_sequence=0), 0)
+    plog.append_as_leader(
         build_batch([(b"k", b"v", [], TS)], producer_id=2, producer_epoch=0, base_sequence=0, is_transactional=True), 0
     )
     assert mgr.remove_expired_producers(TS + 999) == 0
     with pytest.raises(errors.OutOfOrderSequenceNumberError):
-        lg.append_as_leader(build_batch([(b"k", b"v", [], TS)], producer_id=1, producer_epoch=0, base_sequence=5), 0)
+        plog.append_as_leader(build_batch([(b"k", b"v", [], TS)], producer_id=1, producer_epoch=0, base_sequence=5), 0)
     clock[0] = TS + 1000
     mgr.cleanup_logs()  # the periodic retention task expires producers too
-    assert set(lg.producer_state.active_producers) == {2}
+    assert set(plog.producer_state.active_producers) == {2}
     # An expired producer is unknown again, so any sequence is accepted (KIP-360), as in Kafka.
-    lg.append_as_leader(build_batch([(b"k", b"v", [], TS + 1000)], producer_id=1, producer_epoch=0, base_sequence=5), 0)
+    plog.append_as_leader(build_batch([(b"k", b"v", [], TS + 1000)], producer_id=1, producer_epoch=0, base_sequence=5), 0)
     # The setting also applies to partitions loaded from disk.
     mgr.shutdown()
     mgr2 = LogManager([tmp_path], LogConfig(), clock=lambda: clock[0], producer_id_expiration_ms=1000)
@@ -137,13 +137,13 @@ def test_recovery_threads_load_every_dir(tmp_path, threads):
     dirs = [tmp_path / "a", tmp_path / "b"]
     mgr = LogManager(dirs, LogConfig())
     for p in range(6):
-        lg = mgr.get_or_create_log(TopicPartition("t", p))
+        plog = mgr.get_or_create_log(TopicPartition("t", p))
         for _ in range(p + 1):
-            lg.append_as_leader(batch(), 0)
+            plog.append_as_leader(batch(), 0)
     del mgr  # crash: unclean load
     mgr2 = LogManager(dirs, LogConfig(), num_recovery_threads_per_data_dir=threads)
     assert mgr2.num_recovery_threads_per_data_dir == max(1, threads)
-    assert {lg.topic_partition.partition: lg.log_end_offset for lg in mgr2.all_logs()} == {p: 2 * (p + 1) for p in range(6)}
+    assert {plog.topic_partition.partition: plog.log_end_offset for plog in mgr2.all_logs()} == {p: 2 * (p + 1) for p in range(6)}
     assert not any(mgr2.had_clean_shutdown.values())
 
 

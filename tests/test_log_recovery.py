@@ -10,8 +10,9 @@ import pytest
 
 from tieredlog.log.config import LogConfig
 from tieredlog.log.index import _SparseIndex
-from tieredlog.log.partition_log import PartitionLog
 from tieredlog.log.segment import LogSegment
+from tieredlog.log.types import FetchIsolation
+from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import iter_headers, validate_batch
 from tieredlog.records.record import build_batch
 
@@ -23,12 +24,12 @@ def rand_batch(rng: random.Random, **kw) -> bytes:
     return build_batch([(None, rng.randbytes(rng.randint(0, 120)), [], TS + rng.randint(0, 5000)) for _ in range(n)], **kw)
 
 
-def read_all(log: PartitionLog) -> dict[int, bytes]:
+def read_all(plog: UnifiedLog) -> dict[int, bytes]:
     """base offset -> batch bytes of every batch in the log, CRC-checked."""
     out = {}
-    off = log.local_log_start_offset
-    while off < log.log_end_offset:
-        data = log.read(off, 1 << 20, isolation="log_end").records
+    off = plog.local_log_start_offset
+    while off < plog.log_end_offset:
+        data = plog.read(off, 1 << 20, isolation=FetchIsolation.LOG_END).records
         data = data if isinstance(data, bytes) else data.read_bytes()
         if not data:
             break
@@ -43,9 +44,9 @@ def config(rng: random.Random) -> LogConfig:
     return LogConfig(segment_bytes=rng.choice([600, 1500, 4000]), index_interval_bytes=rng.choice([0, 100, 4096]))
 
 
-def crash(log: PartitionLog) -> None:
+def crash(plog: UnifiedLog) -> None:
     """Drop a log as a killed broker would: release its descriptors without writing anything."""
-    for seg in log.segments:
+    for seg in plog.segments:
         seg.offset_index.release()
         seg.time_index.release()
         seg.close_handles()
@@ -56,16 +57,16 @@ def test_flushed_batches_survive_torn_tail_and_garbage(tmp_path, seed):
     rng = random.Random(seed)
     cfg = config(rng)
     d = tmp_path / "t-0"
-    log = PartitionLog(d, cfg)
+    plog = UnifiedLog(d, cfg)
     for i in range(rng.randint(1, 25)):
-        log.append_as_leader(rand_batch(rng), leader_epoch=i // 8)
-    log.flush()
-    flushed = read_all(log)
-    rp = log.recovery_point
+        plog.append_as_leader(rand_batch(rng), leader_epoch=i // 8)
+    plog.flush()
+    flushed = read_all(plog)
+    rp = plog.recovery_point
     for i in range(rng.randint(0, 15)):
-        log.append_as_leader(rand_batch(rng), leader_epoch=3 + i // 5)
+        plog.append_as_leader(rand_batch(rng), leader_epoch=3 + i // 5)
     # Crash: no close. Damage a segment holding only unflushed data, past the flushed bytes.
-    victims = [s for s in log.segments if s.next_offset > rp] or [log.active_segment]
+    victims = [s for s in plog.segments if s.next_offset > rp] or [plog.active_segment]
     seg = rng.choice(victims)
     floor = 0
     if seg.base_offset < rp:
@@ -78,9 +79,9 @@ def test_flushed_batches_survive_torn_tail_and_garbage(tmp_path, seed):
         f.write(rng.randbytes(rng.choice([0, 1, 11, 61, 300])))
     if rng.random() < 0.3:
         seg.offset_index_path.unlink(missing_ok=True)
-    crash(log)
+    crash(plog)
 
-    recovered = PartitionLog(d, cfg, recovery_point=rp, had_clean_shutdown=False)
+    recovered = UnifiedLog(d, cfg, recovery_point=rp, had_clean_shutdown=False)
     assert recovered.log_end_offset >= rp
     now = read_all(recovered)
     for base, data in flushed.items():
@@ -91,7 +92,7 @@ def test_flushed_batches_survive_torn_tail_and_garbage(tmp_path, seed):
     leo = recovered.log_end_offset
     assert recovered.append_as_leader(rand_batch(rng), leader_epoch=20).first_offset == leo
     recovered.close()
-    again = PartitionLog(d, cfg, recovery_point=recovered.recovery_point)
+    again = UnifiedLog(d, cfg, recovery_point=recovered.recovery_point)
     assert again.log_end_offset == recovered.log_end_offset
     assert read_all(again) == read_all(recovered)
     again.close()
@@ -101,14 +102,14 @@ def test_recovery_rebuilds_indexes_equal_to_originals(tmp_path):
     rng = random.Random(7)
     cfg = LogConfig(segment_bytes=3000, index_interval_bytes=150)
     d = tmp_path / "t-0"
-    log = PartitionLog(d, cfg)
+    plog = UnifiedLog(d, cfg)
     for _ in range(60):
-        log.append_as_leader(rand_batch(rng), 0)
-    log.close()
+        plog.append_as_leader(rand_batch(rng), 0)
+    plog.close()
     original = {p.name: p.read_bytes() for p in d.iterdir() if p.suffix in (".index", ".timeindex")}
     assert len(original) > 4
     # Unclean restart from offset 0: everything is re-read and every index rebuilt.
-    PartitionLog(d, cfg, recovery_point=0, had_clean_shutdown=False).close()
+    UnifiedLog(d, cfg, recovery_point=0, had_clean_shutdown=False).close()
     assert {p.name: p.read_bytes() for p in d.iterdir() if p.suffix in (".index", ".timeindex")} == original
 
 
@@ -117,11 +118,11 @@ def test_corrupt_or_missing_index_rebuilt_after_clean_shutdown(tmp_path, damage)
     rng = random.Random(3)
     cfg = LogConfig(segment_bytes=3000, index_interval_bytes=100)
     d = tmp_path / "t-0"
-    log = PartitionLog(d, cfg)
+    plog = UnifiedLog(d, cfg)
     for _ in range(40):
-        log.append_as_leader(rand_batch(rng), 0)
-    log.close()
-    before = read_all(PartitionLog(d, cfg))
+        plog.append_as_leader(rand_batch(rng), 0)
+    plog.close()
+    before = read_all(UnifiedLog(d, cfg))
     target = d / "00000000000000000000.index"
     good = target.read_bytes()
     assert good
@@ -133,38 +134,38 @@ def test_corrupt_or_missing_index_rebuilt_after_clean_shutdown(tmp_path, damage)
         target.write_bytes(b"\x7f\xff\xff\xff" * (len(good) // 4))
     else:
         target.write_bytes(good + b"\x01\x02\x03")
-    log = PartitionLog(d, cfg)
-    assert read_all(log) == before
-    log.close()
+    plog = UnifiedLog(d, cfg)
+    assert read_all(plog) == before
+    plog.close()
     assert target.read_bytes() == good
 
 
 def test_producer_state_rebuilt_after_crash(tmp_path):
     d = tmp_path / "t-0"
     cfg = LogConfig(segment_bytes=2000)
-    log = PartitionLog(d, cfg)
+    plog = UnifiedLog(d, cfg)
     seq = 0
     for _ in range(20):
         b = build_batch([(b"k", b"v" * 30, [], TS)] * 2, producer_id=77, producer_epoch=0, base_sequence=seq)
-        log.append_as_leader(b, 0)
+        plog.append_as_leader(b, 0)
         seq += 2
     last = b
-    crash(log)  # no snapshot at the log end
-    log = PartitionLog(d, cfg, had_clean_shutdown=False, recovery_point=0)
-    dup = log.append_as_leader(last, 0)
+    crash(plog)  # no snapshot at the log end
+    plog = UnifiedLog(d, cfg, had_clean_shutdown=False, recovery_point=0)
+    dup = plog.append_as_leader(last, 0)
     assert dup.duplicate and dup.first_offset == 38
     nxt = build_batch([(b"k", b"v", [], TS)], producer_id=77, producer_epoch=0, base_sequence=seq)
-    assert log.append_as_leader(nxt, 0).first_offset == 40
+    assert plog.append_as_leader(nxt, 0).first_offset == 40
 
 
 def test_deleted_and_orphan_files_removed_on_load(tmp_path):
     d = tmp_path / "t-0"
-    log = PartitionLog(d, LogConfig())
-    log.append_as_leader(build_batch([(None, b"x", [], TS)]), 0)
-    log.close()
+    plog = UnifiedLog(d, LogConfig())
+    plog.append_as_leader(build_batch([(None, b"x", [], TS)]), 0)
+    plog.close()
     (d / "00000000000000000005.log.deleted").write_bytes(b"junk")
     (d / "00000000000000000009.index").write_bytes(b"")
-    PartitionLog(d, LogConfig()).close()
+    UnifiedLog(d, LogConfig()).close()
     names = set(os.listdir(d))
     assert "00000000000000000005.log.deleted" not in names and "00000000000000000009.index" not in names
 
@@ -175,17 +176,17 @@ def test_unclean_restart_recovers_from_the_recovery_point_and_checks_the_rest(tm
     rng = random.Random(11)
     cfg = LogConfig(segment_bytes=1500, index_interval_bytes=100)
     d = tmp_path / "t-0"
-    log = PartitionLog(d, cfg)
-    while log.num_segments < 5:
-        log.append_as_leader(rand_batch(rng), 0)
-    log.flush()
-    rp = log.recovery_point
-    while log.num_segments < 7:
-        log.append_as_leader(rand_batch(rng), 0)
-    bases = [s.base_offset for s in log.segments]
+    plog = UnifiedLog(d, cfg)
+    while plog.num_segments < 5:
+        plog.append_as_leader(rand_batch(rng), 0)
+    plog.flush()
+    rp = plog.recovery_point
+    while plog.num_segments < 7:
+        plog.append_as_leader(rand_batch(rng), 0)
+    bases = [s.base_offset for s in plog.segments]
     floor = max(b for b in bases if b <= rp)
-    flushed = {b: v for b, v in read_all(log).items() if b < rp}
-    crash(log)
+    flushed = {b: v for b, v in read_all(plog).items() if b < rp}
+    crash(plog)
     (d / f"{bases[1]:020d}.index").write_bytes(b"\x7f\xff\xff\xff" * 4)  # below the recovery point
     good = (d / f"{bases[2]:020d}.index").read_bytes()
 
@@ -197,12 +198,12 @@ def test_unclean_restart_recovers_from_the_recovery_point_and_checks_the_rest(tm
         return real(self, *a, **kw)
 
     monkeypatch.setattr(LogSegment, "recover", spy)
-    log = PartitionLog(d, cfg, recovery_point=rp, had_clean_shutdown=False)
+    plog = UnifiedLog(d, cfg, recovery_point=rp, had_clean_shutdown=False)
     assert recovered == [bases[1]] + [b for b in bases if b >= floor]
     assert (d / f"{bases[2]:020d}.index").read_bytes() == good
-    now = read_all(log)
+    now = read_all(plog)
     assert all(now[b] == v for b, v in flushed.items())
-    log.close()
+    plog.close()
 
 
 def test_unclean_restart_does_not_read_the_preallocated_indexes_it_rebuilds(tmp_path, monkeypatch):
@@ -211,18 +212,18 @@ def test_unclean_restart_does_not_read_the_preallocated_indexes_it_rebuilds(tmp_
     rng = random.Random(5)
     cfg = LogConfig(index_interval_bytes=100)  # default segment.index.bytes: 10 MiB preallocated
     d = tmp_path / "t-0"
-    log = PartitionLog(d, cfg)
+    plog = UnifiedLog(d, cfg)
     for _ in range(30):
-        log.append_as_leader(rand_batch(rng), 0)
-    log.flush(10)
+        plog.append_as_leader(rand_batch(rng), 0)
+    plog.flush(10)
     for _ in range(5):
-        log.append_as_leader(rand_batch(rng), 0)
-    before = read_all(log)
-    seg = log.active_segment
+        plog.append_as_leader(rand_batch(rng), 0)
+    before = read_all(plog)
+    seg = plog.active_segment
     assert seg.offset_index_path.stat().st_size == 10 * 1024 * 1024
     written = (seg.offset_index.file_bytes(), seg.time_index.file_bytes())
     assert len(written[0]) > 8
-    crash(log)  # nothing trimmed
+    crash(plog)  # nothing trimmed
 
     loaded = []
     real = _SparseIndex._load
@@ -232,12 +233,12 @@ def test_unclean_restart_does_not_read_the_preallocated_indexes_it_rebuilds(tmp_
         return real(self)
 
     monkeypatch.setattr(_SparseIndex, "_load", spy)
-    log = PartitionLog(d, cfg, recovery_point=10, had_clean_shutdown=False)
+    plog = UnifiedLog(d, cfg, recovery_point=10, had_clean_shutdown=False)
     assert loaded == []
-    assert read_all(log) == before
-    seg = log.active_segment
+    assert read_all(plog) == before
+    seg = plog.active_segment
     # The rebuilt entries are the ones the appends wrote; recovery may add the max-timestamp entry a
     # roll would add (Kafka's LogSegment.recover does the same).
     assert seg.offset_index.file_bytes() == written[0]
     assert seg.time_index.file_bytes()[: len(written[1])] == written[1]
-    log.close()
+    plog.close()

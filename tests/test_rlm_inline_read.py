@@ -18,8 +18,8 @@ from tieredlog.rlm.quota import RLMQuotaManager
 
 
 class _OneLog:
-    def __init__(self, lg):
-        self.lg = lg
+    def __init__(self, plog):
+        self.lg = plog
 
     def get_log(self, tp):
         return self.lg if tuple(tp) == tuple(self.lg.topic_partition) else None
@@ -28,9 +28,9 @@ class _OneLog:
 class _Env:
     """A partition whose rolled segments are all remote, the RLM over it and the pool's tasks."""
 
-    def __init__(self, lg, rlm, remote_bytes, seg_bounds):
-        self.lg, self.rlm, self.remote_bytes, self.seg_bounds = lg, rlm, remote_bytes, seg_bounds
-        self.tp = lg.topic_partition
+    def __init__(self, plog, rlm, remote_bytes, seg_bounds):
+        self.lg, self.rlm, self.remote_bytes, self.seg_bounds = plog, rlm, remote_bytes, seg_bounds
+        self.tp = plog.topic_partition
         self.topic = self.tp[0]
         self.tasks: list = []  # (fn, future) of every reader-pool submission
         pool = rlm.reader_pool
@@ -67,7 +67,7 @@ class _Env:
 @pytest.fixture
 def env(tmp_path):
     from tieredlog.log.config import LogConfig
-    from tieredlog.log.partition_log import PartitionLog
+    from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.rlm import copier
     from tieredlog.rlm.config import RemoteLogManagerConfig
     from tieredlog.rlm.manager import PartitionState, RemoteLogManager
@@ -79,22 +79,22 @@ def env(tmp_path):
                     local_retention_bytes=1, file_delete_delay_ms=0, message_timestamp_after_max_ms=1 << 62,
                     message_timestamp_before_max_ms=1 << 62)
     topic = f"inl{uuid.uuid4().hex[:8]}"  # its own metric labels
-    lg = PartitionLog(tmp_path / "logs" / f"{topic}-0", cfg, topic_id=uuid.uuid4())
+    plog = UnifiedLog(tmp_path / "logs" / f"{topic}-0", cfg, topic_id=uuid.uuid4())
     for i in range(300):
-        off = lg.log_end_offset
+        off = plog.log_end_offset
         n = 40 if i == 77 else 1 + i % 4  # batch 77 is far larger than the fetch sizes used below
         recs = [(b"k%d" % (off + j), b"value-%d-" % (off + j) * 8, [], 1_000_000 + off + j) for j in range(n)]
-        lg.append_as_leader(build_batch(recs), 0)
-    lg.update_high_watermark(lg.log_end_offset)
-    originals = {s.base_offset: s.log_path.read_bytes() for s in lg.segments}
+        plog.append_as_leader(build_batch(recs), 0)
+    plog.update_high_watermark(plog.log_end_offset)
+    originals = {s.base_offset: s.log_path.read_bytes() for s in plog.segments}
     rsm = LocalTieredStorage(tmp_path / "remote")
     rsm.configure({"broker.id": 0})
-    rlm = RemoteLogManager({}, _OneLog(lg), rsm, InMemoryRemoteLogMetadataManager(), config=RemoteLogManagerConfig(
+    rlm = RemoteLogManager({}, _OneLog(plog), rsm, InMemoryRemoteLogMetadataManager(), config=RemoteLogManagerConfig(
         log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=32))
     rlm.start()
-    copier.copy_task(rlm, PartitionState(lg.topic_partition, rlm._tip(lg.topic_partition, lg)), TaskContext())
-    lg.delete_old_segments()
-    start = lg.local_log_start_offset
+    copier.copy_task(rlm, PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog)), TaskContext())
+    plog.delete_old_segments()
+    start = plog.local_log_start_offset
     remote = [v for k, v in sorted(originals.items()) if k < start]
     assert len(remote) >= 3  # several remote segments: the reader crosses segment boundaries
     bounds, pos = [], 0
@@ -104,7 +104,7 @@ def env(tmp_path):
     rlm.read_path.chunk_min = 4 * 1024
     rlm.read_path.chunk_grown = 8 * 1024
     try:
-        yield _Env(lg, rlm, b"".join(remote), bounds)
+        yield _Env(plog, rlm, b"".join(remote), bounds)
     finally:
         rlm.shutdown()
 

@@ -1,4 +1,4 @@
-"""RemoteLogManager against real parts: PartitionLog in a tmp dir, LocalTieredStorage, the
+"""RemoteLogManager against real parts: UnifiedLog in a tmp dir, LocalTieredStorage, the
 in-memory RLMM. Tasks are run synchronously (TaskContext) so every assertion is deterministic."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from tieredlog.errors import OffsetOutOfRangeError
 from tieredlog.log.config import LogConfig
-from tieredlog.log.partition_log import PartitionLog
 from tieredlog.log.types import TopicPartition
+from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import build_batch
 from tieredlog.rlm import copier, expiration
@@ -29,8 +29,8 @@ TP = TopicPartition("tiered", 0)
 class Logs:
     """The part of LogManager the RLM uses: look a partition's log up."""
 
-    def __init__(self, *logs: PartitionLog) -> None:
-        self.logs = {lg.topic_partition: lg for lg in logs}
+    def __init__(self, *logs: UnifiedLog) -> None:
+        self.logs = {plog.topic_partition: plog for plog in logs}
 
     def get_log(self, tp):
         return self.logs.get(TopicPartition(*tp))
@@ -50,29 +50,29 @@ class FlakyStorage(LocalTieredStorage):
         return super().copy_log_segment_data(md, data)
 
 
-def make_log(d: Path, **cfg) -> PartitionLog:
+def make_log(d: Path, **cfg) -> UnifiedLog:
     base = dict(segment_bytes=2048, index_interval_bytes=128, remote_storage_enable=True, retention_ms=-1,
                 local_retention_bytes=1, file_delete_delay_ms=0, message_timestamp_after_max_ms=1 << 62,
                 message_timestamp_before_max_ms=1 << 62)
     base.update(cfg)
-    return PartitionLog(d / f"{TP.topic}-{TP.partition}", LogConfig(**base), topic_id=uuid.uuid4())
+    return UnifiedLog(d / f"{TP.topic}-{TP.partition}", LogConfig(**base), topic_id=uuid.uuid4())
 
 
-def produce(lg: PartitionLog, n_batches: int, epoch: int = 0, ts0: int = 1_000_000) -> None:
+def produce(plog: UnifiedLog, n_batches: int, epoch: int = 0, ts0: int = 1_000_000) -> None:
     for i in range(n_batches):
-        off = lg.log_end_offset
+        off = plog.log_end_offset
         recs = [(b"k%d" % (off + j), b"value-%d-" % (off + j) * 10, [], ts0 + off + j) for j in range(3)]
-        lg.append_as_leader(build_batch(recs), epoch)
-    lg.update_high_watermark(lg.log_end_offset)
+        plog.append_as_leader(build_batch(recs), epoch)
+    plog.update_high_watermark(plog.log_end_offset)
 
 
-def segment_bytes(lg: PartitionLog) -> dict[int, bytes]:
-    return {s.base_offset: s.log_path.read_bytes() for s in lg.segments}
+def segment_bytes(plog: UnifiedLog) -> dict[int, bytes]:
+    return {s.base_offset: s.log_path.read_bytes() for s in plog.segments}
 
 
 @pytest.fixture
 def env(tmp_path):
-    lg = make_log(tmp_path / "logs")
+    plog = make_log(tmp_path / "logs")
     rsm = FlakyStorage(tmp_path / "remote")
     rsm.configure({"broker.id": 1})
     events: list = []
@@ -80,14 +80,14 @@ def env(tmp_path):
     rlmm = InMemoryRemoteLogMetadataManager()
     cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), broker_id=1, task_interval_ms=3_600_000,
                                  reader_threads=4, reader_max_pending_tasks=8)
-    rlm = RemoteLogManager({}, Logs(lg), rsm, rlmm, config=cfg)
+    rlm = RemoteLogManager({}, Logs(plog), rsm, rlmm, config=cfg)
     rlm.start()
-    yield lg, rsm, rlmm, rlm, events
+    yield plog, rsm, rlmm, rlm, events
     rlm.shutdown()
 
 
-def state_for(rlm: RemoteLogManager, lg: PartitionLog) -> PartitionState:
-    return PartitionState(lg.topic_partition, rlm._tip(lg.topic_partition, lg))
+def state_for(rlm: RemoteLogManager, plog: UnifiedLog) -> PartitionState:
+    return PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))
 
 
 def finished(rlmm, tip):
@@ -95,41 +95,41 @@ def finished(rlmm, tip):
 
 
 def test_candidates_exclude_active_segment_and_segments_above_lso(env):
-    lg, rsm, rlmm, rlm, _ = env
-    produce(lg, 60)
-    segs = lg.segments
+    plog, rsm, rlmm, rlm, _ = env
+    produce(plog, 60)
+    segs = plog.segments
     assert len(segs) >= 4
-    all_rolled = copier.candidate_segments(lg, 0, lg.last_stable_offset)
+    all_rolled = copier.candidate_segments(plog, 0, plog.last_stable_offset)
     assert [s.base_offset for s in all_rolled] == [s.base_offset for s in segs[:-1]]
     # an LSO inside the third segment: only the first two are entirely below it
     lso = segs[2].base_offset + 1
-    assert [s.base_offset for s in copier.candidate_segments(lg, 0, lso)] == [segs[0].base_offset, segs[1].base_offset]
+    assert [s.base_offset for s in copier.candidate_segments(plog, 0, lso)] == [segs[0].base_offset, segs[1].base_offset]
     # resume point past the first segment
-    assert copier.candidate_segments(lg, segs[1].base_offset, lg.last_stable_offset)[0] is segs[1]
+    assert copier.candidate_segments(plog, segs[1].base_offset, plog.last_stable_offset)[0] is segs[1]
 
 
 def test_copy_task_tiers_rolled_segments_in_order_then_local_retention_follows(env):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 60)
-    originals = segment_bytes(lg)
-    rolled = lg.segments[:-1]
-    state = state_for(rlm, lg)
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 60)
+    originals = segment_bytes(plog)
+    rolled = plog.segments[:-1]
+    state = state_for(rlm, plog)
     copier.copy_task(rlm, state, TaskContext())
     done = finished(rlmm, state.tip)
     assert [(m.start_offset, m.end_offset) for m in done] == [
-        (s.base_offset, lg.next_segment_base_offset(s) - 1) for s in rolled
+        (s.base_offset, plog.next_segment_base_offset(s) - 1) for s in rolled
     ]
     assert [e.start_offset for e in events if e.type == "COPY_SEGMENT"] == [s.base_offset for s in rolled]
-    assert lg.highest_offset_in_remote_storage == done[-1].end_offset
+    assert plog.highest_offset_in_remote_storage == done[-1].end_offset
     for m in done:  # byte-identical objects, epoch map, and the epoch history up to the segment end
         assert rsm.segment_path(m, ".log").read_bytes() == originals[m.start_offset]
         assert dict(m.segment_leader_epochs) == {0: m.start_offset}
         assert rsm.segment_path(m, ".leader_epoch_checkpoint").read_bytes() == b"0\n1\n0 0\n"
         assert rsm.segment_path(m, ".snapshot").exists()
     # local retention (local.retention.bytes=1) may now delete exactly the copied segments
-    lg.delete_old_segments()
-    assert lg.local_log_start_offset == lg.active_segment.base_offset
-    assert lg.log_start_offset == 0
+    plog.delete_old_segments()
+    assert plog.local_log_start_offset == plog.active_segment.base_offset
+    assert plog.log_start_offset == 0
     # running again copies nothing new
     n = len(events)
     copier.copy_task(rlm, state, TaskContext())
@@ -137,59 +137,59 @@ def test_copy_task_tiers_rolled_segments_in_order_then_local_retention_follows(e
 
 
 def test_local_segments_are_not_deleted_before_they_are_copied(env):
-    lg, rsm, rlmm, rlm, _ = env
-    produce(lg, 60)
-    before = [s.base_offset for s in lg.segments]
-    lg.delete_old_segments()
-    assert [s.base_offset for s in lg.segments][: len(before) - 1] == before[:-1]
-    assert lg.local_log_start_offset == 0
+    plog, rsm, rlmm, rlm, _ = env
+    produce(plog, 60)
+    before = [s.base_offset for s in plog.segments]
+    plog.delete_old_segments()
+    assert [s.base_offset for s in plog.segments][: len(before) - 1] == before[:-1]
+    assert plog.local_log_start_offset == 0
 
 
 def test_failed_copy_deletes_the_partial_upload_and_retries_with_a_new_id(env):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 30)
-    state = state_for(rlm, lg)
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 30)
+    state = state_for(rlm, plog)
     rsm.fail_copies = 1
     with pytest.raises(RemoteStorageException):
         copier.copy_task(rlm, state, TaskContext())
     assert finished(rlmm, state.tip) == []
-    assert lg.highest_offset_in_remote_storage == -1
+    assert plog.highest_offset_in_remote_storage == -1
     assert list(rsm.partition_dir(state.tip).glob("*")) == []  # nothing left behind
     assert [e.type for e in events] == ["COPY_SEGMENT", "DELETE_SEGMENT"]
     failed_id = events[0].segment_id
     copier.copy_task(rlm, state, TaskContext())
     done = finished(rlmm, state.tip)
     assert done and done[0].start_offset == 0 and done[0].remote_log_segment_id.id != failed_id
-    lg.delete_old_segments()
-    assert lg.local_log_start_offset > 0
+    plog.delete_old_segments()
+    assert plog.local_log_start_offset > 0
 
 
 def test_copy_resumes_after_restart_from_the_rlmm(env, tmp_path):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 30)
-    copier.copy_task(rlm, state_for(rlm, lg), TaskContext())
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 30)
+    copier.copy_task(rlm, state_for(rlm, plog), TaskContext())
     copied = len([e for e in events if e.type == "COPY_SEGMENT"])
-    produce(lg, 30)
+    produce(plog, 30)
     # a new RLM (a restarted broker, or a new leader) knows nothing but the RLMM
-    rlm2 = RemoteLogManager({}, Logs(lg), rsm, rlmm, config=rlm.config)
-    state = state_for(rlm2, lg)
+    rlm2 = RemoteLogManager({}, Logs(plog), rsm, rlmm, config=rlm.config)
+    state = state_for(rlm2, plog)
     copier.copy_task(rlm2, state, TaskContext())
     starts = [e.start_offset for e in events if e.type == "COPY_SEGMENT"]
     assert len(starts) == len(set(starts))  # nothing copied twice
     assert len(starts) > copied
-    assert sorted(m.start_offset for m in finished(rlmm, state.tip)) == [s.base_offset for s in lg.segments[:-1]]
+    assert sorted(m.start_offset for m in finished(rlmm, state.tip)) == [s.base_offset for s in plog.segments[:-1]]
 
 
 def test_copy_disable_and_copy_quota(env):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 30)
-    lg.config = LogConfig(**{**lg.config.__dict__, "remote_log_copy_disable": True})
-    copier.copy_task(rlm, state_for(rlm, lg), TaskContext())
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 30)
+    plog.config = LogConfig(**{**plog.config.__dict__, "remote_log_copy_disable": True})
+    copier.copy_task(rlm, state_for(rlm, plog), TaskContext())
     assert events == []
-    lg.config = LogConfig(**{**lg.config.__dict__, "remote_log_copy_disable": False})
+    plog.config = LogConfig(**{**plog.config.__dict__, "remote_log_copy_disable": False})
     rlm.copy_quota.update_quota(1)  # 1 byte/s: the first segment takes the burst into debt
     ctx = TaskContext()
-    state = state_for(rlm, lg)
+    state = state_for(rlm, plog)
     import threading
 
     t = threading.Thread(target=copier.copy_task, args=(rlm, state, ctx))
@@ -205,12 +205,12 @@ def test_copy_disable_and_copy_quota(env):
 
 
 def test_remote_read_is_byte_identical_and_whole_batches(env):
-    lg, rsm, rlmm, rlm, _ = env
-    produce(lg, 60)
-    originals = segment_bytes(lg)
-    copier.copy_task(rlm, state_for(rlm, lg), TaskContext())
-    lg.delete_old_segments()
-    local_start = lg.local_log_start_offset
+    plog, rsm, rlmm, rlm, _ = env
+    produce(plog, 60)
+    originals = segment_bytes(plog)
+    copier.copy_task(rlm, state_for(rlm, plog), TaskContext())
+    plog.delete_old_segments()
+    local_start = plog.local_log_start_offset
     remote_bytes = b"".join(v for k, v in sorted(originals.items()) if k < local_start)
     # a catch-up consumer reading sequentially with small fetches gets exactly the produced bytes
     out = bytearray()
@@ -228,35 +228,35 @@ def test_remote_read_is_byte_identical_and_whole_batches(env):
     hdrs = [h for _, h in iter_headers(chunk)]
     assert len(hdrs) == 1 and hdrs[0].base_offset <= 4 <= hdrs[0].last_offset
     with pytest.raises(OffsetOutOfRangeError):
-        rlm.read(TP, lg.log_end_offset + 10, 100, timeout=10)
+        rlm.read(TP, plog.log_end_offset + 10, 100, timeout=10)
 
 
 def test_find_offset_by_timestamp_in_remote_segments(env):
-    lg, rsm, rlmm, rlm, _ = env
-    produce(lg, 60)
-    copier.copy_task(rlm, state_for(rlm, lg), TaskContext())
-    lg.delete_old_segments()
+    plog, rsm, rlmm, rlm, _ = env
+    produce(plog, 60)
+    copier.copy_task(rlm, state_for(rlm, plog), TaskContext())
+    plog.delete_old_segments()
     # record at offset o has timestamp 1_000_000 + o
     assert rlm.find_offset_by_timestamp(TP, 1_000_000 + 10) == (10, 1_000_010, 0)
     assert rlm.find_offset_by_timestamp(TP, 0) == (0, 1_000_000, 0)
     # a timestamp whose record is local: the caller must look locally
-    assert rlm.find_offset_by_timestamp(TP, 1_000_000 + lg.local_log_start_offset + 1) is None
+    assert rlm.find_offset_by_timestamp(TP, 1_000_000 + plog.local_log_start_offset + 1) is None
 
 
 def test_expiration_by_retention_bytes_moves_log_start_then_deletes(env):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 60)
-    state = state_for(rlm, lg)
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 60)
+    state = state_for(rlm, plog)
     copier.copy_task(rlm, state, TaskContext())
-    lg.delete_old_segments()
+    plog.delete_old_segments()
     done = finished(rlmm, state.tip)
     total_remote = sum(m.segment_size_in_bytes for m in done)
-    local_only = lg.active_segment.size
+    local_only = plog.active_segment.size
     # keep everything but the two oldest remote segments' worth
     keep = total_remote + local_only - done[0].segment_size_in_bytes - done[1].segment_size_in_bytes
-    lg.config = LogConfig(**{**lg.config.__dict__, "retention_bytes": keep})
+    plog.config = LogConfig(**{**plog.config.__dict__, "retention_bytes": keep})
     expiration.expiration_task(rlm, state, TaskContext())
-    assert lg.log_start_offset == done[1].end_offset + 1
+    assert plog.log_start_offset == done[1].end_offset + 1
     assert [e.start_offset for e in events if e.type == "DELETE_SEGMENT"] == [done[0].start_offset, done[1].start_offset]
     assert [m.start_offset for m in finished(rlmm, state.tip)] == [m.start_offset for m in done[2:]]
     with pytest.raises(OffsetOutOfRangeError):
@@ -264,33 +264,33 @@ def test_expiration_by_retention_bytes_moves_log_start_then_deletes(env):
 
 
 def test_expiration_by_time_and_by_log_start_offset(env):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 60, ts0=int(time.time() * 1000) - 3_600_000)  # an hour old
-    state = state_for(rlm, lg)
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 60, ts0=int(time.time() * 1000) - 3_600_000)  # an hour old
+    state = state_for(rlm, plog)
     copier.copy_task(rlm, state, TaskContext())
-    lg.delete_old_segments()
+    plog.delete_old_segments()
     done = finished(rlmm, state.tip)
     # DeleteRecords past the first remote segment
-    lg.maybe_increment_log_start_offset(done[0].end_offset + 2)
+    plog.maybe_increment_log_start_offset(done[0].end_offset + 2)
     expiration.expiration_task(rlm, state, TaskContext())
     assert [e.start_offset for e in events if e.type == "DELETE_SEGMENT"] == [done[0].start_offset]
     # time retention of one minute: every remote segment is older
-    lg.config = LogConfig(**{**lg.config.__dict__, "retention_ms": 60_000})
+    plog.config = LogConfig(**{**plog.config.__dict__, "retention_ms": 60_000})
     expiration.expiration_task(rlm, state, TaskContext())
     assert finished(rlmm, state.tip) == []
-    assert lg.log_start_offset == done[-1].end_offset + 1
+    assert plog.log_start_offset == done[-1].end_offset + 1
 
 
 def test_orphaned_copy_started_segment_is_cleaned(env):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 30)
-    state = state_for(rlm, lg)
-    seg = lg.segments[0]
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 30)
+    state = state_for(rlm, plog)
+    seg = plog.segments[0]
     # a broker died between COPY_SEGMENT_STARTED and FINISHED, leaving a partial object
     from tieredlog.rsm.api import RemoteLogSegmentId, RemoteLogSegmentMetadata
 
     orphan = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(state.tip), seg.base_offset,
-                                      lg.next_segment_base_offset(seg) - 1, 0, 1, 0, seg.size, {0: 0})
+                                      plog.next_segment_base_offset(seg) - 1, 0, 1, 0, seg.size, {0: 0})
     rlmm.add_remote_log_segment_metadata(orphan)
     copier.copy_task(rlm, state, TaskContext())  # re-copies the range under a new id
     expiration.expiration_task(rlm, state, TaskContext())
@@ -300,9 +300,9 @@ def test_orphaned_copy_started_segment_is_cleaned(env):
 
 
 def test_topic_deletion_removes_remote_data_and_survives_restart(env, tmp_path):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 30)
-    state = state_for(rlm, lg)
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 30)
+    state = state_for(rlm, plog)
     copier.copy_task(rlm, state, TaskContext())
     assert finished(rlmm, state.tip)
     # the broker dies right after recording the deletion: the journal is all that is left
@@ -320,13 +320,13 @@ def test_topic_deletion_removes_remote_data_and_survives_restart(env, tmp_path):
 
 
 def test_remote_storage_disabled_deletes_remote_segments_without_a_partition_delete_marker(env):
-    lg, rsm, rlmm, rlm, events = env
-    produce(lg, 60)
-    state = state_for(rlm, lg)
+    plog, rsm, rlmm, rlm, events = env
+    produce(plog, 60)
+    state = state_for(rlm, plog)
     copier.copy_task(rlm, state, TaskContext())
     copied = finished(rlmm, state.tip)
     assert copied and list(rsm.iter_segment_files())
-    rlm.on_leadership_change([lg])
+    rlm.on_leadership_change([plog])
     assert TP in rlm._leaders
     rlm.on_remote_storage_disabled([TP])
     assert TP not in rlm._leaders  # the copy and expiration tasks are gone

@@ -341,8 +341,8 @@ def test_lineage_check_rejects_divergent_segments():
 
 # ---- remote read path: sequential streams and read-ahead ------------------------------------------
 class _OneLog:
-    def __init__(self, lg):
-        self.lg = lg
+    def __init__(self, plog):
+        self.lg = plog
 
     def get_log(self, tp):
         return self.lg if tuple(tp) == tuple(self.lg.topic_partition) else None
@@ -352,7 +352,7 @@ class _OneLog:
 def tiered_log(tmp_path):
     """A partition whose rolled segments are all remote (LocalTieredStorage), with an RLM over it."""
     from tieredlog.log.config import LogConfig
-    from tieredlog.log.partition_log import PartitionLog
+    from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.rlm import copier
     from tieredlog.rlm.config import RemoteLogManagerConfig
     from tieredlog.rlm.manager import PartitionState, RemoteLogManager
@@ -362,37 +362,37 @@ def tiered_log(tmp_path):
     cfg = LogConfig(segment_bytes=24 * 1024, index_interval_bytes=256, remote_storage_enable=True, retention_ms=-1,
                     local_retention_bytes=1, file_delete_delay_ms=0, message_timestamp_after_max_ms=1 << 62,
                     message_timestamp_before_max_ms=1 << 62)
-    lg = PartitionLog(tmp_path / "logs" / "t-0", cfg, topic_id=uuid.uuid4())
+    plog = UnifiedLog(tmp_path / "logs" / "t-0", cfg, topic_id=uuid.uuid4())
     for i in range(300):
-        off = lg.log_end_offset
+        off = plog.log_end_offset
         n = 40 if i == 77 else 1 + i % 4  # batch 77 is far larger than the fetch size used below
         recs = [(b"k%d" % (off + j), b"value-%d-" % (off + j) * 8, [], 1_000_000 + off + j) for j in range(n)]
-        lg.append_as_leader(build_batch(recs), 0)
-    lg.update_high_watermark(lg.log_end_offset)
-    originals = {s.base_offset: s.log_path.read_bytes() for s in lg.segments}
+        plog.append_as_leader(build_batch(recs), 0)
+    plog.update_high_watermark(plog.log_end_offset)
+    originals = {s.base_offset: s.log_path.read_bytes() for s in plog.segments}
     rsm = LocalTieredStorage(tmp_path / "remote")
     rsm.configure({"broker.id": 0})
     events: list = []
     rsm.add_listener(events.append)
-    rlm = RemoteLogManager({}, _OneLog(lg), rsm, InMemoryRemoteLogMetadataManager(), config=RemoteLogManagerConfig(
+    rlm = RemoteLogManager({}, _OneLog(plog), rsm, InMemoryRemoteLogMetadataManager(), config=RemoteLogManagerConfig(
         log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=16))
     rlm.start()
-    copier.copy_task(rlm, PartitionState(lg.topic_partition, rlm._tip(lg.topic_partition, lg)), TaskContext())
-    lg.delete_old_segments()
-    start = lg.local_log_start_offset
+    copier.copy_task(rlm, PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog)), TaskContext())
+    plog.delete_old_segments()
+    start = plog.local_log_start_offset
     remote_bytes = b"".join(v for k, v in sorted(originals.items()) if k < start)
     assert len([k for k in originals if k < start]) >= 3  # the tests need several remote segments
     try:
-        yield lg, rlm, events, remote_bytes
+        yield plog, rlm, events, remote_bytes
     finally:
         rlm.shutdown()
 
 
-def _catch_up(rlm, lg, max_bytes: int, check=None) -> bytes:
+def _catch_up(rlm, plog, max_bytes: int, check=None) -> bytes:
     out = bytearray()
     offset = 0
-    while offset < lg.local_log_start_offset:
-        chunk = rlm.read(lg.topic_partition, offset, max_bytes, timeout=10)
+    while offset < plog.local_log_start_offset:
+        chunk = rlm.read(plog.topic_partition, offset, max_bytes, timeout=10)
         hdrs = [h for _, h in iter_headers(chunk)]
         assert hdrs and sum(h.size for h in hdrs) == len(chunk)  # whole batches only
         assert hdrs[0].base_offset <= offset <= hdrs[0].last_offset or hdrs[0].base_offset >= offset
@@ -405,12 +405,12 @@ def _catch_up(rlm, lg, max_bytes: int, check=None) -> bytes:
 
 
 def test_sequential_remote_reads_are_byte_identical_with_few_ranged_reads(tiered_log):
-    lg, rlm, events, remote_bytes = tiered_log
+    plog, rlm, events, remote_bytes = tiered_log
     rlm.read_path.chunk_min = 8 * 1024
     reads_before = sum(e.type == "FETCH_SEGMENT" for e in events)
-    out = _catch_up(rlm, lg, 1000)
+    out = _catch_up(rlm, plog, 1000)
     assert out == remote_bytes
-    segments = len(rlm.list_segments(rlm._tip(lg.topic_partition, lg)))
+    segments = len(rlm.list_segments(rlm._tip(plog.topic_partition, plog)))
     ranged = sum(e.type == "FETCH_SEGMENT" for e in events) - reads_before
     # one ranged read per 8 KiB chunk (plus the big batch and each segment's first read),
     # not one per 1000-byte fetch
@@ -422,7 +422,7 @@ def test_sequential_remote_reads_are_byte_identical_with_few_ranged_reads(tiered
 
 
 def test_read_ahead_grows_to_large_ranged_reads_and_crosses_segments(tiered_log):
-    lg, rlm, _, remote_bytes = tiered_log
+    plog, rlm, _, remote_bytes = tiered_log
     rlm.read_path.chunk_min = 1024
     rlm.read_path.chunk_grown = 8 * 1024
     rsm = rlm.rsm
@@ -434,7 +434,7 @@ def test_read_ahead_grows_to_large_ranged_reads_and_crosses_segments(tiered_log)
         return fetch(md, start, end)
 
     rsm.fetch_log_segment = recording
-    assert _catch_up(rlm, lg, 500) == remote_bytes
+    assert _catch_up(rlm, plog, 500) == remote_bytes
     by_segment: dict = {}
     for seg, start, end in ranges:
         by_segment.setdefault(seg, []).append((start, end))
@@ -455,29 +455,29 @@ def test_read_ahead_grows_to_large_ranged_reads_and_crosses_segments(tiered_log)
 
 
 def test_read_ahead_memory_stays_within_its_budget(tiered_log):
-    lg, rlm, _, remote_bytes = tiered_log
+    plog, rlm, _, remote_bytes = tiered_log
     rlm.read_path.chunk_min = 4 * 1024
     rlm.read_path.prefetch.max_bytes = 10 * 1024
 
     def check():
         assert rlm.read_path.prefetch.bytes_held <= 10 * 1024
 
-    assert _catch_up(rlm, lg, 700, check) == remote_bytes
+    assert _catch_up(rlm, plog, 700, check) == remote_bytes
     assert rlm.read_path.prefetch.hits > 0  # the sequential reader was served from its stream
 
 
 def test_remote_reads_out_of_order_and_oversized_first_batch(tiered_log):
-    lg, rlm, _, remote_bytes = tiered_log
+    plog, rlm, _, remote_bytes = tiered_log
     rlm.read_path.chunk_min = 4 * 1024
     batches = [(p, h) for p, h in iter_headers(remote_bytes)]
     big_pos, big = next((p, h) for p, h in batches if h.records_count == 40)
     assert big.size > 1000
     # a fetch smaller than the batch still gets the whole batch (min one message) ...
-    assert rlm.read(lg.topic_partition, big.base_offset + 3, 1000, timeout=10) == remote_bytes[big_pos:big_pos + big.size]
+    assert rlm.read(plog.topic_partition, big.base_offset + 3, 1000, timeout=10) == remote_bytes[big_pos:big_pos + big.size]
     # ... and nothing without min one message
-    fut = rlm.read_async(lg.topic_partition, big.base_offset, 1000, min_one_message=False)
+    fut = rlm.read_async(plog.topic_partition, big.base_offset, 1000, min_one_message=False)
     assert fut.result(10) == b""
     # jumping back and forth between offsets gives the bytes at each offset
     for p, h in [batches[-1], batches[0], batches[len(batches) // 2], batches[1], batches[len(batches) // 3]]:
-        chunk = rlm.read(lg.topic_partition, h.base_offset, 600, timeout=10)
+        chunk = rlm.read(plog.topic_partition, h.base_offset, 600, timeout=10)
         assert chunk and remote_bytes[p:p + len(chunk)] == chunk

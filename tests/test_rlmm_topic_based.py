@@ -321,7 +321,7 @@ def test_corrupt_or_stale_snapshot_is_ignored(tmp_path):
 # -- over real PartitionLogs ------------------------------------------------------------------------
 
 from tieredlog.log.config import LogConfig  # noqa: E402
-from tieredlog.log.partition_log import PartitionLog  # noqa: E402
+from tieredlog.log.unified_log import UnifiedLog  # noqa: E402
 from tieredlog.log.types import TopicPartition  # noqa: E402
 from tieredlog.rlmm.topic import METADATA_TOPIC, LogMetadataTopic, iter_partition_dir  # noqa: E402
 
@@ -332,7 +332,7 @@ class PartitionLogs:
     def __init__(self, root, segment_bytes=4096):
         self.root = root
         self.config = LogConfig(segment_bytes=segment_bytes)
-        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self.logs: dict[TopicPartition, UnifiedLog] = {}
         self.created = 0
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict) -> int:
@@ -344,16 +344,16 @@ class PartitionLogs:
         topic_id = uuid.uuid4()
         for p in range(num_partitions):
             t = TopicPartition(name, p)
-            self.logs[t] = PartitionLog(self.root / str(t), self.config, topic_id=topic_id)
+            self.logs[t] = UnifiedLog(self.root / str(t), self.config, topic_id=topic_id)
         return num_partitions
 
     def get_log(self, t: TopicPartition):
         return self.logs.get(t)
 
     def restart(self) -> None:
-        for t, log in list(self.logs.items()):
-            log.close()
-            self.logs[t] = PartitionLog(log.dir, self.config)
+        for t, plog in list(self.logs.items()):
+            plog.close()
+            self.logs[t] = UnifiedLog(plog.dir, self.config)
 
 
 def log_manager_for(logs: PartitionLogs, log_dir=None) -> TopicBasedRemoteLogMetadataManager:
@@ -373,13 +373,13 @@ def test_over_partition_logs_restart_and_offline_read(tmp_path):
     # every record is in the log, in Kafka's serde, readable offline from the partition folders
     values = []
     for p in range(NUM):
-        log = logs.get_log(TopicPartition(METADATA_TOPIC, p))
-        assert log.high_watermark == log.log_end_offset
-        offline = list(iter_partition_dir(log.dir))
-        assert [o for o, _ in offline] == list(range(log.log_end_offset))
+        plog = logs.get_log(TopicPartition(METADATA_TOPIC, p))
+        assert plog.high_watermark == plog.log_end_offset
+        offline = list(iter_partition_dir(plog.dir))
+        assert [o for o, _ in offline] == list(range(plog.log_end_offset))
         values += [serde.deserialize(v) for _, v in offline]
     assert len(values) == sum(logs.get_log(TopicPartition(METADATA_TOPIC, p)).log_end_offset for p in range(NUM))
-    assert sum(1 for log in logs.logs.values() if len(log.segments) > 1) >= 1  # reads cross segment files
+    assert sum(1 for plog in logs.logs.values() if len(plog.segments) > 1) >= 1  # reads cross segment files
     m.close()
 
     logs.restart()

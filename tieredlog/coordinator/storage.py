@@ -1,7 +1,7 @@
 """`__consumer_offsets` as the coordinator's durable store: real record batches in real partition logs.
 
 Each group lives in partition abs(hashCode(group)) % offsets.topic.num.partitions, as in Kafka, so a
-group's records stay in order. Appends go through PartitionLog.append_as_leader like any produce; on
+group's records stay in order. Appends go through UnifiedLog.append_as_leader like any produce; on
 start-up every partition is read back from its log start to rebuild the coordinator's state.
 """
 
@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 from tieredlog import errors
 from tieredlog.coordinator.schema import partition_for
+from tieredlog.log.types import FetchIsolation
 from tieredlog.records.errors import CorruptRecordError
 from tieredlog.records.record import build_batch, iter_batches_records
 
@@ -24,7 +25,7 @@ _READ_CHUNK = 1 << 20
 
 class LogGroupStore:
     def __init__(self, get_log: Callable[[int], Any], num_partitions: int):
-        """`get_log(partition)` returns the PartitionLog of that `__consumer_offsets` partition."""
+        """`get_log(partition)` returns the UnifiedLog of that `__consumer_offsets` partition."""
         self._get_log = get_log
         self.num_partitions = num_partitions
 
@@ -51,7 +52,7 @@ class LogGroupStore:
     def _replay_partition(self, partition: int, plog: Any) -> Iterator[tuple[bytes, bytes | None]]:
         offset = plog.log_start_offset
         while offset < plog.log_end_offset:
-            info = plog.read(offset, _READ_CHUNK, "log_end", min_one_message=True)
+            info = plog.read(offset, _READ_CHUNK, FetchIsolation.LOG_END, min_one_message=True)
             data = info.records if isinstance(info.records, (bytes, bytearray, memoryview)) else info.records.read_bytes()
             if not data:
                 break

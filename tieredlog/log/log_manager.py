@@ -24,8 +24,9 @@ from typing import Callable, Iterable, Mapping
 from tieredlog import errors
 from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile, fsync_dir
 from tieredlog.log.config import LogConfig
-from tieredlog.log.partition_log import PartitionLog, describe_os_error, storage_error_log
+from tieredlog.log.storage_errors import describe_os_error, storage_error_log
 from tieredlog.log.types import TopicPartition, parse_partition_dir
+from tieredlog.log.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class LogManager:
         # Kafka's num.recovery.threads.per.data.dir: values below 1 mean 1, as Kafka's validator requires.
         self.num_recovery_threads_per_data_dir = max(1, num_recovery_threads_per_data_dir)
         self._lock = threading.RLock()
-        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._logs: dict[TopicPartition, UnifiedLog] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
@@ -133,7 +134,7 @@ class LogManager:
         load at once (Kafka's loadLogs). The default, 1, loads inline: loading is CPU-bound under the GIL
         once the files are cached, and threads measured slower there (100 small partitions: 38 ms inline,
         52 ms with 2 threads, 79 ms with 4); they only pay off while reads wait on a cold disk."""
-        jobs: list[tuple[Path, TopicPartition, Callable[[], PartitionLog]]] = []
+        jobs: list[tuple[Path, TopicPartition, Callable[[], UnifiedLog]]] = []
         where: dict[TopicPartition, Path] = {}
         for d in self.log_dirs:
             clean = (d / CLEAN_SHUTDOWN_FILE).exists()
@@ -147,7 +148,7 @@ class LogManager:
                     raise errors.KafkaStorageError(f"partition {tp} found in two log dirs: {where[tp]} and {child}")
                 where[tp] = child
                 jobs.append((d, tp, functools.partial(
-                    PartitionLog,
+                    UnifiedLog,
                     child,
                     self.config_for(tp.topic),
                     recovery_point=recovery.get(tp, 0),
@@ -167,7 +168,7 @@ class LogManager:
             # The marker only describes the last shutdown; a crash from now on must look unclean.
             (d / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
 
-    def _load_in_pools(self, jobs: list[tuple[Path, TopicPartition, Callable[[], PartitionLog]]], threads: int) -> None:
+    def _load_in_pools(self, jobs: list[tuple[Path, TopicPartition, Callable[[], UnifiedLog]]], threads: int) -> None:
         pools = {d: ThreadPoolExecutor(threads, thread_name_prefix=f"log-recovery-{i}") for i, d in enumerate(self.log_dirs)}
         try:
             futures = [(tp, pools[d].submit(load)) for d, tp, load in jobs]
@@ -183,31 +184,31 @@ class LogManager:
                 pool.shutdown(wait=True)
         if failure is not None:
             # The broker will not start: release what did load before reporting the first failure.
-            for lg in self._logs.values():
-                lg.close_handles()
+            for plog in self._logs.values():
+                plog.close_handles()
             self._logs.clear()
             raise failure
 
     # ---- partitions -------------------------------------------------------------------------------
-    def get_log(self, tp: TopicPartition) -> PartitionLog | None:
+    def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
         return self._logs.get(TopicPartition(*tp))
 
-    def all_logs(self) -> list[PartitionLog]:
+    def all_logs(self) -> list[UnifiedLog]:
         with self._lock:
             return list(self._logs.values())
 
     def _next_log_dir(self) -> Path:
         """The log dir holding the fewest partitions (Kafka's choice for new partitions)."""
         counts = {d: 0 for d in self.log_dirs}
-        for lg in self._logs.values():
-            parent = lg.dir.parent
+        for plog in self._logs.values():
+            parent = plog.dir.parent
             if parent in counts:
                 counts[parent] += 1
         return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
 
     def get_or_create_log(
         self, tp: TopicPartition, topic_id: uuid.UUID | None = None, config: LogConfig | None = None
-    ) -> PartitionLog:
+    ) -> UnifiedLog:
         tp = TopicPartition(*tp)
         validate_topic_name(tp.topic)
         if tp.partition < 0:
@@ -219,7 +220,7 @@ class LogManager:
                     raise errors.InconsistentTopicIdError(f"{tp} has topic id {existing.topic_id}, not {topic_id}")
                 return existing
             d = self._next_log_dir() / str(tp)
-            lg = PartitionLog(
+            plog = UnifiedLog(
                 d,
                 config or self.config_for(tp.topic),
                 topic_id=topic_id,
@@ -227,18 +228,18 @@ class LogManager:
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
             fsync_dir(d.parent)
-            self._logs[tp] = lg
-            return lg
+            self._logs[tp] = plog
+            return plog
 
     def delete_log(self, tp: TopicPartition) -> bool:
         tp = TopicPartition(*tp)
         with self._lock:
-            lg = self._logs.pop(tp, None)
-        if lg is None:
+            plog = self._logs.pop(tp, None)
+        if plog is None:
             return False
-        lg.close_handles()
-        doomed = lg.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.rename(lg.dir, doomed)
+        plog.close_handles()
+        doomed = plog.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.rename(plog.dir, doomed)
         fsync_dir(doomed.parent)
         shutil.rmtree(doomed, ignore_errors=True)
         self.checkpoint_recovery_points()
@@ -251,16 +252,16 @@ class LogManager:
         """The "log-retention" task: retention for every log, then due physical deletes."""
         now = self._clock() if now_ms is None else now_ms
         total = 0
-        for lg in self.all_logs():
+        for plog in self.all_logs():
             # One log on a full disk (its roll or snapshot fails) must not stop retention of the others,
             # which is what frees space; it is retried on the next run.
             try:
-                total += lg.delete_old_segments(now)
-                lg.delete_expired_files(now)
+                total += plog.delete_old_segments(now)
+                plog.delete_expired_files(now)
             except OSError as e:
-                storage_error_log.error(("retention", str(lg.topic_partition)),
+                storage_error_log.error(("retention", str(plog.topic_partition)),
                                         "partition %s: retention failed, retrying next run: %s",
-                                        lg.topic_partition, describe_os_error(e))
+                                        plog.topic_partition, describe_os_error(e))
         # Producer expiration rides on the same periodic task, so the broker needs no extra scheduler.
         self.remove_expired_producers(now)
         return total
@@ -269,25 +270,25 @@ class LogManager:
         """Kafka's producer-expiration task: every log forgets producers idle for
         ``producer.id.expiration.ms`` (open transactions are kept). Returns how many were removed."""
         now = self._clock() if now_ms is None else now_ms
-        return sum(len(lg.remove_expired_producers(now)) for lg in self.all_logs())
+        return sum(len(plog.remove_expired_producers(now)) for plog in self.all_logs())
 
     def flush_dirty_logs(self, now_ms: int | None = None) -> int:
         """The "log-flusher" task: flush.ms for every log."""
         now = self._clock() if now_ms is None else now_ms
         flushed = 0
-        for lg in self.all_logs():
+        for plog in self.all_logs():
             try:
-                flushed += lg.flush_if_due(now)
+                flushed += plog.flush_if_due(now)
             except OSError as e:  # the recovery point stays where it was; retried next run
-                storage_error_log.error(("flush", str(lg.topic_partition)),
+                storage_error_log.error(("flush", str(plog.topic_partition)),
                                         "partition %s: flush failed, retrying next run: %s",
-                                        lg.topic_partition, describe_os_error(e))
+                                        plog.topic_partition, describe_os_error(e))
         return flushed
 
-    def _by_dir(self) -> dict[Path, list[PartitionLog]]:
-        out: dict[Path, list[PartitionLog]] = {d: [] for d in self.log_dirs}
-        for lg in self.all_logs():
-            out.setdefault(lg.dir.parent, []).append(lg)
+    def _by_dir(self) -> dict[Path, list[UnifiedLog]]:
+        out: dict[Path, list[UnifiedLog]] = {d: [] for d in self.log_dirs}
+        for plog in self.all_logs():
+            out.setdefault(plog.dir.parent, []).append(plog)
         return out
 
     @staticmethod
@@ -305,7 +306,7 @@ class LogManager:
     def checkpoint_recovery_points(self) -> bool:
         ok = True
         for d, logs in self._by_dir().items():
-            ok &= self._write_checkpoint(d / RECOVERY_POINT_CHECKPOINT, {lg.topic_partition: lg.recovery_point for lg in logs})
+            ok &= self._write_checkpoint(d / RECOVERY_POINT_CHECKPOINT, {plog.topic_partition: plog.recovery_point for plog in logs})
         return ok
 
     def checkpoint_log_start_offsets(self) -> bool:
@@ -313,15 +314,15 @@ class LogManager:
         for d, logs in self._by_dir().items():
             ok &= self._write_checkpoint(
                 d / LOG_START_OFFSET_CHECKPOINT,
-                {lg.topic_partition: lg.log_start_offset for lg in logs
-                 if lg.log_start_offset > 0 or lg.config.remote_storage_enable},  # Kafka: always for tiered logs
+                {plog.topic_partition: plog.log_start_offset for plog in logs
+                 if plog.log_start_offset > 0 or plog.config.remote_storage_enable},  # Kafka: always for tiered logs
             )
         return ok
 
     def checkpoint_high_watermarks(self) -> bool:
         ok = True
         for d, logs in self._by_dir().items():
-            ok &= self._write_checkpoint(d / REPLICATION_CHECKPOINT, {lg.topic_partition: lg.high_watermark for lg in logs})
+            ok &= self._write_checkpoint(d / REPLICATION_CHECKPOINT, {plog.topic_partition: plog.high_watermark for plog in logs})
         return ok
 
     def shutdown(self) -> None:
@@ -331,21 +332,21 @@ class LogManager:
         log itself instead of trusting files that could not be written."""
         logs = self.all_logs()
         failed: set[Path] = set()
-        for lg in logs:
+        for plog in logs:
             try:
-                lg.flush()
+                plog.flush()
             except OSError as e:
-                failed.add(lg.dir.parent)
-                log.error("partition %s: cannot flush at shutdown: %s", lg.topic_partition, describe_os_error(e))
+                failed.add(plog.dir.parent)
+                log.error("partition %s: cannot flush at shutdown: %s", plog.topic_partition, describe_os_error(e))
         written = [self.checkpoint_recovery_points(), self.checkpoint_log_start_offsets(), self.checkpoint_high_watermarks()]
         if not all(written):
             failed.update(self.log_dirs)
-        for lg in logs:
+        for plog in logs:
             try:
-                lg.close(flush=False)
+                plog.close(flush=False)
             except OSError as e:
-                failed.add(lg.dir.parent)
-                log.error("partition %s: cannot close cleanly at shutdown: %s", lg.topic_partition, describe_os_error(e))
+                failed.add(plog.dir.parent)
+                log.error("partition %s: cannot close cleanly at shutdown: %s", plog.topic_partition, describe_os_error(e))
         for d in self.log_dirs:
             if d in failed:
                 log.error("log dir %s: shut down without the clean-shutdown marker; it is recovered at the next start", d)

@@ -134,7 +134,7 @@ class FileSlice:
 
 
 class LogSegment:
-    """A segment's files and in-memory state. Not thread-safe: the PartitionLog serialises access."""
+    """A segment's files and in-memory state. Not thread-safe: the UnifiedLog serialises access."""
 
     def __init__(
         self,

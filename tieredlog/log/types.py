@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from tieredlog.log.index import AbortedTxn
+    from tieredlog.log.segment import FileSlice
 
 
 class TopicPartition(NamedTuple):
@@ -33,3 +39,43 @@ def parse_partition_dir(name: str) -> TopicPartition:
     if not sep or not topic or not partition.isdigit() or not partition.isascii():
         raise ValueError(f"{name!r} is not a partition directory name (expected <topic>-<partition>)")
     return TopicPartition(topic, int(partition))
+
+
+class FetchIsolation(Enum):
+    """How far a read may go (Kafka's FetchIsolation)."""
+
+    LOG_END = "log_end"  # replication and the broker's own readers of internal topics
+    HIGH_WATERMARK = "high_watermark"  # read_uncommitted consumers
+    TXN_COMMITTED = "txn_committed"  # read_committed consumers: up to the last stable offset
+
+
+class AppendOrigin(Enum):
+    """Who appends (Kafka's AppendOrigin): decides which checks a batch gets."""
+
+    CLIENT = "client"  # a producer: no control batches, sequence checks, answered duplicates
+    COORDINATOR = "coordinator"  # transaction markers and the coordinators' own records
+    REPLICATION = "replication"  # a follower copying the leader's batches, offsets included
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+    duplicate: bool = False  # a retried idempotent batch answered with its original offsets
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    records: "FileSlice | bytes"
+    first_offset: int
+    aborted_transactions: "list[AbortedTxn] | None" = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int | None

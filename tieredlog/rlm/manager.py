@@ -185,7 +185,7 @@ class RemoteLogManager:
 
     def on_leadership_change(self, leader_partitions: Iterable[Any], follower_partitions: Iterable[Any] = ()) -> None:
         """The broker became leader / follower of these partitions (TopicPartition, TopicIdPartition
-        or PartitionLog). Schedules the copy + expiration tasks or the follower task."""
+        or UnifiedLog). Schedules the copy + expiration tasks or the follower task."""
         leaders, followers = [], []
         for p in leader_partitions:
             tp, lg = self._resolve(p)

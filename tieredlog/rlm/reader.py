@@ -32,7 +32,7 @@ SLACK_BYTES = 64 * 1024
 
 
 class OffsetAndTimestamp(NamedTuple):
-    """``(offset, timestamp, leader_epoch)``; also readable by name like PartitionLog's TimestampAndOffset."""
+    """``(offset, timestamp, leader_epoch)``; also readable by name like UnifiedLog's TimestampAndOffset."""
 
     offset: int
     timestamp: int

@@ -40,7 +40,7 @@ CreateTopicFn = Callable[[str, int, int, dict[str, str]], int]
 
 
 class LogMetadataTopic:
-    """``__remote_log_metadata`` over local PartitionLogs of a LogManager.
+    """``__remote_log_metadata`` over local UnifiedLogs of a LogManager.
 
     ``create_topic_fn`` is the broker's topic creation (it decides placement and registers the
     topic); after it returns, ``log_manager.get_log(TopicPartition(name, p))`` must give the local
@@ -82,10 +82,10 @@ class LogMetadataTopic:
             )
         with self._lock:
             for p in range(num_partitions):
-                log = self._log_manager.get_log(TopicPartition(METADATA_TOPIC, p))
-                if log is None:
+                plog = self._log_manager.get_log(TopicPartition(METADATA_TOPIC, p))
+                if plog is None:
                     raise RemoteLogMetadataManagerFatalError(f"no local log for {METADATA_TOPIC}-{p}")
-                self._logs[p] = log
+                self._logs[p] = plog
                 self._locks[p] = threading.Lock()
 
     def _log(self, partition: int):
@@ -97,25 +97,26 @@ class LogMetadataTopic:
     def append(self, partition: int, value: bytes) -> int:
         from tieredlog.records.record import build_batch
 
-        log = self._log(partition)
+        plog = self._log(partition)
         with self._locks[partition]:
-            epoch = log.leader_epoch_cache.latest_epoch
-            info = log.append_as_leader(build_batch([(None, value)]), 0 if epoch is None else epoch)
+            epoch = plog.leader_epoch_cache.latest_epoch
+            info = plog.append_as_leader(build_batch([(None, value)]), 0 if epoch is None else epoch)
             if self._after_append is not None:
-                self._after_append(log.topic_partition, log)
+                self._after_append(plog.topic_partition, plog)
             else:
-                log.update_high_watermark(log.log_end_offset)
+                plog.update_high_watermark(plog.log_end_offset)
         return info.first_offset
 
     def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
         from tieredlog.errors import OffsetOutOfRangeError
+        from tieredlog.log.types import FetchIsolation
         from tieredlog.records.record import iter_batches_records
 
-        log = self._log(partition)
-        offset = max(from_offset, log.log_start_offset)
-        while offset < log.log_end_offset:
+        plog = self._log(partition)
+        offset = max(from_offset, plog.log_start_offset)
+        while offset < plog.log_end_offset:
             try:
-                info = log.read(offset, _READ_MAX_BYTES, "log_end", True)
+                info = plog.read(offset, _READ_MAX_BYTES, FetchIsolation.LOG_END, True)
             except OffsetOutOfRangeError:
                 return
             data = info.records.read_bytes() if hasattr(info.records, "read_bytes") else bytes(info.records)

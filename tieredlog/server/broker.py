@@ -227,7 +227,7 @@ class Broker:
             except OSError as exc:
                 # A full disk (or another I/O error) the task did not handle itself: one line, and the
                 # next run tries again; the broker keeps serving.
-                from tieredlog.log.partition_log import describe_os_error, storage_error_log
+                from tieredlog.log.storage_errors import describe_os_error, storage_error_log
 
                 storage_error_log.error(("periodic", key), "periodic task for %s failed, retrying next run: %s",
                                         key, describe_os_error(exc))
@@ -284,7 +284,7 @@ class Broker:
         return self.topics.get(name)
 
     def get_partition_log(self, topic: str, partition: int) -> Any:
-        """The PartitionLog or None when the topic or partition does not exist."""
+        """The UnifiedLog or None when the topic or partition does not exist."""
         t = self.topics.get(topic)
         if t is None or not 0 <= partition < t.partitions:
             return None

@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from tieredlog.errors import OffsetOutOfRangeError
-from tieredlog.log.types import TopicPartition
+from tieredlog.log.types import FetchIsolation, TopicPartition
 from tieredlog.protocol.api import FETCH
 from tieredlog.protocol.fetch_encoder import FetchPartitionData, FetchTopicData, encode_fetch_response
 from tieredlog.server.context import Handler, RequestContext
@@ -82,7 +82,7 @@ def _fill_offsets(d: FetchPartitionData, plog: Any) -> None:
     d.log_start_offset = plog.log_start_offset
 
 
-def _read_local(broker: Any, pr: _PartitionRead, isolation: str, budget: int, first: bool, follower: bool) -> int:
+def _read_local(broker: Any, pr: _PartitionRead, isolation: FetchIsolation, budget: int, first: bool, follower: bool) -> int:
     """Read one partition into ``pr.data``; returns the bytes it adds to the response."""
     d = pr.data
     d.records = b""
@@ -114,7 +114,7 @@ def _read_local(broker: Any, pr: _PartitionRead, isolation: str, budget: int, fi
         return 0
     d.error_code = 0
     d.records = info.records
-    d.aborted_transactions = _aborted(info) if isolation == "txn_committed" else None
+    d.aborted_transactions = _aborted(info) if isolation is FetchIsolation.TXN_COMMITTED else None
     return _records_size(info.records)
 
 
@@ -186,7 +186,11 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         rs = getattr(req, "replica_state", None)
         replica_id = rs.replica_id if rs is not None else -1
     follower = replica_id >= 0
-    isolation = "log_end" if follower else ("txn_committed" if req.isolation_level == READ_COMMITTED else "high_watermark")
+    isolation = (
+        FetchIsolation.LOG_END if follower
+        else FetchIsolation.TXN_COMMITTED if req.isolation_level == READ_COMMITTED
+        else FetchIsolation.HIGH_WATERMARK
+    )
     session_id = getattr(req, "session_id", 0)
     session_epoch = getattr(req, "session_epoch", -1)
 

@@ -1,6 +1,6 @@
 """Produce (0) and InitProducerId (22).
 
-Record bytes go to PartitionLog.append_as_leader untouched (it validates CRC, sizes and sequences
+Record bytes go to UnifiedLog.append_as_leader untouched (it validates CRC, sizes and sequences
 and patches offsets in place). With one broker the ISR is this broker, so acks=1 and acks=all are
 both satisfied once the append returns; the high watermark moves and parked fetches wake.
 """

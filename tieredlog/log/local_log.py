@@ -1,0 +1,260 @@
+"""Kafka's LocalLog: one partition's local segments, and the file work on them.
+
+The segment map (base offset -> LogSegment), the log end offset and the recovery point, and the
+operations that change files: roll, read, flush, truncate, delete. Offsets that involve the remote
+tier, the high watermark, epochs and producer state belong to the UnifiedLog above it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Callable
+
+from tieredlog.log.config import LogConfig
+from tieredlog.log.index import AbortedTxn
+from tieredlog.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, filename_prefix
+from tieredlog.log.storage_errors import describe_os_error
+from tieredlog.log.types import FetchDataInfo, TopicPartition, parse_partition_dir
+
+log = logging.getLogger(__name__)
+
+
+class LocalLog:
+    """The segments of one partition directory (named ``<topic>-<partition>``).
+
+    Thread safety: ``lock`` (re-entrant, shared with the UnifiedLog) guards the segment map and the
+    offsets here; callers hold it for every method unless the method says otherwise.
+    """
+
+    def __init__(self, dir: Path | str, config: LogConfig, *, clock: Callable[[], int], recovery_point: int = 0):
+        self.dir = Path(dir)
+        self.topic_partition: TopicPartition = parse_partition_dir(self.dir.name)
+        self.config = config
+        self.clock = clock
+        self.lock = threading.RLock()
+        self._segments: dict[int, LogSegment] = {}
+        self._bases: list[int] = []  # sorted base offsets, for floor lookups by bisect
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self.recovery_point = recovery_point
+        self.log_end_offset = 0
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.last_flush_ms = clock()
+
+    # ---- the segment map --------------------------------------------------------------------------
+    def new_segment(self, base_offset: int, active: bool) -> LogSegment:
+        cfg = self.config
+        jitter = 0
+        if cfg.segment_jitter_ms > 0:
+            jitter = int.from_bytes(os.urandom(8), "big") % min(cfg.segment_jitter_ms, cfg.segment_ms)
+        return LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=cfg.index_interval_bytes,
+            max_index_size=cfg.segment_index_bytes,
+            roll_jitter_ms=jitter,
+            created_ms=self.clock(),
+            active=active,
+        )
+
+    def add_segment(self, seg: LogSegment) -> None:
+        if seg.base_offset not in self._segments:
+            bisect.insort(self._bases, seg.base_offset)
+        self._segments[seg.base_offset] = seg
+
+    def remove_segment(self, base: int) -> LogSegment:
+        seg = self._segments.pop(base)
+        self._bases.remove(base)
+        return seg
+
+    def segment_at(self, base: int) -> LogSegment | None:
+        return self._segments.get(base)
+
+    def floor_index(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[self._bases[-1]]
+
+    @property
+    def first_base_offset(self) -> int:
+        return self._bases[0]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self.lock:
+            return [self._segments[b] for b in self._bases]
+
+    def segments_from(self, offset: int) -> list[LogSegment]:
+        """The segment holding ``offset`` (its floor) and every later one."""
+        with self.lock:
+            return [self._segments[b] for b in self._bases[self.floor_index(offset) :]]
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._bases)
+
+    @property
+    def size(self) -> int:
+        with self.lock:
+            return sum(s.size for s in self._segments.values())
+
+    def next_base_offset(self, segment: LogSegment) -> int:
+        """The offset after ``segment``'s range: the next segment's base (gaps included), or the log end."""
+        with self.lock:
+            i = bisect.bisect_right(self._bases, segment.base_offset)
+            return self._bases[i] if i < len(self._bases) else self.log_end_offset
+
+    def delete_segments_after(self, base: int) -> None:
+        """Recovery found ``base`` corrupt: what follows it cannot be trusted either."""
+        for b in [b for b in self._bases if b > base]:
+            seg = self.remove_segment(b)
+            log.warning("deleting segment %s after a corrupt one", seg.log_path)
+            seg.delete()
+
+    # ---- roll -------------------------------------------------------------------------------------
+    def roll(self, new_base: int) -> LogSegment:
+        """Start a new active segment at ``new_base``. Every fallible step comes before the segment map
+        changes, and a failure (a full disk: the new files, index preallocation, the roll's time-index
+        entry) undoes the steps already made, so the old active segment stays active and writable."""
+        active = self.active_segment
+        new_files = [self.dir / f"{filename_prefix(new_base)}{sfx}" for sfx in (LOG_SUFFIX, ".index", ".timeindex")]
+        preexisting = {p for p in new_files if p.exists()}
+        time_entries = active.time_index.entries
+        seg: LogSegment | None = None
+        try:
+            seg = self.new_segment(new_base, active=True)
+            active.on_become_inactive()
+        except BaseException:
+            if seg is not None:
+                seg.delete()
+            for p in new_files:
+                if p not in preexisting:
+                    p.unlink(missing_ok=True)
+            try:
+                active.make_active()
+                active.time_index.truncate_to_entries(time_entries)
+            except OSError:
+                pass  # its indexes are rebuilt from the log by recovery if they stay short
+            raise
+        self.add_segment(seg)
+        return seg
+
+    # ---- reads (no lock: the caller took the segment list under it) --------------------------------
+    @staticmethod
+    def read(
+        segs: list[LogSegment], fetch_offset: int, max_bytes: int, upper: int, min_one_message: bool,
+        include_aborted: bool,
+    ) -> FetchDataInfo:
+        """Read from ``segs`` (the floor segment of ``fetch_offset`` on), never at or past ``upper``."""
+        for i, seg in enumerate(segs):
+            if seg.base_offset >= upper:
+                break
+            max_position = None
+            if upper < seg.next_offset:
+                found = seg.translate_offset(upper)
+                max_position = found[0] if found else None
+            res = seg.read(fetch_offset, max_bytes, max_position, min_one_message)
+            if res is None:
+                continue
+            fslice, first = res
+            aborted = LocalLog.collect_aborted(segs[i:], fetch_offset, upper) if include_aborted else None
+            return FetchDataInfo(fslice, first, aborted)
+        return FetchDataInfo(b"", fetch_offset, [] if include_aborted else None)
+
+    @staticmethod
+    def collect_aborted(segs: list[LogSegment], start: int, upper: int) -> list[AbortedTxn]:
+        out: list[AbortedTxn] = []
+        for seg in segs:
+            if seg.base_offset >= upper:
+                break
+            res = seg.txn_index.collect_aborted(start, upper)
+            out.extend(res.aborted)
+            if res.is_complete:
+                break
+        return out
+
+    # ---- flush ------------------------------------------------------------------------------------
+    def flush(self, offset: int) -> None:
+        """fsync the segments holding ``[recovery_point, offset)`` and move the recovery point there."""
+        if offset <= self.recovery_point:
+            return
+        lo = self.floor_index(self.recovery_point)
+        for base in self._bases[lo:]:
+            if base >= offset:
+                break
+            self._segments[base].flush()
+        self.recovery_point = offset
+        self.last_flush_ms = self.clock()
+
+    # ---- truncation -------------------------------------------------------------------------------
+    def truncate_to(self, target_offset: int) -> None:
+        """Remove every batch at or above ``target_offset`` (which lies within the local segments)."""
+        for base in [b for b in self._bases if b > target_offset]:
+            if len(self._bases) > 1:
+                self.remove_segment(base).delete()
+        seg = self.active_segment
+        seg.truncate_to(target_offset)
+        seg.make_active()
+        self.log_end_offset = min(seg.next_offset, target_offset) if seg.size else seg.base_offset
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        for base in list(self._bases):
+            self.remove_segment(base).delete()
+        self.add_segment(self.new_segment(new_offset, active=True))
+        self.log_end_offset = new_offset
+        self.recovery_point = new_offset
+
+    # ---- deletion ---------------------------------------------------------------------------------
+    def remove_and_delete_segments(self, segs: list[LogSegment], now: int) -> None:
+        """Take ``segs`` out of the map and rename their files ``.deleted``; the files go after
+        ``file.delete.delay.ms`` (``delete_expired_files``), so a read already holding them finishes."""
+        for seg in segs:
+            self.remove_segment(seg.base_offset)
+            seg.close()
+            seg.change_file_suffix(DELETED_SUFFIX)
+            self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+
+    def delete_expired_files(self, now: int) -> int:
+        """Physically delete ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed (no lock
+        needed by the caller; the unlinks happen outside it)."""
+        with self.lock:
+            due = [s for t, s in self._pending_deletes if t <= now]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
+        for seg in due:
+            seg.delete()
+        return len(due)
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+    def close_segments(self) -> None:
+        for seg in self._segments.values():
+            try:
+                seg.close()  # releases its descriptors even when trimming the indexes fails
+            except OSError as e:
+                log.error("partition %s: cannot close %s cleanly: %s", self.topic_partition,
+                          seg.log_path.name, describe_os_error(e))
+        for _, seg in self._pending_deletes:
+            seg.close_handles()
+
+    def close_handles(self) -> None:
+        """Release every descriptor without writing (the directory is about to be removed)."""
+        with self.lock:
+            for seg in self._segments.values():
+                seg.close()
+            for _, seg in self._pending_deletes:
+                seg.close_handles()
+
+    def delete(self) -> None:
+        """Remove the whole partition directory."""
+        with self.lock:
+            self.close_handles()
+            self._segments.clear()
+            self._bases.clear()
+            self._pending_deletes.clear()
+            shutil.rmtree(self.dir, ignore_errors=True)
