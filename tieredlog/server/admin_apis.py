@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.errors import (
     InvalidReplicaAssignmentError,
     InvalidRequestError,
@@ -12,16 +14,18 @@ from tieredlog.errors import (
     OffsetOutOfRangeError,
     PolicyViolationError,
 )
-from tieredlog.protocol.api import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS
+from tieredlog.protocol.api import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+)
 from tieredlog.server.config_apis import topic_config_entries
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.produce_api import error_code_of
 
 log = logging.getLogger(__name__)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
-INVALID_REQUEST = 42
 
 # Kafka's controller refuses a request that would create more partitions than this in one go
 # (KAFKA-17870 for CreateTopics, KAFKA-19673 for CreatePartitions): without it one small request
@@ -102,15 +106,15 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
         if name is None and tid is not None:
             meta = broker.topic_by_id(tid)
             if meta is None:
-                entry["error_code"] = UNKNOWN_TOPIC_ID
+                entry["error_code"] = ErrorCode.unknown_topic_id
                 out.append(entry)
                 continue
             name = entry["name"] = meta.name
         meta = broker.get_topic(name)
         if meta is None:
-            entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            entry["error_code"] = ErrorCode.unknown_topic_or_partition
         elif meta.internal:
-            entry.update(error_code=INVALID_REQUEST, error_message=f"Topic {name} is an internal topic")
+            entry.update(error_code=ErrorCode.invalid_request, error_message=f"Topic {name} is an internal topic")
         else:
             entry["topic_id"] = meta.topic_id
             try:
@@ -154,7 +158,7 @@ async def handle_delete_records(ctx: RequestContext, req: Any) -> dict:
             entry = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": 0}
             plog = broker.get_partition_log(t.name, p.partition_index)
             if plog is None:
-                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                entry["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 try:
                     offset = plog.high_watermark if p.offset == -1 else p.offset

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.config import BROKER_CONFIG_DEFS
 from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from tieredlog.log.config import TOPIC_CONFIGS, TOPIC_CONFIGS_BY_NAME
-from tieredlog.protocol.api import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from tieredlog.protocol.api import (
+    ALTER_CONFIGS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
 from tieredlog.server.context import Handler, RequestContext
 
 TOPIC = 2
 BROKER = 4
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUEST = 42
 
 # ConfigSource
 DYNAMIC_TOPIC_CONFIG = 1
@@ -112,16 +116,16 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict:
         if r.resource_type == TOPIC:
             t = broker.get_topic(r.resource_name)
             if t is None:
-                res.update(error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {r.resource_name} not found")
+                res.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=f"Topic {r.resource_name} not found")
             else:
                 res["configs"] = topic_config_entries(broker, t.configs, keys, synonyms)
         elif r.resource_type == BROKER:
             if r.resource_name not in ("", str(broker.node_id)):
-                res.update(error_code=INVALID_REQUEST, error_message=f"Unexpected broker id {r.resource_name}")
+                res.update(error_code=ErrorCode.invalid_request, error_message=f"Unexpected broker id {r.resource_name}")
             else:
                 res["configs"] = broker_config_entries(broker, keys)
         else:
-            res.update(error_code=INVALID_REQUEST, error_message=f"Unsupported resource type {r.resource_type}")
+            res.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type {r.resource_type}")
         results.append(res)
     return {"throttle_time": 0, "results": results}
 
@@ -180,7 +184,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dic
                     items = [x for x in items if x not in delta]
                 overrides[c.name] = ",".join(items)
             else:
-                error = {"error_code": INVALID_REQUEST, "error_message": f"Unknown config operation {op}"}
+                error = {"error_code": ErrorCode.invalid_request, "error_message": f"Unknown config operation {op}"}
                 break
         if error is not None:
             out.append({"resource_type": r.resource_type, "resource_name": r.resource_name, **error})

@@ -13,6 +13,8 @@ import datetime
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.protocol.api import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -30,10 +32,6 @@ from tieredlog.server.context import Handler, RequestContext
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-COORDINATOR_NOT_AVAILABLE = 15
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUEST = 42
 # DescribeGroups: Kafka's "authorized operations not requested" marker.
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
@@ -60,15 +58,15 @@ def _partition_exists(broker: Any, topic: str, partition: int) -> bool:
 def group_handlers(broker: Any) -> dict[int, Handler]:
     # -- FindCoordinator ---------------------------------------------------------------------------------
     def coordinator_entry(key: str, key_type: int) -> dict:
-        entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": NONE, "error_message": None}
+        entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none, "error_message": None}
         coordinator = _coordinator(broker)
         if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
-            entry["error_code"] = INVALID_REQUEST
+            entry["error_code"] = ErrorCode.invalid_request
             entry["error_message"] = f"unknown coordinator key type {key_type}"
         elif key_type == TRANSACTION_KEY_TYPE and getattr(broker, "transaction_coordinator", None) is None:
-            entry["error_code"] = COORDINATOR_NOT_AVAILABLE
+            entry["error_code"] = ErrorCode.coordinator_not_available
         elif key_type == GROUP_KEY_TYPE and (coordinator is None or not coordinator.active):
-            entry["error_code"] = COORDINATOR_NOT_AVAILABLE
+            entry["error_code"] = ErrorCode.coordinator_not_available
         else:
             # One broker coordinates every group (and leads every __consumer_offsets partition).
             entry.update(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port)
@@ -106,7 +104,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
                 v >= 4,
             )
         if result is None:
-            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "generation_id": -1,
+            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "generation_id": -1,
                     "protocol_name": "" if v < 7 else None, "leader": "", "member_id": req.member_id,
                     "members": []}
         protocol_name = result.protocol_name
@@ -129,7 +127,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
     async def sync_group(ctx: RequestContext, req: Any) -> dict:
         coordinator = _coordinator(broker)
         if coordinator is None:
-            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "assignment": b""}
+            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "assignment": b""}
         assignments = {a.member_id: bytes(a.assignment) for a in (req.assignments or ())}
         result = await coordinator.sync_group(
             req.group_id,
@@ -151,7 +149,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
     async def heartbeat(ctx: RequestContext, req: Any) -> dict:
         coordinator = _coordinator(broker)
         if coordinator is None:
-            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE}
+            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
         code = coordinator.heartbeat(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id
         )
@@ -164,11 +162,11 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         else:
             leaving = [(m.member_id, m.group_instance_id) for m in (req.members or ())]
         if coordinator is None:
-            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "members": []}
+            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "members": []}
         code, results = coordinator.leave_group(req.group_id, leaving)
         if ctx.api_version < 3:
             # One member: its own error is the response's error.
-            if code == NONE and results:
+            if code == ErrorCode.none and results:
                 code = results[0][2]
             return {"throttle_time": 0, "error_code": code}
         return {
@@ -190,13 +188,13 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
                 tp = (topic.name, p.partition_index)
                 order.append(tp)
                 if not _partition_exists(broker, *tp):
-                    errors_by_tp[tp] = UNKNOWN_TOPIC_OR_PARTITION
+                    errors_by_tp[tp] = ErrorCode.unknown_topic_or_partition
                     continue
                 requested[tp] = (
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
                 )
         if coordinator is None:
-            errors_by_tp.update({tp: COORDINATOR_NOT_AVAILABLE for tp in requested})
+            errors_by_tp.update({tp: ErrorCode.coordinator_not_available for tp in requested})
         elif requested:
             errors_by_tp.update(coordinator.commit_offsets(
                 req.group_id,
@@ -213,20 +211,20 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         if topics is not None:
             wanted = [(t.name, int(p)) for t in topics for p in (t.partition_indexes or ())]
         if coordinator is None:
-            return COORDINATOR_NOT_AVAILABLE, []
+            return ErrorCode.coordinator_not_available, []
         code, committed = coordinator.fetch_offsets(group_id, wanted)
-        if code != NONE:
+        if code != ErrorCode.none:
             return code, []
         order = wanted if wanted is not None else sorted(committed)
 
         def partition(tp: tuple[str, int]) -> dict:
             found = committed.get(tp)
             if found is None:
-                return {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": "", "error_code": NONE}
+                return {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": "", "error_code": ErrorCode.none}
             return {"committed_offset": found.offset, "committed_leader_epoch": found.leader_epoch,
-                    "metadata": found.metadata, "error_code": NONE}
+                    "metadata": found.metadata, "error_code": ErrorCode.none}
 
-        return NONE, _by_topic(order, partition)
+        return ErrorCode.none, _by_topic(order, partition)
 
     async def offset_fetch(ctx: RequestContext, req: Any) -> dict:
         if ctx.api_version >= 8:
@@ -236,7 +234,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
             return {"throttle_time": 0, "groups": groups}
         code, topics = fetch_group(req.group_id, req.topics)
-        if code != NONE and ctx.api_version < 2:
+        if code != ErrorCode.none and ctx.api_version < 2:
             # v1 has no group-level error: report it on every requested partition.
             topics = [
                 {"name": t.name, "partitions": [
@@ -249,15 +247,15 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
     async def offset_delete(ctx: RequestContext, req: Any) -> dict:
         coordinator = _coordinator(broker)
         order = [(t.name, p.partition_index) for t in req.topics or () for p in t.partitions or ()]
-        errors_by_tp = {tp: UNKNOWN_TOPIC_OR_PARTITION for tp in order if not _partition_exists(broker, *tp)}
+        errors_by_tp = {tp: ErrorCode.unknown_topic_or_partition for tp in order if not _partition_exists(broker, *tp)}
         if coordinator is None:
-            return {"error_code": COORDINATOR_NOT_AVAILABLE, "throttle_time": 0, "topics": []}
+            return {"error_code": ErrorCode.coordinator_not_available, "throttle_time": 0, "topics": []}
         code, result = coordinator.delete_offsets(req.group_id, [tp for tp in order if tp not in errors_by_tp])
-        if code != NONE:
+        if code != ErrorCode.none:
             return {"error_code": code, "throttle_time": 0, "topics": []}
         errors_by_tp.update(result)
-        return {"error_code": NONE, "throttle_time": 0,
-                "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp.get(tp, NONE)})}
+        return {"error_code": ErrorCode.none, "throttle_time": 0,
+                "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp.get(tp, ErrorCode.none)})}
 
     # -- admin ---------------------------------------------------------------------------------------------
     async def describe_groups(ctx: RequestContext, req: Any) -> dict:
@@ -265,7 +263,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         groups = []
         for group_id in req.groups or ():
             if coordinator is None:
-                groups.append({"error_code": COORDINATOR_NOT_AVAILABLE, "group_id": group_id, "group_state": "",
+                groups.append({"error_code": ErrorCode.coordinator_not_available, "group_id": group_id, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": [],
                                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
                 continue
@@ -288,7 +286,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
     async def list_groups(ctx: RequestContext, req: Any) -> dict:
         coordinator = _coordinator(broker)
         if coordinator is None:
-            return {"throttle_time": 0, "error_code": COORDINATOR_NOT_AVAILABLE, "groups": []}
+            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "groups": []}
         types = {t.lower() for t in (getattr(req, "types_filter", None) or ())}
         code, listed = coordinator.list_groups(getattr(req, "states_filter", None) or ())
         if types and "classic" not in types:
@@ -306,7 +304,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         coordinator = _coordinator(broker)
         names = list(req.groups_names or ())
         if coordinator is None:
-            results = {name: COORDINATOR_NOT_AVAILABLE for name in names}
+            results = {name: ErrorCode.coordinator_not_available for name in names}
         else:
             results = coordinator.delete_groups(names)
         return {"throttle_time": 0,

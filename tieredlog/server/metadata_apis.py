@@ -11,9 +11,6 @@ from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import TopicMetadata
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC = 17
-UNKNOWN_TOPIC_ID = 100
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
@@ -66,7 +63,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
                     topics_out.append(_error_topic("", ErrorCode.invalid_request))  # name is not nullable here
                     continue
                 t = broker.topic_by_id(tid) if tid is not None else None
-                topics_out.append(topic_entry(broker, t) if t else _error_topic(None, UNKNOWN_TOPIC_ID, tid))
+                topics_out.append(topic_entry(broker, t) if t else _error_topic(None, ErrorCode.unknown_topic_id, tid))
                 continue
             t = broker.get_topic(name)
             if t is None and allow_auto:
@@ -77,7 +74,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
                 except KafkaError as exc:
                     topics_out.append(_error_topic(name, exc.code))
                     continue
-            topics_out.append(topic_entry(broker, t) if t else _error_topic(name, UNKNOWN_TOPIC_OR_PARTITION))
+            topics_out.append(topic_entry(broker, t) if t else _error_topic(name, ErrorCode.unknown_topic_or_partition))
     return {
         "throttle_time": 0,
         "brokers": [_broker_entry(broker)],

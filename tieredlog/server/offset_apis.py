@@ -6,6 +6,8 @@ import asyncio
 import logging
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from tieredlog.server.context import Handler, RequestContext
@@ -13,7 +15,6 @@ from tieredlog.server.produce_api import error_code_of
 
 log = logging.getLogger(__name__)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
@@ -90,7 +91,7 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
             out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
             plog = broker.get_partition_log(t.name, p.partition_index)
             if plog is None:
-                out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                out["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 try:
                     off, ts, epoch = await _offset_for(ctx, plog, TopicPartition(t.name, p.partition_index), p.timestamp, isolation)
@@ -113,7 +114,7 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict:
             out = {"error_code": 0, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
             plog = broker.get_partition_log(t.topic, p.partition)
             if plog is None:
-                out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                out["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 try:
                     epoch, end = plog.leader_epoch_cache.end_offset_for(p.leader_epoch, plog.log_end_offset)
