@@ -268,6 +268,23 @@ def test_tiered_local_retention_only_below_remote_offset(tmp_path):
         plog.read(5, 100)
 
 
+def test_only_local_log_segments_follow_the_highest_remote_offset(tmp_path):
+    one = len(batch(2))
+    plog = make_log(tmp_path, segment_bytes=one * 2, remote_storage_enable=True)
+    for _ in range(7):
+        plog.append_as_leader(batch(2), 0)
+    assert [s.base_offset for s in plog.segments] == [0, 4, 8, 12]
+    assert [s.base_offset for s in plog.only_local_log_segments()] == [0, 4, 8, 12]
+    assert plog.only_local_log_segments_size() == plog.size == 7 * one
+    plog.update_highest_offset_in_remote_storage(6)  # [4, 8) is only partly remote: still counted
+    assert [s.base_offset for s in plog.only_local_log_segments()] == [4, 8, 12]
+    plog.update_highest_offset_in_remote_storage(11)
+    assert [s.base_offset for s in plog.only_local_log_segments()] == [12]  # the active segment always counts
+    assert plog.only_local_log_segments_size() == one
+    assert plog.next_segment_base_offset(plog.segments[1]) == 8
+    assert plog.next_segment_base_offset(plog.active_segment) == plog.log_end_offset == 14
+
+
 def test_delete_records(tmp_path):
     plog = make_log(tmp_path, segment_bytes=len(batch(2)) * 2, file_delete_delay_ms=0)
     for _ in range(6):

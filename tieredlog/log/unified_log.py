@@ -664,10 +664,19 @@ class UnifiedLog:
             raise FileNotFoundError(f"no producer snapshot at offset {nxt} in {self.dir}")
         return path
 
-    def only_local_segments_size(self) -> int:
-        """Bytes of local segments not yet in remote storage (the RLM's copy-lag metric)."""
+    def only_local_log_segments(self) -> list[LogSegment]:
+        """Local segments holding offsets above ``highest_offset_in_remote_storage`` (not yet tiered, or
+        not wholly), oldest first; the active segment is always the last."""
         with self._lock:
-            return sum(s.size for s in self.segments if s.base_offset >= self.highest_offset_in_remote_storage)
+            highest = self.highest_offset_in_remote_storage
+            segs = self.segments
+        active = len(segs) - 1
+        return [seg for i, seg in enumerate(segs) if i == active or segs[i + 1].base_offset - 1 > highest]
+
+    def only_local_log_segments_size(self) -> int:
+        """Bytes that exist only locally, the active segment included (Kafka's onlyLocalLogSegmentsSize):
+        what remote size-based retention adds to the remote bytes."""
+        return sum(s.size for s in self.only_local_log_segments())
 
     # ---- lifecycle ----------------------------------------------------------------------------------
     def close(self, flush: bool = True) -> None:

@@ -34,82 +34,76 @@ class CustomMetadataSizeLimitExceededException(RemoteStorageException):
     Kafka stops copying for the partition until leadership changes."""
 
 
-def candidate_segments(log_, from_offset: int, lso: int) -> list:
+def candidate_segments(plog, from_offset: int, lso: int) -> list:
     """Rolled segments whose whole range is below the LSO and that end at or after
     ``from_offset``; never the active segment (``segments_to_copy`` excludes it)."""
     if lso <= 0:
         return []
-    return [s for s in log_.segments_to_copy(lso, from_offset) if next_base_offset(log_, s) <= lso]
+    return [s for s in plog.segments_to_copy(lso, from_offset) if plog.next_segment_base_offset(s) <= lso]
 
 
-def next_base_offset(log_, segment) -> int:
-    """The remote end offset + 1 of a segment: the next segment's base (offset gaps included)."""
-    nxt = getattr(log_, "next_segment_base_offset", None)
-    return nxt(segment) if nxt is not None else segment.next_offset
-
-
-def find_highest_remote_offset(rlm: "RemoteLogManager", state: "PartitionState", log_) -> int:
-    entries = as_pairs(log_.leader_epoch_cache.epoch_entries())
+def find_highest_remote_offset(rlm: "RemoteLogManager", state: "PartitionState", plog) -> int:
+    entries = as_pairs(plog.leader_epoch_cache.epoch_entries())
     offset, _ = highest_remote_offset(
-        entries, log_.log_end_offset, lambda epoch: rlm.rlmm.highest_offset_for_epoch(state.tip, epoch)
+        entries, plog.log_end_offset, lambda epoch: rlm.rlmm.highest_offset_for_epoch(state.tip, epoch)
     )
     return offset
 
 
-def maybe_update_log_start_offset_on_becoming_leader(rlm: "RemoteLogManager", state: "PartitionState", log_) -> None:
+def maybe_update_log_start_offset_on_becoming_leader(rlm: "RemoteLogManager", state: "PartitionState", plog) -> None:
     """After a restart or a leadership change the local log may not know that the remote tier
     starts later than its own start (remote retention ran elsewhere): take the earliest
     remote segment of the lineage as the log start (Kafka's findLogStartOffset)."""
-    entries = as_pairs(log_.leader_epoch_cache.epoch_entries())
+    entries = as_pairs(plog.leader_epoch_cache.epoch_entries())
     for epoch, _ in entries:
         segs = list(rlm.rlmm.list_remote_log_segments(state.tip, epoch))
         live = [s for s in segs if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
         if live:
             start = min(s.start_offset for s in live)
-            start = min(start, log_.high_watermark)
-            if start > log_.log_start_offset:
-                log_.maybe_increment_log_start_offset(start, "SegmentDeletion")
+            start = min(start, plog.high_watermark)
+            if start > plog.log_start_offset:
+                plog.maybe_increment_log_start_offset(start, "SegmentDeletion")
             return
 
 
 def copy_task(rlm: "RemoteLogManager", state: "PartitionState", ctx: TaskContext) -> None:
-    log_ = rlm.get_log(state)
-    if log_ is None or not rlm.is_tiered(log_) or log_.config.remote_log_copy_disable:
+    plog = rlm.get_log(state)
+    if plog is None or not rlm.is_tiered(plog) or plog.config.remote_log_copy_disable:
         return
     if not rlm.rlmm_ready(state.tip):
         return  # the RLMM has not loaded this partition's metadata yet: try next interval
     if not state.log_start_checked:
-        maybe_update_log_start_offset_on_becoming_leader(rlm, state, log_)
+        maybe_update_log_start_offset_on_becoming_leader(rlm, state, plog)
         state.log_start_checked = True
     if state.copied_offset is None:
-        state.copied_offset = find_highest_remote_offset(rlm, state, log_)
-        log_.update_highest_offset_in_remote_storage(state.copied_offset)
-    lso = log_.last_stable_offset
+        state.copied_offset = find_highest_remote_offset(rlm, state, plog)
+        plog.update_highest_offset_in_remote_storage(state.copied_offset)
+    lso = plog.last_stable_offset
     if lso > 0 and state.copied_offset < lso:
-        from_offset = max(state.copied_offset + 1, log_.log_start_offset)
-        for segment in candidate_segments(log_, from_offset, lso):
+        from_offset = max(state.copied_offset + 1, plog.log_start_offset)
+        for segment in candidate_segments(plog, from_offset, lso):
             if ctx.cancelled or rlm.closing:
                 return
             if not rlm.copy_quota.acquire(segment.size, lambda: ctx.cancelled or rlm.closing):
                 return
-            copy_segment(rlm, state, log_, segment)
-    rlm.update_copy_lag(state, log_)
+            copy_segment(rlm, state, plog, segment)
+    rlm.update_copy_lag(state, plog)
 
 
-def copy_segment(rlm: "RemoteLogManager", state: "PartitionState", log_, segment) -> RemoteLogSegmentMetadata:
+def copy_segment(rlm: "RemoteLogManager", state: "PartitionState", plog, segment) -> RemoteLogSegmentMetadata:
     tip = state.tip
     m = rlm.metrics
-    next_offset = next_base_offset(log_, segment)
+    next_offset = plog.next_segment_base_offset(segment)
     end_offset = next_offset - 1
-    entries = as_pairs(log_.leader_epoch_cache.epoch_entries())
+    entries = as_pairs(plog.leader_epoch_cache.epoch_entries())
     seg_epochs = segment_leader_epochs(entries, segment.base_offset, next_offset)
     if not seg_epochs:
         # no epoch history (e.g. data written before any leader epoch): attribute it to epoch 0
-        seg_epochs = {max(0, log_.leader_epoch_cache.latest_epoch or 0): segment.base_offset}
+        seg_epochs = {max(0, plog.leader_epoch_cache.latest_epoch or 0): segment.base_offset}
     txn = Path(segment.txn_index_path) if getattr(segment, "txn_index_path", None) else None
     if txn is not None and (not txn.exists() or txn.stat().st_size == 0):
         txn = None
-    snapshot = log_.producer_snapshot_for(segment)
+    snapshot = plog.producer_snapshot_for(segment)
     if snapshot is None or not Path(snapshot).exists():
         raise RemoteStorageException(f"{tip}: no producer snapshot at offset {next_offset}; cannot tier segment")
     segment_id = RemoteLogSegmentId.generate_new(tip)
@@ -157,8 +151,8 @@ def copy_segment(rlm: "RemoteLogManager", state: "PartitionState", log_, segment
         finished = rlm.rlmm_update(md, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, custom)
         m.copy_bytes.labels(tip.topic).inc(segment.size)
         state.copied_offset = end_offset
-        log_.update_highest_offset_in_remote_storage(end_offset)
-        rlm.update_copy_lag(state, log_)
+        plog.update_highest_offset_in_remote_storage(end_offset)
+        rlm.update_copy_lag(state, plog)
         log.info("%s: tiered segment [%d, %d] as %s", tip, md.start_offset, end_offset, segment_id.id)
         return finished
     except BaseException:

@@ -38,15 +38,15 @@ def _superseded(rlm: "RemoteLogManager", state: "PartitionState", md: RemoteLogS
 
 
 def plan_expiration(
-    rlm: "RemoteLogManager", state: "PartitionState", log_, now_ms: int | None = None
+    rlm: "RemoteLogManager", state: "PartitionState", plog, now_ms: int | None = None
 ) -> tuple[list[RemoteLogSegmentMetadata], int | None]:
     """(segments to delete, new log start offset or None). Pure planning, no side effects."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     segments = sorted(rlm.list_segments(state.tip), key=lambda m: (m.start_offset, m.end_offset))
-    cfg = log_.config
-    lineage = as_pairs(log_.leader_epoch_cache.epoch_entries())
-    log_start = log_.log_start_offset
-    highest_remote = log_.highest_offset_in_remote_storage
+    cfg = plog.config
+    lineage = as_pairs(plog.leader_epoch_cache.epoch_entries())
+    log_start = plog.log_start_offset
+    highest_remote = plog.highest_offset_in_remote_storage
     to_delete: list[RemoteLogSegmentMetadata] = []
     seen: set = set()
 
@@ -56,7 +56,7 @@ def plan_expiration(
             to_delete.append(md)
 
     finished = [m for m in segments if m.state == S.COPY_SEGMENT_FINISHED]
-    valid = [m for m in finished if not lineage or is_within_lineage(m, lineage, log_.log_end_offset)]
+    valid = [m for m in finished if not lineage or is_within_lineage(m, lineage, plog.log_end_offset)]
     rlm.metrics.remote_log_size_bytes.labels(state.tip.topic, str(state.tip.partition)).set(
         sum(m.segment_size_in_bytes for m in finished)
     )
@@ -81,7 +81,7 @@ def plan_expiration(
     remaining = 0
     if cfg.retention_bytes >= 0:
         remote_size = sum(m.segment_size_in_bytes for m in valid if m.remote_log_segment_id not in seen)
-        total = remote_size + rlm.only_local_size(log_)
+        total = remote_size + plog.only_local_log_segments_size()
         remaining = max(0, total - cfg.retention_bytes)
     cleanup_until = now_ms - cfg.retention_ms if cfg.retention_ms >= 0 else None
     for md in valid:
@@ -103,13 +103,13 @@ def plan_expiration(
 
 
 def expiration_task(rlm: "RemoteLogManager", state: "PartitionState", ctx: TaskContext) -> None:
-    log_ = rlm.get_log(state)
-    if log_ is None or not rlm.is_tiered(log_) or not rlm.rlmm_ready(state.tip):
+    plog = rlm.get_log(state)
+    if plog is None or not rlm.is_tiered(plog) or not rlm.rlmm_ready(state.tip):
         return
-    to_delete, new_log_start = plan_expiration(rlm, state, log_)
-    if new_log_start is not None and new_log_start > log_.log_start_offset:
+    to_delete, new_log_start = plan_expiration(rlm, state, plog)
+    if new_log_start is not None and new_log_start > plog.log_start_offset:
         # move the log start first: readers are sent below it no more before the data goes
-        log_.maybe_increment_log_start_offset(new_log_start, "SegmentDeletion")
+        plog.maybe_increment_log_start_offset(new_log_start, "SegmentDeletion")
     for md in to_delete:
         if ctx.cancelled or rlm.closing:
             return

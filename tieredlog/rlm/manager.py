@@ -33,7 +33,7 @@ from tieredlog.errors import (
 )
 from tieredlog.log.types import TopicPartition
 from tieredlog.rlm import copier, expiration
-from tieredlog.rlm.config import LONG_MAX, RemoteLogManagerConfig
+from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.index_cache import RemoteIndexCache, uuid_from_kafka, uuid_to_kafka
 from tieredlog.rlm.lineage import as_pairs, highest_remote_offset
 from tieredlog.rlm.metrics import RemoteStorageMetrics, metrics
@@ -165,17 +165,17 @@ class RemoteLogManager:
             tp = TopicPartition(*p)
         return tp, self.log_manager.get_log(tp)
 
-    def _tip(self, tp: TopicPartition, log_: Any) -> TopicIdPartition:
-        topic_id = getattr(log_, "topic_id", None) or self._topic_ids.get(tp)
+    def _tip(self, tp: TopicPartition, plog: Any) -> TopicIdPartition:
+        topic_id = getattr(plog, "topic_id", None) or self._topic_ids.get(tp)
         if topic_id is None:
             raise UnknownTopicOrPartitionError(f"{tp} has no topic id")
         self._topic_ids[tp] = topic_id
         return TopicIdPartition(topic_id, tp.topic, tp.partition)
 
-    def is_tiered(self, log_: Any) -> bool:
+    def is_tiered(self, plog: Any) -> bool:
         """Kafka's UnifiedLog.isRemoteLogEnabled."""
-        cfg = log_.config
-        tp = log_.topic_partition
+        cfg = plog.config
+        tp = plog.topic_partition
         return (
             self.config.system_enable
             and bool(cfg.remote_storage_enable)
@@ -188,31 +188,31 @@ class RemoteLogManager:
         or UnifiedLog). Schedules the copy + expiration tasks or the follower task."""
         leaders, followers = [], []
         for p in leader_partitions:
-            tp, lg = self._resolve(p)
-            if lg is not None and self.is_tiered(lg):
-                leaders.append((tp, lg))
+            tp, plog = self._resolve(p)
+            if plog is not None and self.is_tiered(plog):
+                leaders.append((tp, plog))
         for p in follower_partitions:
-            tp, lg = self._resolve(p)
-            if lg is not None and self.is_tiered(lg):
-                followers.append((tp, lg))
+            tp, plog = self._resolve(p)
+            if plog is not None and self.is_tiered(plog):
+                followers.append((tp, plog))
         if not leaders and not followers:
             return
         self.rlmm.on_partition_leadership_changes(
-            {self._tip(tp, lg) for tp, lg in leaders}, {self._tip(tp, lg) for tp, lg in followers}
+            {self._tip(tp, plog) for tp, plog in leaders}, {self._tip(tp, plog) for tp, plog in followers}
         )
         interval = self.config.task_interval_ms
         with self._lock:
-            for tp, lg in followers:
+            for tp, plog in followers:
                 self._cancel_leader_tasks(tp)
-                state = PartitionState(tp, self._tip(tp, lg))
+                state = PartitionState(tp, self._tip(tp, plog))
                 self._followers[tp] = state
                 self.expirer.schedule(("follower", tp), lambda ctx, s=state: self._follower_task(s, ctx), interval)
-            for tp, lg in leaders:
+            for tp, plog in leaders:
                 if tp in self._leaders:
                     continue
                 self.expirer.cancel(("follower", tp))
                 self._followers.pop(tp, None)
-                state = PartitionState(tp, self._tip(tp, lg))
+                state = PartitionState(tp, self._tip(tp, plog))
                 self._leaders[tp] = state
                 self.copier.schedule(("copy", tp), lambda ctx, s=state: self._copy_task(s, ctx), interval)
                 self.expirer.schedule(("expire", tp), lambda ctx, s=state: expiration.expiration_task(self, s, ctx), interval)
@@ -232,13 +232,13 @@ class RemoteLogManager:
         tips = []
         with self._lock:
             for p in partitions:
-                tp, lg = self._resolve(p)
+                tp, plog = self._resolve(p)
                 self._cancel_leader_tasks(tp)
                 self.expirer.cancel(("follower", tp))
                 self._followers.pop(tp, None)
                 self.metrics.remove_partition(tp.topic, tp.partition)
                 try:
-                    tip = p if isinstance(p, TopicIdPartition) else self._tip(tp, lg)
+                    tip = p if isinstance(p, TopicIdPartition) else self._tip(tp, plog)
                 except UnknownTopicOrPartitionError:
                     continue
                 tips.append(tip)
@@ -257,8 +257,8 @@ class RemoteLogManager:
             if isinstance(p, TopicIdPartition):
                 chosen.append(p)
                 continue
-            tp, lg = self._resolve(p)
-            if tp in self._leaders or tp in self._followers or (lg is not None and self.is_tiered(lg)):
+            tp, plog = self._resolve(p)
+            if tp in self._leaders or tp in self._followers or (plog is not None and self.is_tiered(plog)):
                 chosen.append(p)
         if chosen:
             self.stop_partitions(chosen, delete_remote=True)
@@ -273,13 +273,13 @@ class RemoteLogManager:
         tips = []
         with self._lock:
             for p in partitions:
-                tp, lg = self._resolve(p)
+                tp, plog = self._resolve(p)
                 self._cancel_leader_tasks(tp)
                 self.expirer.cancel(("follower", tp))
                 self._followers.pop(tp, None)
                 self.metrics.remove_partition(tp.topic, tp.partition)
                 try:
-                    tips.append(p if isinstance(p, TopicIdPartition) else self._tip(tp, lg))
+                    tips.append(p if isinstance(p, TopicIdPartition) else self._tip(tp, plog))
                 except UnknownTopicOrPartitionError:
                     continue
         for tip in tips:
@@ -325,8 +325,8 @@ class RemoteLogManager:
 
     def sync_with_log_manager(self) -> None:
         logs = list(self.log_manager.all_logs())
-        hosted = {TopicPartition(*lg.topic_partition) for lg in logs}
-        new = [lg for lg in logs if TopicPartition(*lg.topic_partition) not in self._leaders and self.is_tiered(lg)]
+        hosted = {TopicPartition(*plog.topic_partition) for plog in logs}
+        new = [plog for plog in logs if TopicPartition(*plog.topic_partition) not in self._leaders and self.is_tiered(plog)]
         if new:
             self.on_leadership_change(new, ())
         gone = [tp for tp in list(self._leaders) if tp not in hosted]
@@ -407,15 +407,15 @@ class RemoteLogManager:
         copier.copy_task(self, state, ctx)
 
     def _follower_task(self, state: PartitionState, ctx: TaskContext) -> None:
-        log_ = self.get_log(state)
-        if log_ is None or not self.rlmm_ready(state.tip):
+        plog = self.get_log(state)
+        if plog is None or not self.rlmm_ready(state.tip):
             return
         offset, _ = highest_remote_offset(
-            as_pairs(log_.leader_epoch_cache.epoch_entries()),
-            log_.log_end_offset,
+            as_pairs(plog.leader_epoch_cache.epoch_entries()),
+            plog.log_end_offset,
             lambda e: self.rlmm.highest_offset_for_epoch(state.tip, e),
         )
-        log_.update_highest_offset_in_remote_storage(offset)
+        plog.update_highest_offset_in_remote_storage(offset)
 
     def run_tasks_now(self, tp: TopicPartition | None = None) -> None:
         """Bring the next runs forward (tests, and config changes such as remote.log.copy.disable)."""
@@ -471,23 +471,8 @@ class RemoteLogManager:
         except RemoteResourceNotFoundException:
             pass  # already finished by an earlier attempt
 
-    @staticmethod
-    def _rolled_segments(log_: Any) -> list:
-        return list(log_.segments_to_copy(LONG_MAX, 0))
-
-    def only_local_size(self, log_: Any) -> int:
-        """Bytes that exist only locally (not yet tiered), the active segment included."""
-        highest = log_.highest_offset_in_remote_storage
-        rolled = self._rolled_segments(log_)
-        size = sum(s.size for s in rolled if copier.next_base_offset(log_, s) - 1 > highest)
-        active = getattr(log_, "active_segment", None)
-        if active is not None:
-            size += active.size
-        return size
-
-    def update_copy_lag(self, state: PartitionState, log_: Any) -> None:
-        highest = log_.highest_offset_in_remote_storage
-        pending = [s for s in self._rolled_segments(log_) if copier.next_base_offset(log_, s) - 1 > highest]
+    def update_copy_lag(self, state: PartitionState, plog: Any) -> None:
+        pending = plog.only_local_log_segments()[:-1]  # the active segment is not copied yet by design
         labels = (state.tp.topic, str(state.tp.partition))
         self.metrics.copy_lag_bytes.labels(*labels).set(sum(s.size for s in pending))
         self.metrics.copy_lag_segments.labels(*labels).set(len(pending))
@@ -512,16 +497,16 @@ class RemoteLogManager:
             fut.set_result(b"")
             return fut
         try:
-            log_ = self.log_manager.get_log(tp)
-            if log_ is None:
+            plog = self.log_manager.get_log(tp)
+            if plog is None:
                 raise UnknownTopicOrPartitionError(f"{tp} is not hosted here")
-            tip = self._tip(tp, log_)
-            data = self._read_inline(tip, log_, fetch_offset, max_bytes, min_one_message)
+            tip = self._tip(tp, plog)
+            data = self._read_inline(tip, plog, fetch_offset, max_bytes, min_one_message)
             if data is not None:
                 fut = Future()
                 fut.set_result(data)
                 return fut
-            return self.reader_pool.submit(self._read, tip, log_, fetch_offset, max_bytes, min_one_message)
+            return self.reader_pool.submit(self._read, tip, plog, fetch_offset, max_bytes, min_one_message)
         except Exception as exc:
             self.metrics.fetch_errors.labels(tp.topic).inc()
             fut = Future()
@@ -540,31 +525,31 @@ class RemoteLogManager:
         if self.closing or not self._started or self.fetch_quota.throttle_time_ms() > 0:
             return None
         tp = TopicPartition(*topic_partition)
-        log_ = self.log_manager.get_log(tp)
-        if log_ is None:
+        plog = self.log_manager.get_log(tp)
+        if plog is None:
             return None
         try:
-            tip = self._tip(tp, log_)
+            tip = self._tip(tp, plog)
         except UnknownTopicOrPartitionError:
             return None
-        data = self._read_inline(tip, log_, fetch_offset, max_bytes, min_one_message)
+        data = self._read_inline(tip, plog, fetch_offset, max_bytes, min_one_message)
         if data is not None:
             self.metrics.fetch_requests.labels(tp.topic).inc()
         return data
 
-    def _read_inline(self, tip: TopicIdPartition, log_: Any, fetch_offset: int, max_bytes: int,
+    def _read_inline(self, tip: TopicIdPartition, plog: Any, fetch_offset: int, max_bytes: int,
                      min_one: bool) -> bytes | memoryview | None:
         if self.closing or self.reader_pool is None:
             return None
-        data = self.read_path.read_inline(tip, log_, fetch_offset, max_bytes, min_one)
+        data = self.read_path.read_inline(tip, plog, fetch_offset, max_bytes, min_one)
         if data is not None:
             self.fetch_quota.record(len(data))
             self.metrics.fetch_bytes.labels(tip.topic).inc(len(data))
         return data
 
-    def _read(self, tip: TopicIdPartition, log_: Any, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes:
+    def _read(self, tip: TopicIdPartition, plog: Any, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes:
         try:
-            data = self.read_path.read(tip, log_, fetch_offset, max_bytes, min_one)
+            data = self.read_path.read(tip, plog, fetch_offset, max_bytes, min_one)
         except OffsetOutOfRangeError:
             raise  # a client error, not a remote-storage failure (Kafka does not count it)
         except KafkaError:
@@ -587,11 +572,11 @@ class RemoteLogManager:
         first record at or after ``timestamp``, or None when the answer is in the local log (or
         nowhere). Blocking: the server calls it in an executor."""
         tp = TopicPartition(*topic_partition)
-        log_ = self.log_manager.get_log(tp)
-        if log_ is None or not self.is_tiered(log_):
+        plog = self.log_manager.get_log(tp)
+        if plog is None or not self.is_tiered(plog):
             return None
         try:
-            return self.read_path.find_offset_by_timestamp(self._tip(tp, log_), log_, timestamp)
+            return self.read_path.find_offset_by_timestamp(self._tip(tp, plog), plog, timestamp)
         except KafkaError:
             raise
         except Exception as exc:
@@ -604,19 +589,19 @@ class RemoteLogManager:
         max_timestamp_ms picks the segment; the timestamp lookup then finds the record inside it.
         Blocking: the server calls it in an executor."""
         tp = TopicPartition(*topic_partition)
-        log_ = self.log_manager.get_log(tp)
-        if log_ is None or not self.is_tiered(log_):
+        plog = self.log_manager.get_log(tp)
+        if plog is None or not self.is_tiered(plog):
             return None
         try:
-            tip = self._tip(tp, log_)
+            tip = self._tip(tp, plog)
             live = [m for m in self.list_segments(tip)
-                    if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.end_offset >= log_.log_start_offset]
+                    if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.end_offset >= plog.log_start_offset]
             if not live:
                 return None
             max_ts = max(m.max_timestamp_ms for m in live)
             # the first record at or after max_ts is the first one with exactly max_ts (none is larger);
             # None means that segment also starts in the local log, where the caller looks anyway
-            return self.read_path.find_offset_by_timestamp(tip, log_, max_ts)
+            return self.read_path.find_offset_by_timestamp(tip, plog, max_ts)
         except KafkaError:
             raise
         except Exception as exc:
@@ -624,5 +609,5 @@ class RemoteLogManager:
 
     def fetch_remote_log_segment_metadata(self, topic_partition: Any, epoch: int, offset: int):
         """For the follower's rebuild of its aux state (KIP-405 BuildingRemoteLogAuxState)."""
-        tp, log_ = self._resolve(topic_partition)
-        return self.rlmm.remote_log_segment_metadata(self._tip(tp, log_), epoch, offset)
+        tp, plog = self._resolve(topic_partition)
+        return self.rlmm.remote_log_segment_metadata(self._tip(tp, plog), epoch, offset)
