@@ -299,7 +299,10 @@ class BrokerConfig:
         return parse_listeners(adv, "advertised.listeners") if adv else self.listeners
 
     def plugin_configs(self, prefix: str) -> dict[str, str]:
-        """Configs under a pass-through prefix with the prefix stripped (what RSM.configure gets)."""
+        """Configs under a pass-through prefix with the prefix stripped (what RSM.configure gets).
+        An empty prefix passes nothing, as it passes nothing through at load time."""
+        if not prefix:
+            return {}
         return {k[len(prefix) :]: v for k, v in self.passthrough.items() if k.startswith(prefix)}
 
     def _retention_ms(self) -> int:
