@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from tieredlog.log.config import TOPIC_CONFIGS, ConfigError, LogConfig
+from tieredlog.log.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
 
 log = logging.getLogger(__name__)
-
-LONG_MAX = (1 << 63) - 1
 
 
 class BrokerConfigError(ValueError):
