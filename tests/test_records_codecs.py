@@ -5,6 +5,10 @@ from __future__ import annotations
 import gzip
 import random
 import struct
+import subprocess
+import sys
+import tracemalloc
+import zlib
 
 import cramjam
 import lz4.frame
@@ -13,7 +17,15 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tieredlog.records.codecs import XERIAL_HEADER, compress, decompress, decompress_lz4_legacy
+from tieredlog.records.codecs import (
+    MAX_RATIO,
+    MIN_LIMIT,
+    XERIAL_HEADER,
+    compress,
+    decompress,
+    decompress_lz4_legacy,
+    decompressed_limit,
+)
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 
 CODECS = [0, 1, 2, 3, 4]
@@ -149,3 +161,78 @@ def test_unknown_codec_is_invalid(codec):
         compress(codec, b"x")
     with pytest.raises(InvalidRecordError):
         decompress(codec, b"x")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded decompression: what a hostile batch may make the broker hold
+
+
+def _zeros_compressed(codec: int, size: int) -> bytes:
+    """``size`` zero bytes compressed by a streaming encoder, so the test never holds them whole."""
+    chunk = bytes(1 << 20)
+    if codec == 1:
+        c = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return b"".join(c.compress(chunk) for _ in range(size >> 20)) + c.flush()
+    if codec == 3:
+        c = lz4.frame.LZ4FrameCompressor(block_size=lz4.frame.BLOCKSIZE_MAX4MB, block_linked=False)
+        return c.begin() + b"".join(c.compress(chunk) for _ in range(size >> 20)) + c.flush()
+    c = zstandard.ZstdCompressor(level=1).compressobj()
+    return b"".join(c.compress(chunk) for _ in range(size >> 20)) + c.flush()
+
+
+@pytest.mark.parametrize("codec", [1, 4])
+def test_a_decompression_bomb_stops_at_the_default_limit(codec):
+    # 256 MiB of zeros squeezed into a few KiB (zstd) or ~250 KiB (gzip, 1,000 times): the default
+    # limit ends it, and nothing near the full size is ever allocated.
+    size = 256 << 20
+    bomb = _zeros_compressed(codec, size)
+    limit = decompressed_limit(len(bomb))
+    assert limit == max(MIN_LIMIT, MAX_RATIO * len(bomb)) < size
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptRecordError, match="exceeds the limit"):
+            decompress(codec, bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < limit + (16 << 20), peak
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_max_size_is_exact(codec):
+    data = _sample(300_000, seed=codec)
+    packed = compress(codec, data)
+    assert decompress(codec, packed, max_size=len(data)) == data
+    with pytest.raises(CorruptRecordError, match="exceeds the limit"):
+        decompress(codec, packed, max_size=len(data) - 1)
+    if codec in (3, 4):  # several frames: the limit is on their sum
+        with pytest.raises(CorruptRecordError, match="exceeds the limit"):
+            decompress(codec, packed + packed, max_size=2 * len(data) - 1)
+        assert decompress(codec, packed + packed, max_size=2 * len(data)) == data + data
+
+
+def test_snappy_preamble_is_checked_before_cramjam_allocates_it():
+    # Five bytes declaring 4 GiB: cramjam would allocate it first and abort the whole process when
+    # it cannot (a Rust allocation failure is not a MemoryError). Run under a 1 GiB address-space
+    # limit, as a small broker host would be.
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from tieredlog.records.codecs import decompress, XERIAL_HEADER\n"
+        "from tieredlog.records.errors import CorruptRecordError\n"
+        "import struct\n"
+        "for data in (b'\\xff\\xff\\xff\\xff\\x0f\\x00', XERIAL_HEADER + struct.pack('>i', 6) + b'\\xff\\xff\\xff\\xff\\x0f\\x00',\n"
+        "             b'\\x80\\x80\\x80\\x20' + b'\\x00' * 40):\n"
+        "    try:\n"
+        "        decompress(2, data)\n"
+        "    except CorruptRecordError as e:\n"
+        "        print('corrupt:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("corrupt:") == 3, out.stdout
+
+
+def test_many_tiny_lz4_frames_are_read_without_recursion():
+    # Eleven bytes per empty frame: a 1 MiB batch holds ~95,000 of them.
+    frames = lz4.frame.compress(b"") * 20_000 + lz4.frame.compress(b"end")
+    assert decompress(3, frames) == b"end"
