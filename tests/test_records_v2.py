@@ -346,3 +346,92 @@ def test_varint_errors_name_the_position():
         read_varint(b"\x80" * 11 + b"\x01", 0)
     with pytest.raises(ValueError):
         encode_uvarint(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Produce-time checks of the records section (validate_batch's check_records)
+
+
+def _with_count(buf: bytearray, count: int) -> bytearray:
+    struct.pack_into(">i", buf, 57, count)  # recordsCount
+    struct.pack_into(">i", buf, 23, count - 1)  # lastOffsetDelta, so the header stays consistent
+    return _reseal(buf)
+
+
+def test_unknown_codec_is_invalid_on_produce():
+    for codec in (5, 6, 7):
+        buf = bytearray(build_batch([(b"k", b"v")]))
+        buf[22] = (buf[22] & ~7) | codec  # low byte of attributes
+        _reseal(buf)
+        with pytest.raises(InvalidRecordError, match=f"unknown compression codec {codec}"):
+            validate_batch(buf)
+        validate_batch(buf, check_records=False)  # recovery keeps it: its CRC holds
+
+
+def test_record_count_the_bytes_cannot_hold_is_invalid():
+    buf = _with_count(bytearray(build_batch([(b"k", b"v")] * 3)), 1 << 20)
+    with pytest.raises(InvalidRecordError, match="cannot fit"):
+        validate_batch(buf)
+    with pytest.raises(CorruptRecordError, match="cannot fit"):
+        decode_batch(buf)
+
+
+@pytest.mark.parametrize("first_length", [-1, 0, 5, 200, 1 << 40])
+def test_first_record_length_that_cannot_be_is_invalid(first_length):
+    good = build_batch([(b"key", b"value" * 3, [("h", b"x")], 7)])
+    body_at = HEADER_SIZE + varint_size(len(good) - HEADER_SIZE - 1)
+    buf = bytearray(good[:HEADER_SIZE]) + encode_varint(first_length) + good[body_at:]
+    with pytest.raises(InvalidRecordError, match="first record|left over"):
+        validate_batch(_reseal(buf))
+
+
+def test_single_record_must_fill_the_batch_and_the_first_of_many_leave_room():
+    one = _reseal(bytearray(build_batch([(b"k", b"v")])) + b"\x00" * 8)
+    with pytest.raises(InvalidRecordError, match="left over"):
+        validate_batch(one)
+    # two records whose first length swallows the second
+    two = bytearray(build_batch([(b"k", b"v"), (b"k", b"v")]))
+    two[HEADER_SIZE] = zigzag_encode(len(two) - HEADER_SIZE - 1)  # one varint byte: the batch is small
+    with pytest.raises(InvalidRecordError, match="first record length"):
+        validate_batch(_reseal(two))
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4])
+def test_compressed_data_must_start_as_its_codec_does(codec):
+    buf = bytearray(build_batch([(b"k", b"v" * 50)] * 4, codec=codec))
+    buf[HEADER_SIZE] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="does not start as"):
+        validate_batch(_reseal(buf))
+    empty = _reseal(bytearray(build_batch([(b"k", b"v")], codec=codec))[:HEADER_SIZE])
+    with pytest.raises(CorruptRecordError, match="holds no"):
+        validate_batch(empty)
+
+
+def test_clients_batches_pass_the_record_checks():
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    for codec in (0, 1, 2, 3, 4):
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
+                                      producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        for i in range(20):
+            b.append(i, timestamp=1000 + i, key=b"k%d" % i, value=b"v" * i, headers=[("h", b"x")])
+        validate_batch(bytes(b.build()))
+        validate_batch(build_batch([(None, None, [], 5)], codec=codec))
+    validate_batch(build_control_batch(CONTROL_COMMIT, 5, 0, 0, 100))
+
+
+@settings(max_examples=300, deadline=None)
+@given(records=st.lists(record_st, min_size=1, max_size=6), codec=st.sampled_from([0, 1, 2, 3, 4]),
+       seed=st.integers(0, 1 << 30))
+def test_record_checks_raise_only_record_errors(records, codec, seed):
+    # Garbage under a recomputed CRC: the produce-time checks answer with a record error or let
+    # it through (the records are not decoded on produce), never anything else.
+    buf = bytearray(build_batch(records, codec=codec))
+    rnd = random.Random(seed)
+    for _ in range(rnd.randint(1, 4)):
+        buf[rnd.randrange(HEADER_SIZE - 4, len(buf))] = rnd.randrange(256)
+    _reseal(buf)
+    try:
+        validate_batch(buf)
+    except RecordError:
+        pass

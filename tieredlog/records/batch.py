@@ -140,8 +140,11 @@ def compute_crc(buf, pos: int, size: int) -> int:
     return _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
 
 
-def validate_batch(buf, pos: int = 0, max_size: int | None = None) -> BatchHeader:
-    """Read and fully check the v2 batch at ``pos``: sizes, magic, CRC-32C, counts."""
+def validate_batch(buf, pos: int = 0, max_size: int | None = None, *, check_records: bool = True) -> BatchHeader:
+    """Read and fully check the v2 batch at ``pos``: sizes, magic, CRC-32C, counts, and (unless
+    ``check_records`` is false) what :func:`check_records_section` can tell of the records in
+    constant time. Readers that decode the records anyway, and recovery (which, as Kafka's, keeps
+    every batch whose CRC holds), pass ``check_records=False``."""
     h = read_header(buf, pos)
     if h.batch_length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordError(
@@ -165,7 +168,81 @@ def validate_batch(buf, pos: int = 0, max_size: int | None = None) -> BatchHeade
         raise CorruptRecordError(
             f"batch at byte {pos} fails CRC-32C check (stored {h.crc:#010x}, computed {crc:#010x})", position=pos
         )
+    if check_records:
+        check_records_section(buf, pos, h)
     return h
+
+
+# attributes(1) timestampDelta(1) offsetDelta(1) keyLength(1) valueLength(1) headerCount(1), the
+# least a record body holds, and one more byte for its length varint.
+MIN_RECORD_BODY = 6
+MIN_RECORD_SIZE = MIN_RECORD_BODY + 1
+_GZIP_MAGIC = b"\x1f\x8b\x08"  # id1 id2 and deflate, the only gzip method
+_LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
+_ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_SKIPPABLE_TAIL = b"\x2a\x4d\x18"  # a skippable frame (0x184D2A5?) may come first
+
+
+def check_records_section(buf, pos: int, h: BatchHeader) -> None:
+    """Kafka's produce-time record rules that need no more than a few bytes of the records section,
+    so a batch costs the same whatever its record count: a known codec; for an uncompressed batch,
+    a record count the bytes can hold and a first record that fits (and, alone, fills the batch);
+    for a compressed one, data that starts as its codec's frames do. The rest of the records is not
+    read (the broker never decodes records on produce). Record errors raise InvalidRecordError
+    (Kafka's INVALID_RECORD), a codec stream that cannot be one CorruptRecordError."""
+    codec = h.attributes & COMPRESSION_MASK
+    if codec > COMPRESSION_ZSTD:
+        raise InvalidRecordError(f"batch at byte {pos} has unknown compression codec {codec}", position=pos)
+    count = h.records_count
+    if count <= 0:
+        return  # an empty batch (compaction keeps them) has no records section to check
+    start = pos + HEADER_SIZE
+    end = pos + h.size
+    if codec == COMPRESSION_NONE:
+        if count > (end - start) // MIN_RECORD_SIZE:
+            raise InvalidRecordError(
+                f"batch at byte {pos}: record count {count} cannot fit in {end - start} bytes", position=pos
+            )
+        length, body = _first_record_length(buf, start, end, pos)
+        record_end = body + length
+        if length < MIN_RECORD_BODY or end - record_end < (count - 1) * MIN_RECORD_SIZE:
+            raise InvalidRecordError(
+                f"batch at byte {pos}: first record length {length} does not fit a batch of {count} records",
+                position=start,
+            )
+        if count == 1 and record_end != end:
+            raise InvalidRecordError(
+                f"batch at byte {pos}: {end - record_end} bytes left over after its only record", position=record_end
+            )
+        return
+    if start == end:
+        raise CorruptRecordError(f"batch at byte {pos} holds no {COMPRESSION_NAMES[codec]} data", position=pos)
+    head = bytes(buf[start : min(start + 4, end)])
+    if codec == COMPRESSION_GZIP:
+        ok = head[:3] == _GZIP_MAGIC
+    elif codec == COMPRESSION_LZ4:
+        ok = head == _LZ4_FRAME_MAGIC
+    elif codec == COMPRESSION_ZSTD:
+        ok = head == _ZSTD_FRAME_MAGIC or (len(head) == 4 and head[0] >> 4 == 5 and head[1:] == _ZSTD_SKIPPABLE_TAIL)
+    else:
+        ok = True  # snappy: raw blocks (librdkafka) have no magic to check
+    if not ok:
+        raise CorruptRecordError(
+            f"batch at byte {pos}: data does not start as {COMPRESSION_NAMES[codec]} data does", position=pos
+        )
+
+
+def _first_record_length(buf, start: int, end: int, pos: int) -> tuple[int, int]:
+    """The first record's zigzag length varint and where its body starts, read within the batch."""
+    b = buf[start]
+    if b < 0x80:  # the usual one-byte length, without a call
+        return (b >> 1) ^ -(b & 1), start + 1
+    from tieredlog.records.record import read_varint  # record.py imports this module
+
+    try:
+        return read_varint(memoryview(buf)[:end], start)
+    except CorruptRecordError:
+        raise InvalidRecordError(f"batch at byte {pos}: first record length is not a varint", position=start) from None
 
 
 def iter_headers(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:

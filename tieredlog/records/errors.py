@@ -16,4 +16,5 @@ class CorruptRecordError(RecordError):
 
 
 class InvalidRecordError(RecordError):
-    """A well-formed batch the broker refuses (wrong magic, too large). Kafka: INVALID_RECORD (87)."""
+    """A batch the broker refuses though its CRC holds (wrong magic, too large, unknown codec, records
+    its header cannot describe). Kafka: INVALID_RECORD (87)."""

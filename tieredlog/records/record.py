@@ -26,6 +26,7 @@ from tieredlog.records.batch import (
     HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
+    MIN_RECORD_SIZE,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -186,7 +187,8 @@ def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True) -> tuple[BatchHe
     maxTimestamp, as Kafka's consumers do.
     """
     if verify_crc:
-        header = validate_batch(buf, pos)
+        # the records are decoded below, with errors that name the record
+        header = validate_batch(buf, pos, check_records=False)
     else:
         header = read_header(buf, pos)
         if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > len(buf):
@@ -271,8 +273,8 @@ def _decode_records(
 
     records: list[Record] = []
     append = records.append
-    if count > end - pos:
-        # Each record takes at least 7 bytes; a huge count is corruption, not a reason to loop.
+    if count > (end - pos) // MIN_RECORD_SIZE:
+        # A huge count is corruption, not a reason to loop.
         raise fail(f"record count {count} cannot fit in {end - pos} bytes", pos)
     rec_start = pos
     try:
