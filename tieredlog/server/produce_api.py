@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tieredlog.errors import KafkaError
+from tieredlog.errors import InvalidTopicError, KafkaError
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
@@ -48,6 +48,11 @@ def _append(broker: Any, topic: str, partition: int, records: bytes | None) -> d
         out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
         return out
     try:
+        meta = broker.get_topic(topic)
+        if meta is not None and meta.internal:
+            # As Kafka's ReplicaManager: only the broker appends to its internal topics, so no client
+            # forges committed offsets or feeds the coordinators' start-up loads its own bytes.
+            raise InvalidTopicError(f"Cannot append to internal topic {topic}")
         if not records:
             raise InvalidRecordError("produce request without records")
         info = plog.append_as_leader(records, LEADER_EPOCH)
