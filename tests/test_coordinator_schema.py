@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tieredlog.coordinator import schema
 from tieredlog.coordinator.group import OffsetAndMetadata
@@ -67,3 +70,57 @@ def test_reads_group_metadata_v0_without_rebalance_timeout():
 def test_garbage_keys_raise_schema_error(raw):
     with pytest.raises(schema.SchemaError):
         schema.decode_key(raw)
+
+
+# Whatever bytes a `__consumer_offsets` record holds, the decoders answer with a value or a
+# SchemaError (which the loader counts and skips), and allocate nothing its lengths ask for beyond
+# the bytes there are.
+_VALID = [
+    schema.encode_offset_key("group-a", "topic-b", 7),
+    schema.encode_group_key("group-a"),
+    schema.encode_offset_value(OffsetAndMetadata(42, 3, "meta" * 5, 1_700_000_000_000)),
+    schema.encode_group_value(schema.StoredGroup("consumer", 4, "range", "m1", 1_700_000_000_000, [
+        schema.StoredMember("m1", None, "client", "/10.0.0.1", 30000, 10000, b"sub" * 4, b"assign" * 3),
+        schema.StoredMember("m2", "inst", "client", "/10.0.0.2", 30000, 10000, b"", b"x"),
+    ])),
+]
+_DECODERS = [schema.decode_key, schema.decode_offset_value, schema.decode_group_value]
+
+
+def _decodes_or_schema_error(data: bytes) -> None:
+    for decode in _DECODERS:
+        try:
+            decode(data)
+        except schema.SchemaError:
+            pass
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_decode_or_raise_schema_error(data):
+    _decodes_or_schema_error(data)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(which=st.integers(0, len(_VALID) - 1), seed=st.integers(0, 1 << 30))
+def test_damaged_records_decode_or_raise_schema_error(which, seed):
+    rnd = random.Random(seed)
+    buf = bytearray(_VALID[which])
+    for _ in range(rnd.randint(1, 4)):
+        op = rnd.randrange(3)
+        if op == 0 and buf:
+            buf[rnd.randrange(len(buf))] = rnd.randrange(256)
+        elif op == 1:
+            del buf[rnd.randrange(len(buf) + 1):]
+        else:  # a length or count field made huge: nothing may be allocated from it
+            at = rnd.randrange(max(1, len(buf) - 3))
+            buf[at : at + 4] = struct.pack(">i", rnd.choice([0x7FFFFFFF, -2, 0x7FFF, -(1 << 31)]))
+    _decodes_or_schema_error(bytes(buf))
+
+
+def test_a_huge_member_count_fails_on_the_bytes_not_on_memory():
+    raw = bytearray(_VALID[3])
+    count_at = raw.index(struct.pack(">q", 1_700_000_000_000)) + 8
+    struct.pack_into(">i", raw, count_at, 0x7FFFFFFF)
+    with pytest.raises(schema.SchemaError, match="truncated"):
+        schema.decode_group_value(bytes(raw))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import struct
 from pathlib import Path
 
 from tieredlog.coordinator import schema
@@ -14,7 +16,8 @@ from tieredlog.coordinator.timer import ManualScheduler
 from tieredlog.log.config import LogConfig
 from tieredlog.log.types import FetchIsolation
 from tieredlog.log.unified_log import UnifiedLog
-from tieredlog.records.record import iter_batches_records
+from tieredlog.records.batch import CRC_OFFSET, HEADER_SIZE, compute_crc, peek_size
+from tieredlog.records.record import build_batch, iter_batches_records
 
 PARTITIONS = 3
 
@@ -85,3 +88,75 @@ def test_offsets_and_groups_survive_reopening_the_logs(tmp_path: Path):
 
     leader, follower = asyncio.run(first_life())
     asyncio.run(second_life(leader, follower))
+
+
+def _reseal(buf: bytearray) -> bytes:
+    struct.pack_into(">I", buf, CRC_OFFSET, compute_crc(buf, 0, len(buf)))
+    return bytes(buf)
+
+
+def _batch_on_disk_holding(plog_dir: Path, needle: bytes) -> tuple[Path, int]:
+    """(segment file, byte position) of the stored batch whose bytes contain ``needle``."""
+    for path in sorted(plog_dir.glob("*.log")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + HEADER_SIZE <= len(data):
+            size = peek_size(data, pos)
+            if needle in data[pos : pos + size]:
+                return path, pos
+            pos += size
+    raise AssertionError(f"{needle!r} is in no batch")
+
+
+def test_corrupt_batches_and_records_are_skipped_with_one_line_each(tmp_path: Path, caplog):
+    group = "g"
+    home = schema.partition_for(group, PARTITIONS)
+
+    def commit(coord: GroupCoordinator, partition: int, offset: int, metadata: str) -> None:
+        assert coord.commit_offsets(group, "", None, -1, {("t", partition): (offset, -1, metadata)}) == {("t", partition): 0}
+
+    async def first_life() -> None:
+        logs = open_logs(tmp_path)
+        coord = coordinator_on(logs, ManualScheduler())
+        await coord.start()
+        commit(coord, 0, 1, "first")
+        commit(coord, 1, 10, "crc-damaged-on-disk")
+        plog = logs[home]
+        # Records that are garbage under a valid CRC: appends never decode records, loads do.
+        two = bytearray(build_batch([(b"k1", b"v1"), (b"k2", b"v2")]))
+        second = HEADER_SIZE + 1 + two[HEADER_SIZE] // 2
+        two[second + 1 :] = b"\xff" * (len(two) - second - 1)
+        plog.append_as_leader(_reseal(two), 0)
+        plog.append_as_leader(build_batch([(b"\x00\x09 no schema reads this", b"v")]), 0)  # unreadable key
+        commit(coord, 2, 20, "after")
+        commit(coord, 0, 5, "last")
+        await coord.shutdown()
+        for plog in logs.values():
+            plog.close()
+
+    asyncio.run(first_life())
+    home_dir = tmp_path / f"{OFFSETS_TOPIC}-{home}"
+    path, pos = _batch_on_disk_holding(home_dir, b"crc-damaged-on-disk")
+    data = bytearray(path.read_bytes())
+    data[pos + peek_size(data, pos) - 3] ^= 0x55  # inside the value: the CRC no longer holds
+    path.write_bytes(bytes(data))
+
+    async def second_life() -> None:
+        logs = open_logs(tmp_path)
+        coord = coordinator_on(logs, ManualScheduler())
+        with caplog.at_level(logging.WARNING):
+            await coord.start()
+        got = coord.fetch_offsets(group, [("t", p) for p in range(3)])[1]
+        assert {p: (v.offset, v.metadata) if v else None for (_, p), v in got.items()} == {
+            0: (5, "last"), 1: None, 2: (20, "after")}
+        await coord.shutdown()
+        for plog in logs.values():
+            plog.close()
+
+    asyncio.run(second_life())
+    lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2, [r.getMessage() for r in lines]
+    load_line = next(r.getMessage() for r in lines if r.name == "tieredlog.coordinator.storage")
+    assert load_line.startswith(f"{OFFSETS_TOPIC}-{home}: loading skipped 2 corrupt batch(es)"), load_line
+    assert "skipped 1 unreadable __consumer_offsets record(s)" in next(
+        r.getMessage() for r in lines if r.name == "tieredlog.coordinator.coordinator")

@@ -435,3 +435,23 @@ def test_record_checks_raise_only_record_errors(records, codec, seed):
         validate_batch(buf)
     except RecordError:
         pass
+
+
+def test_on_corrupt_skips_bad_batches_and_stops_where_lengths_cannot_be_trusted():
+    good = [build_batch([(b"k", b"v%d" % i)], base_offset=i) for i in range(4)]
+    crc_bad = bytearray(good[1])
+    crc_bad[-1] ^= 1
+    garbage_records = _reseal(bytearray(good[2][:HEADER_SIZE]) + b"\x02\x00" + b"\xff" * 8)
+    no_length = bytearray(good[3])
+    struct.pack_into(">i", no_length, 8, 3)  # shorter than a header: where the next batch starts is unknown
+    seen: list[tuple[int, int | None, str]] = []
+    buf = good[0] + bytes(crc_bad) + bytes(garbage_records) + good[3] + bytes(no_length) + good[0]
+    out = list(iter_batches_records(buf, on_corrupt=lambda pos, h, e: seen.append(
+        (pos, None if h is None else h.base_offset, type(e).__name__))))
+    assert [h.base_offset for h, _ in out] == [0, 3]
+    p1 = len(good[0])
+    p2 = p1 + len(crc_bad)
+    p4 = p2 + len(garbage_records) + len(good[3])
+    assert seen == [(p1, 1, "CorruptRecordError"), (p2, 2, "CorruptRecordError"), (p4, 3, "CorruptRecordError")]
+    with pytest.raises(CorruptRecordError):
+        list(iter_batches_records(buf))

@@ -165,6 +165,8 @@ class GroupCoordinator:
         """Rebuild groups and committed offsets from the store (Kafka's loadGroupsAndOffsets)."""
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         stored: dict[str, schema.StoredGroup | None] = {}
+        unreadable = 0
+        first_unreadable: schema.SchemaError | None = None
         for key_bytes, value in self.store.replay():
             try:
                 key = schema.decode_key(key_bytes)
@@ -177,8 +179,12 @@ class GroupCoordinator:
                 else:
                     stored[key.group] = None if value is None else schema.decode_group_value(value)
             except schema.SchemaError as exc:
-                # A record we cannot read (a newer Kafka's schema) must not stop the coordinator loading.
-                log.warning("skipping unreadable __consumer_offsets record: %s", exc)
+                # A record we cannot read (a newer Kafka's schema, or damage) must not stop the
+                # coordinator loading; one line for all of them, however many there are.
+                unreadable += 1
+                first_unreadable = first_unreadable or exc
+        if first_unreadable is not None:
+            log.warning("skipped %d unreadable __consumer_offsets record(s); the first: %s", unreadable, first_unreadable)
         self.groups.clear()
         for group_id in set(offsets) | {g for g, v in stored.items() if v is not None}:
             group = GroupMetadata(group_id, state_timestamp_ms=self.scheduler.now_ms())

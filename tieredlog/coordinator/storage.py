@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 from tieredlog import errors
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.log.types import FetchIsolation
-from tieredlog.records.errors import CorruptRecordError
+from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch, iter_batches_records
 
 log = logging.getLogger(__name__)
@@ -51,24 +51,46 @@ class LogGroupStore:
 
     def _replay_partition(self, partition: int, plog: Any) -> Iterator[tuple[bytes, bytes | None]]:
         offset = plog.log_start_offset
-        while offset < plog.log_end_offset:
-            info = plog.read(offset, _READ_CHUNK, FetchIsolation.LOG_END, min_one_message=True)
-            data = info.records if isinstance(info.records, (bytes, bytearray, memoryview)) else info.records.read_bytes()
+        end = plog.log_end_offset
+        skipped: list[tuple[int, RecordError]] = []  # (offset near which, why)
+        stopped: tuple[int, Exception] | None = None
+        while offset < end:
+            try:
+                info = plog.read(offset, _READ_CHUNK, FetchIsolation.LOG_END, min_one_message=True)
+                data = info.records if isinstance(info.records, (bytes, bytearray, memoryview)) else info.records.read_bytes()
+            except (OSError, errors.KafkaError, RecordError) as exc:
+                # the groups of this partition load up to here; the broker still starts
+                stopped = (offset, exc)
+                break
             if not data:
                 break
             last = offset - 1
-            try:
-                for header, records in iter_batches_records(data, stop_at_partial=True):
-                    last = header.last_offset
-                    if header.is_control:
-                        continue
-                    for record in records:
-                        if record.offset >= offset and record.key is not None:
-                            yield bytes(record.key), None if record.value is None else bytes(record.value)
-            except CorruptRecordError as exc:
-                log.error("%s-%d: stopping load at a corrupt batch near offset %d: %s",
-                          OFFSETS_TOPIC, partition, offset, exc)
-                return
+
+            def corrupt(pos: int, header: Any, exc: RecordError) -> None:
+                # A bad batch is skipped (Kafka's load would stop there and lose every later commit);
+                # its own offsets move the cursor only when they are plausible for this log.
+                nonlocal last
+                skipped.append((max(offset, last + 1), exc))
+                if header is not None and offset <= header.base_offset <= header.last_offset < end:
+                    last = max(last, header.last_offset)
+
+            for header, records in iter_batches_records(data, stop_at_partial=True, on_corrupt=corrupt):
+                last = header.last_offset
+                if header.is_control:
+                    continue
+                for record in records:
+                    if record.offset >= offset and record.key is not None:
+                        yield bytes(record.key), None if record.value is None else bytes(record.value)
             if last < offset:
+                if skipped:
+                    stopped = skipped[-1]
                 break
             offset = last + 1
+        if skipped or stopped:
+            # one line per partition, however much of it is damaged
+            parts = []
+            if skipped:
+                parts.append(f"skipped {len(skipped)} corrupt batch(es), the first near offset {skipped[0][0]}: {skipped[0][1]}")
+            if stopped:
+                parts.append(f"stopped at offset {stopped[0]} of {end}: {stopped[1]}")
+            log.error("%s-%d: loading %s", OFFSETS_TOPIC, partition, "; ".join(parts))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence, Union
+from typing import Callable, Iterable, Iterator, Sequence, Union
 
 from tieredlog.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -41,7 +41,7 @@ from tieredlog.records.batch import (
     validate_batch,
 )
 from tieredlog.records.codecs import compress, decompress
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
 
 __all__ = [
     "Record",
@@ -221,12 +221,20 @@ def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True) -> tuple[BatchHe
 
 
 def iter_batches_records(
-    buf, start: int = 0, *, verify_crc: bool = True, stop_at_partial: bool = False
+    buf,
+    start: int = 0,
+    *,
+    verify_crc: bool = True,
+    stop_at_partial: bool = False,
+    on_corrupt: Callable[[int, BatchHeader | None, RecordError], None] | None = None,
 ) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """Decode every v2 batch of a segment or fetch response, in order.
 
     A trailing partial batch raises CorruptRecordError unless ``stop_at_partial`` is set (a fetch
-    response may legitimately end with one).
+    response may legitimately end with one). With ``on_corrupt``, a batch that does not decode is
+    handed to it (position, header when its 61 bytes read as one, error) and skipped when its
+    length says where the next batch starts; a length that cannot (shorter than a header) is
+    handed over the same way and ends the walk.
     """
     pos = start
     n = len(buf)
@@ -235,9 +243,26 @@ def iter_batches_records(
             if stop_at_partial:
                 return
             raise CorruptRecordError(f"partial batch at byte {pos}: only {n - pos} bytes remain", position=pos)
-        header, records = decode_batch(buf, pos, verify_crc=verify_crc)
+        if on_corrupt is None:
+            header, records = decode_batch(buf, pos, verify_crc=verify_crc)
+            yield header, records
+            pos += header.size
+            continue
+        size = peek_size(buf, pos)
+        try:
+            header, records = decode_batch(buf, pos, verify_crc=verify_crc)
+        except RecordError as exc:
+            try:
+                readable: BatchHeader | None = read_header(buf, pos)
+            except RecordError:
+                readable = None
+            on_corrupt(pos, readable, exc)
+            if size < HEADER_SIZE:
+                return
+            pos += size
+            continue
         yield header, records
-        pos += header.size
+        pos += size
 
 
 def _decode_records(
