@@ -390,9 +390,9 @@ def bench_inproc() -> None:
     from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.records.batch import iter_headers
     from tieredlog.records.record import build_batch
-    from tieredlog.rlm import copier
     from tieredlog.rlm.config import RemoteLogManagerConfig
-    from tieredlog.rlm.manager import PartitionState, RemoteLogManager
+    from tieredlog.rlm.manager import RemoteLogManager
+    from tieredlog.rlm.partition_state import PartitionState
     from tieredlog.rlm.pool import TaskContext
     from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
     from tieredlog.rsm.local import LocalTieredStorage
@@ -425,12 +425,12 @@ def bench_inproc() -> None:
 
         rsm = LocalTieredStorage(root / "remote")
         rsm.configure({"broker.id": 0})
-        rlm = RemoteLogManager({}, _Logs(plog), rsm, InMemoryRemoteLogMetadataManager(),
-                               config=RemoteLogManagerConfig(log_dirs=(str(root / "logs"),)))
+        cfg = RemoteLogManagerConfig(log_dirs=(str(root / "logs"),))
+        rlm = RemoteLogManager(cfg, _Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
         rlm.start()
         state = PartitionState(TopicPartition("bench", 0), rlm._tip(plog.topic_partition, plog))
         t0 = time.perf_counter()
-        copier.copy_task(rlm, state, TaskContext())
+        rlm.copy_task(state).run(TaskContext())
         t_copy = time.perf_counter() - t0
         print(f"copy  plain file copy          : {_rate(nbytes, t_plain)}")
         print(f"copy  RLM copy task            : {_rate(nbytes, t_copy)}   {t_plain / t_copy:.2f}x of plain")

@@ -131,7 +131,7 @@ def test_group_max_size_and_offset_metadata_limit_apply_on_a_real_broker(broker_
 
 def test_custom_plugin_prefixes_reach_rsm_and_rlmm(tmp_path, caplog):
     from tieredlog.rlm.config import RemoteLogManagerConfig
-    from tieredlog.rlm.factory import build_rsm
+    from tieredlog.server.remote_tier import build_rsm
 
     c = BrokerConfig.load(None, [
         f"log.dir={tmp_path}", "remote.log.storage.manager.impl.prefix=my.rsm.",

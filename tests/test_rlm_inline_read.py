@@ -68,9 +68,9 @@ class _Env:
 def env(tmp_path):
     from tieredlog.log.config import LogConfig
     from tieredlog.log.unified_log import UnifiedLog
-    from tieredlog.rlm import copier
     from tieredlog.rlm.config import RemoteLogManagerConfig
-    from tieredlog.rlm.manager import PartitionState, RemoteLogManager
+    from tieredlog.rlm.manager import RemoteLogManager
+    from tieredlog.rlm.partition_state import PartitionState
     from tieredlog.rlm.pool import TaskContext
     from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
     from tieredlog.rsm.local import LocalTieredStorage
@@ -89,10 +89,10 @@ def env(tmp_path):
     originals = {s.base_offset: s.log_path.read_bytes() for s in plog.segments}
     rsm = LocalTieredStorage(tmp_path / "remote")
     rsm.configure({"broker.id": 0})
-    rlm = RemoteLogManager({}, _OneLog(plog), rsm, InMemoryRemoteLogMetadataManager(), config=RemoteLogManagerConfig(
-        log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=32))
+    cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=32)
+    rlm = RemoteLogManager(cfg, _OneLog(plog), rsm, InMemoryRemoteLogMetadataManager())
     rlm.start()
-    copier.copy_task(rlm, PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog)), TaskContext())
+    rlm.copy_task(PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))).run(TaskContext())
     plog.delete_old_segments()
     start = plog.local_log_start_offset
     remote = [v for k, v in sorted(originals.items()) if k < start]

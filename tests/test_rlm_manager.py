@@ -15,9 +15,10 @@ from tieredlog.log.types import TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import build_batch
-from tieredlog.rlm import copier, expiration
+from tieredlog.rlm import copier
 from tieredlog.rlm.config import RemoteLogManagerConfig
-from tieredlog.rlm.manager import PartitionState, RemoteLogManager
+from tieredlog.rlm.manager import RemoteLogManager
+from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
 from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tieredlog.rsm.api import RemoteLogSegmentState, RemoteStorageException
@@ -80,7 +81,7 @@ def env(tmp_path):
     rlmm = InMemoryRemoteLogMetadataManager()
     cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), broker_id=1, task_interval_ms=3_600_000,
                                  reader_threads=4, reader_max_pending_tasks=8)
-    rlm = RemoteLogManager({}, Logs(plog), rsm, rlmm, config=cfg)
+    rlm = RemoteLogManager(cfg, Logs(plog), rsm, rlmm)
     rlm.start()
     yield plog, rsm, rlmm, rlm, events
     rlm.shutdown()
@@ -114,7 +115,7 @@ def test_copy_task_tiers_rolled_segments_in_order_then_local_retention_follows(e
     originals = segment_bytes(plog)
     rolled = plog.segments[:-1]
     state = state_for(rlm, plog)
-    copier.copy_task(rlm, state, TaskContext())
+    rlm.copy_task(state).run(TaskContext())
     done = finished(rlmm, state.tip)
     assert [(m.start_offset, m.end_offset) for m in done] == [
         (s.base_offset, plog.next_segment_base_offset(s) - 1) for s in rolled
@@ -132,7 +133,7 @@ def test_copy_task_tiers_rolled_segments_in_order_then_local_retention_follows(e
     assert plog.log_start_offset == 0
     # running again copies nothing new
     n = len(events)
-    copier.copy_task(rlm, state, TaskContext())
+    rlm.copy_task(state).run(TaskContext())
     assert [e for e in events[n:] if e.type == "COPY_SEGMENT"] == []
 
 
@@ -151,13 +152,13 @@ def test_failed_copy_deletes_the_partial_upload_and_retries_with_a_new_id(env):
     state = state_for(rlm, plog)
     rsm.fail_copies = 1
     with pytest.raises(RemoteStorageException):
-        copier.copy_task(rlm, state, TaskContext())
+        rlm.copy_task(state).run(TaskContext())
     assert finished(rlmm, state.tip) == []
     assert plog.highest_offset_in_remote_storage == -1
     assert list(rsm.partition_dir(state.tip).glob("*")) == []  # nothing left behind
     assert [e.type for e in events] == ["COPY_SEGMENT", "DELETE_SEGMENT"]
     failed_id = events[0].segment_id
-    copier.copy_task(rlm, state, TaskContext())
+    rlm.copy_task(state).run(TaskContext())
     done = finished(rlmm, state.tip)
     assert done and done[0].start_offset == 0 and done[0].remote_log_segment_id.id != failed_id
     plog.delete_old_segments()
@@ -167,13 +168,13 @@ def test_failed_copy_deletes_the_partial_upload_and_retries_with_a_new_id(env):
 def test_copy_resumes_after_restart_from_the_rlmm(env, tmp_path):
     plog, rsm, rlmm, rlm, events = env
     produce(plog, 30)
-    copier.copy_task(rlm, state_for(rlm, plog), TaskContext())
+    rlm.copy_task(state_for(rlm, plog)).run(TaskContext())
     copied = len([e for e in events if e.type == "COPY_SEGMENT"])
     produce(plog, 30)
     # a new RLM (a restarted broker, or a new leader) knows nothing but the RLMM
-    rlm2 = RemoteLogManager({}, Logs(plog), rsm, rlmm, config=rlm.config)
+    rlm2 = RemoteLogManager(rlm.config, Logs(plog), rsm, rlmm)
     state = state_for(rlm2, plog)
-    copier.copy_task(rlm2, state, TaskContext())
+    rlm2.copy_task(state).run(TaskContext())
     starts = [e.start_offset for e in events if e.type == "COPY_SEGMENT"]
     assert len(starts) == len(set(starts))  # nothing copied twice
     assert len(starts) > copied
@@ -184,7 +185,7 @@ def test_copy_disable_and_copy_quota(env):
     plog, rsm, rlmm, rlm, events = env
     produce(plog, 30)
     plog.config = LogConfig(**{**plog.config.__dict__, "remote_log_copy_disable": True})
-    copier.copy_task(rlm, state_for(rlm, plog), TaskContext())
+    rlm.copy_task(state_for(rlm, plog)).run(TaskContext())
     assert events == []
     plog.config = LogConfig(**{**plog.config.__dict__, "remote_log_copy_disable": False})
     rlm.copy_quota.update_quota(1)  # 1 byte/s: the first segment takes the burst into debt
@@ -192,7 +193,7 @@ def test_copy_disable_and_copy_quota(env):
     state = state_for(rlm, plog)
     import threading
 
-    t = threading.Thread(target=copier.copy_task, args=(rlm, state, ctx))
+    t = threading.Thread(target=rlm.copy_task(state).run, args=(ctx,))
     t.start()
     deadline = time.monotonic() + 30  # hang guard only
     while not [e for e in events if e.type == "COPY_SEGMENT"]:
@@ -208,7 +209,7 @@ def test_remote_read_is_byte_identical_and_whole_batches(env):
     plog, rsm, rlmm, rlm, _ = env
     produce(plog, 60)
     originals = segment_bytes(plog)
-    copier.copy_task(rlm, state_for(rlm, plog), TaskContext())
+    rlm.copy_task(state_for(rlm, plog)).run(TaskContext())
     plog.delete_old_segments()
     local_start = plog.local_log_start_offset
     remote_bytes = b"".join(v for k, v in sorted(originals.items()) if k < local_start)
@@ -234,7 +235,7 @@ def test_remote_read_is_byte_identical_and_whole_batches(env):
 def test_find_offset_by_timestamp_in_remote_segments(env):
     plog, rsm, rlmm, rlm, _ = env
     produce(plog, 60)
-    copier.copy_task(rlm, state_for(rlm, plog), TaskContext())
+    rlm.copy_task(state_for(rlm, plog)).run(TaskContext())
     plog.delete_old_segments()
     # record at offset o has timestamp 1_000_000 + o
     assert rlm.find_offset_by_timestamp(TP, 1_000_000 + 10) == (10, 1_000_010, 0)
@@ -247,7 +248,7 @@ def test_expiration_by_retention_bytes_moves_log_start_then_deletes(env):
     plog, rsm, rlmm, rlm, events = env
     produce(plog, 60)
     state = state_for(rlm, plog)
-    copier.copy_task(rlm, state, TaskContext())
+    rlm.copy_task(state).run(TaskContext())
     plog.delete_old_segments()
     done = finished(rlmm, state.tip)
     total_remote = sum(m.segment_size_in_bytes for m in done)
@@ -255,7 +256,7 @@ def test_expiration_by_retention_bytes_moves_log_start_then_deletes(env):
     # keep everything but the two oldest remote segments' worth
     keep = total_remote + local_only - done[0].segment_size_in_bytes - done[1].segment_size_in_bytes
     plog.config = LogConfig(**{**plog.config.__dict__, "retention_bytes": keep})
-    expiration.expiration_task(rlm, state, TaskContext())
+    rlm.expiration_task(state).run(TaskContext())
     assert plog.log_start_offset == done[1].end_offset + 1
     assert [e.start_offset for e in events if e.type == "DELETE_SEGMENT"] == [done[0].start_offset, done[1].start_offset]
     assert [m.start_offset for m in finished(rlmm, state.tip)] == [m.start_offset for m in done[2:]]
@@ -267,16 +268,16 @@ def test_expiration_by_time_and_by_log_start_offset(env):
     plog, rsm, rlmm, rlm, events = env
     produce(plog, 60, ts0=int(time.time() * 1000) - 3_600_000)  # an hour old
     state = state_for(rlm, plog)
-    copier.copy_task(rlm, state, TaskContext())
+    rlm.copy_task(state).run(TaskContext())
     plog.delete_old_segments()
     done = finished(rlmm, state.tip)
     # DeleteRecords past the first remote segment
     plog.maybe_increment_log_start_offset(done[0].end_offset + 2)
-    expiration.expiration_task(rlm, state, TaskContext())
+    rlm.expiration_task(state).run(TaskContext())
     assert [e.start_offset for e in events if e.type == "DELETE_SEGMENT"] == [done[0].start_offset]
     # time retention of one minute: every remote segment is older
     plog.config = LogConfig(**{**plog.config.__dict__, "retention_ms": 60_000})
-    expiration.expiration_task(rlm, state, TaskContext())
+    rlm.expiration_task(state).run(TaskContext())
     assert finished(rlmm, state.tip) == []
     assert plog.log_start_offset == done[-1].end_offset + 1
 
@@ -292,8 +293,8 @@ def test_orphaned_copy_started_segment_is_cleaned(env):
     orphan = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(state.tip), seg.base_offset,
                                       plog.next_segment_base_offset(seg) - 1, 0, 1, 0, seg.size, {0: 0})
     rlmm.add_remote_log_segment_metadata(orphan)
-    copier.copy_task(rlm, state, TaskContext())  # re-copies the range under a new id
-    expiration.expiration_task(rlm, state, TaskContext())
+    rlm.copy_task(state).run(TaskContext())  # re-copies the range under a new id
+    rlm.expiration_task(state).run(TaskContext())
     ids = {m.remote_log_segment_id for m in rlmm.list_remote_log_segments(state.tip)}
     assert orphan.remote_log_segment_id not in ids
     assert all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in rlmm.list_remote_log_segments(state.tip))
@@ -303,17 +304,17 @@ def test_topic_deletion_removes_remote_data_and_survives_restart(env, tmp_path):
     plog, rsm, rlmm, rlm, events = env
     produce(plog, 30)
     state = state_for(rlm, plog)
-    copier.copy_task(rlm, state, TaskContext())
+    rlm.copy_task(state).run(TaskContext())
     assert finished(rlmm, state.tip)
     # the broker dies right after recording the deletion: the journal is all that is left
-    rlm._append_pending_delete(state.tip)
-    rlm2 = RemoteLogManager({}, Logs(), rsm, rlmm, config=rlm.config)
+    rlm.pending_deletes.add(state.tip)
+    rlm2 = RemoteLogManager(rlm.config, Logs(), rsm, rlmm)
     rlm2.start()
     try:
         deadline = time.monotonic() + 10
-        while rlm2.pending_partition_deletes() and time.monotonic() < deadline:
+        while rlm2.pending_deletes.read() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert rlm2.pending_partition_deletes() == []
+        assert rlm2.pending_deletes.read() == []
         assert list(rsm.partition_dir(state.tip).glob("*.log")) == []
     finally:
         rlm2.shutdown()
@@ -323,10 +324,10 @@ def test_remote_storage_disabled_deletes_remote_segments_without_a_partition_del
     plog, rsm, rlmm, rlm, events = env
     produce(plog, 60)
     state = state_for(rlm, plog)
-    copier.copy_task(rlm, state, TaskContext())
+    rlm.copy_task(state).run(TaskContext())
     copied = finished(rlmm, state.tip)
     assert copied and list(rsm.iter_segment_files())
-    rlm.on_leadership_change([plog])
+    rlm.on_leadership_change([plog.topic_partition])
     assert TP in rlm._leaders
     rlm.on_remote_storage_disabled([TP])
     assert TP not in rlm._leaders  # the copy and expiration tasks are gone
@@ -337,5 +338,5 @@ def test_remote_storage_disabled_deletes_remote_segments_without_a_partition_del
     assert sorted(e.start_offset for e in events if e.type == "DELETE_SEGMENT") == [m.start_offset for m in copied]
     assert finished(rlmm, state.tip) == []
     # the partition itself is not marked deleted: tiering it again later must work
-    assert rlm.pending_partition_deletes() == []
+    assert rlm.pending_deletes.read() == []
     assert state.tip not in rlmm._store.delete_metadata and state.tip in rlmm._store.caches

@@ -353,9 +353,9 @@ def tiered_log(tmp_path):
     """A partition whose rolled segments are all remote (LocalTieredStorage), with an RLM over it."""
     from tieredlog.log.config import LogConfig
     from tieredlog.log.unified_log import UnifiedLog
-    from tieredlog.rlm import copier
     from tieredlog.rlm.config import RemoteLogManagerConfig
-    from tieredlog.rlm.manager import PartitionState, RemoteLogManager
+    from tieredlog.rlm.manager import RemoteLogManager
+    from tieredlog.rlm.partition_state import PartitionState
     from tieredlog.rlm.pool import TaskContext
     from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
 
@@ -374,10 +374,10 @@ def tiered_log(tmp_path):
     rsm.configure({"broker.id": 0})
     events: list = []
     rsm.add_listener(events.append)
-    rlm = RemoteLogManager({}, _OneLog(plog), rsm, InMemoryRemoteLogMetadataManager(), config=RemoteLogManagerConfig(
-        log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=16))
+    cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=16)
+    rlm = RemoteLogManager(cfg, _OneLog(plog), rsm, InMemoryRemoteLogMetadataManager())
     rlm.start()
-    copier.copy_task(rlm, PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog)), TaskContext())
+    rlm.copy_task(PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))).run(TaskContext())
     plog.delete_old_segments()
     start = plog.local_log_start_offset
     remote_bytes = b"".join(v for k, v in sorted(originals.items()) if k < start)

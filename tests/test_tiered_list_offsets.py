@@ -8,7 +8,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 import pytest
 
-from test_tiered_integration import FAST, TS0, create, list_offset, value_of, wait_for
+from test_tiered_integration import FAST, PLUGINS, TS0, create, list_offset, produce, value_of, wait_for
 from tieredlog.protocol.api import LIST_OFFSETS
 from tieredlog.protocol.client import KafkaClient
 
@@ -55,3 +55,33 @@ def test_max_timestamp_in_the_remote_tier_then_disable_with_delete(broker_factor
     assert list_offset(b.bootstrap, topic, -2) == local_start > LATE
     err, off, ts = max_timestamp(b.bootstrap, topic)
     assert err == 0 and off >= local_start and ts < MAX_TS
+
+
+def _by_timestamp(bootstrap: str, topic: str, ts: int) -> tuple[int, int]:
+    with KafkaClient(bootstrap, timeout=60) as c:
+        r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "timestamp": ts, "current_leader_epoch": -1}]}]})
+        p = r.topics[0].partitions[0]
+        return p.error_code.value, p.offset
+
+
+def test_remote_list_offsets_honour_their_timeout_and_leave_local_lookups_alone(broker_factory, tmp_path):
+    control = tmp_path / "control"
+    control.mkdir()
+    b = broker_factory({**FAST, "remote.log.storage.manager.class.name": "faulty_rsm:FaultyStorage",
+                        "remote.log.storage.manager.class.path": str(PLUGINS),
+                        "rsm.config.control.dir": str(control), "rsm.config.dir": str(tmp_path / "remote"),
+                        "remote.list.offsets.request.timeout.ms": "1000"})
+    topic = "lo-timeout"
+    create(b.bootstrap, topic)
+    produce(b.bootstrap, topic, 0, 1500)
+    local_start = wait_for(lambda: list_offset(b.bootstrap, topic, -4), what="tiering and local retention")
+    # the object store hangs: a lookup into the tier times out with REQUEST_TIMED_OUT (KIP-1075) ...
+    (control / "hang").touch()
+    assert _by_timestamp(b.bootstrap, topic, TS0 + 10) == (7, -1)
+    assert any(control.glob("hung-fetch_*"))
+    # ... while lookups the local log answers do not wait for it
+    assert _by_timestamp(b.bootstrap, topic, TS0 + local_start + 5) == (0, local_start + 5)
+    assert list_offset(b.bootstrap, topic, -1) == 1500
+    (control / "hang").unlink()
+    assert wait_for(lambda: _by_timestamp(b.bootstrap, topic, TS0 + 10) == (0, 10), what="the lookup after recovery")

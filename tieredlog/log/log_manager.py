@@ -37,7 +37,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 
 # Folders other parts of the broker keep in a log dir (tieredlog.rlmm.snapshot.SNAPSHOT_DIR,
-# tieredlog.rlm.index_cache.DIR_NAME, the local RSM's default "dir" in tieredlog.rlm.factory). Named here
+# tieredlog.rlm.index_cache.DIR_NAME, the local RSM's default "dir" in tieredlog.server.remote_tier). Named here
 # rather than imported so the log layer does not depend on the tiering packages.
 BROKER_OWNED_DIRS = frozenset({"remote-log-metadata-snapshots", "remote-log-index-cache", "remote-storage"})
 

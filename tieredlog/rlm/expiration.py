@@ -1,4 +1,4 @@
-"""The leader's expiration task (Kafka's RLMExpirationTask) and whole-partition deletion.
+"""The leader's expiration task (Kafka's RLMExpirationTask): remote retention.
 
 Total retention (``retention.ms`` by a segment's max timestamp, ``retention.bytes`` over remote +
 local-only bytes) and the log start offset (DeleteRecords) decide which remote segments go. The
@@ -12,119 +12,119 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Callable
 
+from tieredlog.rlm.contracts import LogProvider, TieredLog
+from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.lineage import as_pairs, is_within_lineage, segment_epoch_bounds
+from tieredlog.rlm.metrics import RemoteStorageMetrics
+from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
 from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteLogSegmentState
-
-if TYPE_CHECKING:
-    from tieredlog.rlm.manager import PartitionState, RemoteLogManager
 
 log = logging.getLogger(__name__)
 
 S = RemoteLogSegmentState
 
 
-def _superseded(rlm: "RemoteLogManager", state: "PartitionState", md: RemoteLogSegmentMetadata) -> bool:
-    """A FINISHED copy whose whole range the RLMM now serves from other copies (a new leader
-    re-uploaded those offsets): nothing will ever read it again."""
-    for epoch, first, last in segment_epoch_bounds(md):
-        for offset in (first, last):
-            other = rlm.rlmm.remote_log_segment_metadata(state.tip, epoch, offset)
-            if other is None or other.remote_log_segment_id == md.remote_log_segment_id:
-                return False
-    return True
+class RLMExpirationTask:
+    def __init__(
+        self,
+        state: PartitionState,
+        logs: LogProvider,
+        lifecycle: RemoteSegmentLifecycle,
+        metrics: RemoteStorageMetrics,
+        is_tiered: Callable[[TieredLog], bool],
+        closing: Callable[[], bool],
+    ) -> None:
+        self.state = state
+        self._logs = logs
+        self._lifecycle = lifecycle
+        self._metrics = metrics
+        self._is_tiered = is_tiered
+        self._closing = closing
 
-
-def plan_expiration(
-    rlm: "RemoteLogManager", state: "PartitionState", plog, now_ms: int | None = None
-) -> tuple[list[RemoteLogSegmentMetadata], int | None]:
-    """(segments to delete, new log start offset or None). Pure planning, no side effects."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    segments = sorted(rlm.list_segments(state.tip), key=lambda m: (m.start_offset, m.end_offset))
-    cfg = plog.config
-    lineage = as_pairs(plog.leader_epoch_cache.epoch_entries())
-    log_start = plog.log_start_offset
-    highest_remote = plog.highest_offset_in_remote_storage
-    to_delete: list[RemoteLogSegmentMetadata] = []
-    seen: set = set()
-
-    def add(md: RemoteLogSegmentMetadata) -> None:
-        if md.remote_log_segment_id not in seen:
-            seen.add(md.remote_log_segment_id)
-            to_delete.append(md)
-
-    finished = [m for m in segments if m.state == S.COPY_SEGMENT_FINISHED]
-    valid = [m for m in finished if not lineage or is_within_lineage(m, lineage, plog.log_end_offset)]
-    rlm.metrics.remote_log_size_bytes.labels(state.tip.topic, str(state.tip.partition)).set(
-        sum(m.segment_size_in_bytes for m in finished)
-    )
-    rlm.metrics.remote_log_metadata_count.labels(state.tip.topic, str(state.tip.partition)).set(len(segments))
-
-    for md in segments:
-        if md.remote_log_segment_id.id in state.being_copied:
-            continue
-        if md.state == S.DELETE_SEGMENT_STARTED:
-            add(md)  # an earlier delete failed half-way: finish it
-        elif md.state == S.COPY_SEGMENT_STARTED:
-            # an upload that never finished (crash, failover): once its range is tiered again by a
-            # finished copy, or fell below the log start, nothing can still be writing it
-            if md.end_offset <= highest_remote or md.end_offset < log_start:
-                add(md)
-        elif md.end_offset < log_start:
-            add(md)  # DeleteRecords or an earlier retention run moved the log start past it
-        elif md.end_offset <= highest_remote and _superseded(rlm, state, md):
-            add(md)  # a duplicate: another copy of the same offsets is the one the RLMM serves
-
-    new_log_start: int | None = None
-    remaining = 0
-    if cfg.retention_bytes >= 0:
-        remote_size = sum(m.segment_size_in_bytes for m in valid if m.remote_log_segment_id not in seen)
-        total = remote_size + plog.only_local_log_segments_size()
-        remaining = max(0, total - cfg.retention_bytes)
-    cleanup_until = now_ms - cfg.retention_ms if cfg.retention_ms >= 0 else None
-    for md in valid:
-        if md.remote_log_segment_id in seen:
-            continue
-        if md.remote_log_segment_id.id in state.being_copied:
-            break
-        delete = False
-        if cleanup_until is not None and md.max_timestamp_ms <= cleanup_until:
-            delete = True
-        elif remaining > 0 and remaining - md.segment_size_in_bytes >= 0:
-            remaining -= md.segment_size_in_bytes
-            delete = True
-        if not delete:
-            break  # retention deletes a prefix of the log, never a hole in the middle
-        add(md)
-        new_log_start = max(new_log_start or 0, md.end_offset + 1)
-    return to_delete, new_log_start
-
-
-def expiration_task(rlm: "RemoteLogManager", state: "PartitionState", ctx: TaskContext) -> None:
-    plog = rlm.get_log(state)
-    if plog is None or not rlm.is_tiered(plog) or not rlm.rlmm_ready(state.tip):
-        return
-    to_delete, new_log_start = plan_expiration(rlm, state, plog)
-    if new_log_start is not None and new_log_start > plog.log_start_offset:
-        # move the log start first: readers are sent below it no more before the data goes
-        plog.maybe_increment_log_start_offset(new_log_start, "SegmentDeletion")
-    for md in to_delete:
-        if ctx.cancelled or rlm.closing:
+    def run(self, ctx: TaskContext) -> None:
+        plog = self._logs.get_log(self.state.tp)
+        if plog is None or not self._is_tiered(plog) or not self._lifecycle.ready(self.state.tip):
             return
-        rlm.delete_remote_segment(md)
+        to_delete, new_log_start = self.plan(plog)
+        if new_log_start is not None and new_log_start > plog.log_start_offset:
+            # move the log start first: readers are sent below it no more before the data goes
+            plog.maybe_increment_log_start_offset(new_log_start, "SegmentDeletion")
+        for md in to_delete:
+            if ctx.cancelled or self._closing():
+                return
+            self._lifecycle.delete(md)
 
+    def _superseded(self, md: RemoteLogSegmentMetadata) -> bool:
+        """A FINISHED copy whose whole range the RLMM now serves from other copies (a new leader
+        re-uploaded those offsets): nothing will ever read it again."""
+        for epoch, first, last in segment_epoch_bounds(md):
+            for offset in (first, last):
+                other = self._lifecycle.segment_for(self.state.tip, epoch, offset)
+                if other is None or other.remote_log_segment_id == md.remote_log_segment_id:
+                    return False
+        return True
 
-def delete_partition(rlm: "RemoteLogManager", tip, ctx: TaskContext) -> bool:
-    """Delete every remote segment of a partition whose topic was deleted. Idempotent and
-    resumable: a restarted broker runs it again from its journal until FINISHED is recorded."""
-    from tieredlog.rsm.api import RemotePartitionDeleteState as P
+    def plan(self, plog: TieredLog, now_ms: int | None = None) -> tuple[list[RemoteLogSegmentMetadata], int | None]:
+        """(segments to delete, new log start offset or None). Pure planning, no side effects."""
+        state = self.state
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        segments = sorted(self._lifecycle.segments(state.tip), key=lambda m: (m.start_offset, m.end_offset))
+        cfg = plog.config
+        lineage = as_pairs(plog.leader_epoch_cache.epoch_entries())
+        log_start = plog.log_start_offset
+        highest_remote = plog.highest_offset_in_remote_storage
+        to_delete: list[RemoteLogSegmentMetadata] = []
+        seen: set = set()
 
-    rlm.rlmm_put_partition_delete(tip, P.DELETE_PARTITION_STARTED)
-    for md in sorted(rlm.list_segments(tip), key=lambda m: m.start_offset):
-        if ctx.cancelled or rlm.closing:
-            return False
-        rlm.delete_remote_segment(md)
-    rlm.rlmm_put_partition_delete(tip, P.DELETE_PARTITION_FINISHED)
-    return True
+        def add(md: RemoteLogSegmentMetadata) -> None:
+            if md.remote_log_segment_id not in seen:
+                seen.add(md.remote_log_segment_id)
+                to_delete.append(md)
+
+        finished = [m for m in segments if m.state == S.COPY_SEGMENT_FINISHED]
+        valid = [m for m in finished if not lineage or is_within_lineage(m, lineage, plog.log_end_offset)]
+        labels = (state.tip.topic, str(state.tip.partition))
+        self._metrics.remote_log_size_bytes.labels(*labels).set(sum(m.segment_size_in_bytes for m in finished))
+        self._metrics.remote_log_metadata_count.labels(*labels).set(len(segments))
+
+        for md in segments:
+            if md.remote_log_segment_id.id in state.being_copied:
+                continue
+            if md.state == S.DELETE_SEGMENT_STARTED:
+                add(md)  # an earlier delete failed half-way: finish it
+            elif md.state == S.COPY_SEGMENT_STARTED:
+                # an upload that never finished (crash, failover): once its range is tiered again by a
+                # finished copy, or fell below the log start, nothing can still be writing it
+                if md.end_offset <= highest_remote or md.end_offset < log_start:
+                    add(md)
+            elif md.end_offset < log_start:
+                add(md)  # DeleteRecords or an earlier retention run moved the log start past it
+            elif md.end_offset <= highest_remote and self._superseded(md):
+                add(md)  # a duplicate: another copy of the same offsets is the one the RLMM serves
+
+        new_log_start: int | None = None
+        remaining = 0
+        if cfg.retention_bytes >= 0:
+            remote_size = sum(m.segment_size_in_bytes for m in valid if m.remote_log_segment_id not in seen)
+            total = remote_size + plog.only_local_log_segments_size()
+            remaining = max(0, total - cfg.retention_bytes)
+        cleanup_until = now_ms - cfg.retention_ms if cfg.retention_ms >= 0 else None
+        for md in valid:
+            if md.remote_log_segment_id in seen:
+                continue
+            if md.remote_log_segment_id.id in state.being_copied:
+                break
+            delete = False
+            if cleanup_until is not None and md.max_timestamp_ms <= cleanup_until:
+                delete = True
+            elif remaining > 0 and remaining - md.segment_size_in_bytes >= 0:
+                remaining -= md.segment_size_in_bytes
+                delete = True
+            if not delete:
+                break  # retention deletes a prefix of the log, never a hole in the middle
+            add(md)
+            new_log_start = max(new_log_start or 0, md.end_offset + 1)
+        return to_delete, new_log_start

@@ -3,90 +3,83 @@
 For each partition this broker leads it runs a copy task (tier rolled segments below the LSO)
 on the copier pool and an expiration task (remote retention) on the expiration pool; for each it
 follows, a follower task keeps ``highest_offset_in_remote_storage`` current so local retention can
-proceed. Consumer reads below the local log start go to a bounded reader pool. Nothing here runs on
-the asyncio event loop except :meth:`read_async` and :meth:`try_read_cached`, which only queue work
-or slice bytes already read ahead into memory.
+proceed. Consumer reads below the local log start go to a bounded reader pool, remote ListOffsets
+lookups to a pool of their own. Nothing here runs on the asyncio event loop except
+:meth:`read_async`, :meth:`try_read_cached` and the ``*_async`` lookups, which only queue work or
+slice bytes already read ahead into memory.
+
+Collaborators (wired by ``tieredlog.server.remote_tier``): a ``LogProvider`` of the partition logs,
+the RSM and the RLMM. The tasks share a ``RemoteSegmentLifecycle`` (every metadata + object-store
+transition) and see the logs only through the ``TieredLog`` contract.
 
 Threads: copier pool (``remote.log.manager.copier.thread.pool.size``), expiration pool
 (``remote.log.manager.expiration.thread.pool.size``, also follower tasks and partition
-deletions), reader pool (``remote.log.reader.threads`` over ``remote.log.reader.max.pending.tasks``).
+deletions), reader pool (``remote.log.reader.threads`` over ``remote.log.reader.max.pending.tasks``),
+list-offsets pool.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from tieredlog.errors import (
     KafkaError,
     KafkaStorageError,
     OffsetOutOfRangeError,
-    ReplicaNotAvailableError,
     UnknownTopicOrPartitionError,
 )
 from tieredlog.log.types import TopicPartition
-from tieredlog.rlm import copier, expiration
 from tieredlog.rlm.config import RemoteLogManagerConfig
-from tieredlog.rlm.index_cache import RemoteIndexCache, uuid_from_kafka, uuid_to_kafka
-from tieredlog.rlm.lineage import as_pairs, highest_remote_offset
+from tieredlog.rlm.contracts import LogProvider, TieredLog
+from tieredlog.rlm.copier import RLMCopyTask
+from tieredlog.rlm.expiration import RLMExpirationTask
+from tieredlog.rlm.follower import RLMFollowerTask
+from tieredlog.rlm.index_cache import RemoteIndexCache
+from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.metrics import RemoteStorageMetrics, metrics
+from tieredlog.rlm.partition_state import PartitionState
+from tieredlog.rlm.pending_deletes import PendingDeleteJournal
 from tieredlog.rlm.pool import FixedDelayScheduler, RemoteReaderPool, TaskContext
 from tieredlog.rlm.quota import RLMQuotaManager
 from tieredlog.rlm.reader import RemoteReadPath
+from tieredlog.rlmm.api import RemoteLogMetadataManager
 from tieredlog.rsm.api import (
-    CustomMetadata,
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
-    RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
-    RemoteResourceNotFoundException,
     RemoteStorageManager,
     TopicIdPartition,
 )
 
 log = logging.getLogger(__name__)
 
-PENDING_DELETES_FILE = "remote-log-pending-partition-deletes"
 _INTERNAL_TOPICS = {"__consumer_offsets", "__transaction_state", "__remote_log_metadata", "__cluster_metadata"}
-
-
-@dataclass
-class PartitionState:
-    tp: TopicPartition
-    tip: TopicIdPartition
-    copied_offset: int | None = None  # highest offset known copied; None = ask the RLMM first
-    log_start_checked: bool = False
-    being_copied: set = field(default_factory=set)  # segment uuids the copy task is uploading
-    copy_disabled_reason: str | None = None
+# remote ListOffsets lookups read a segment's index and a little data: a few threads, queued apart
+# from consumer reads so that a slow object store delays one kind of request, not both
+_LIST_OFFSETS_THREADS = 2
 
 
 class RemoteLogManager:
     def __init__(
         self,
-        broker_config: Any,
-        log_manager: Any,
+        config: RemoteLogManagerConfig,
+        logs: LogProvider,
         rsm: RemoteStorageManager,
-        rlmm: Any,
-        broker_id: int | None = None,
-        *,
-        config: RemoteLogManagerConfig | None = None,
+        rlmm: RemoteLogMetadataManager,
     ) -> None:
-        self.config = config or RemoteLogManagerConfig.from_broker_config(broker_config)
-        self.broker_config = broker_config
-        self.log_manager = log_manager
+        self.config = c = config
+        self.logs = logs
         self.rsm = rsm
         self.rlmm = rlmm
-        self.broker_id = self.config.broker_id if broker_id is None else broker_id
+        self.broker_id = c.broker_id
         self.metrics: RemoteStorageMetrics = metrics()
-        c = self.config
+        self.lifecycle = RemoteSegmentLifecycle(rsm, rlmm, c.broker_id, self.metrics, self._forget_segment)
+        self.pending_deletes = PendingDeleteJournal(c.first_log_dir)
         self.copy_quota = RLMQuotaManager(c.copy_max_bytes_per_second, c.copy_quota_window_size_seconds, name="RLMCopy")
         self.fetch_quota = RLMQuotaManager(
             c.fetch_max_bytes_per_second, c.fetch_quota_window_size_seconds, name="RLMFetch"
@@ -100,10 +93,10 @@ class RemoteLogManager:
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
         self.index_cache: RemoteIndexCache | None = None
         self.reader_pool: RemoteReaderPool | None = None
+        self.list_offsets_pool: RemoteReaderPool | None = None
         self.copier: FixedDelayScheduler | None = None
         self.expirer: FixedDelayScheduler | None = None
         self.read_path = RemoteReadPath(self)
-        self._pending_deletes_path = Path(c.first_log_dir) / PENDING_DELETES_FILE
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +113,9 @@ class RemoteLogManager:
             on_evict=m.index_cache_evictions.inc,
         )
         self.reader_pool = RemoteReaderPool(c.reader_threads, c.reader_max_pending_tasks)
+        self.list_offsets_pool = RemoteReaderPool(
+            _LIST_OFFSETS_THREADS, c.reader_max_pending_tasks, name="remote-list-offsets"
+        )
         backoff = dict(
             backoff_ms=c.task_retry_backoff_ms, backoff_max_ms=c.task_retry_backoff_max_ms, jitter=c.task_retry_jitter
         )
@@ -131,7 +127,7 @@ class RemoteLogManager:
         copier_pool = self.copier
         m.tasks_avg_idle.set_function(copier_pool.idle.sample)
         self._started = True
-        for tip in self._read_pending_deletes():
+        for tip in self.pending_deletes.read():
             self._schedule_partition_delete(tip)
 
     def shutdown(self) -> None:
@@ -142,59 +138,70 @@ class RemoteLogManager:
         for sched in (self.copier, self.expirer):
             if sched is not None:
                 sched.shutdown(timeout=2.0)
-        if self.reader_pool is not None:
-            self.reader_pool.shutdown(timeout=2.0)
+        for pool in (self.reader_pool, self.list_offsets_pool):
+            if pool is not None:
+                pool.shutdown(timeout=2.0)
         if self.index_cache is not None:
             self.index_cache.close()
-        for closer in (getattr(self.rlmm, "close", None), getattr(self.rsm, "close", None)):
-            if closer is not None:
-                try:
-                    closer()
-                except Exception:
-                    log.warning("close failed", exc_info=True)
+        for plugin in (self.rlmm, self.rsm):
+            try:
+                plugin.close()
+            except Exception:
+                log.warning("closing %s failed", type(plugin).__name__, exc_info=True)
 
     close = shutdown  # the broker calls close()
 
-    # ---- partitions -----------------------------------------------------------------------------
-    def _resolve(self, p: Any) -> tuple[TopicPartition, Any]:
-        if hasattr(p, "topic_partition"):
-            return TopicPartition(*p.topic_partition), p
-        if isinstance(p, TopicIdPartition):
-            tp = TopicPartition(p.topic, p.partition)
-        else:
-            tp = TopicPartition(*p)
-        return tp, self.log_manager.get_log(tp)
+    def _is_closing(self) -> bool:
+        return self.closing
 
-    def _tip(self, tp: TopicPartition, plog: Any) -> TopicIdPartition:
-        topic_id = getattr(plog, "topic_id", None) or self._topic_ids.get(tp)
+    def _forget_segment(self, segment_id: uuid.UUID) -> None:
+        """A deleted remote segment: its cached indexes and read-ahead go too."""
+        if self.index_cache is not None:
+            self.index_cache.remove(segment_id)
+        self.read_path.prefetch.drop_segment(segment_id)
+
+    # ---- partitions -----------------------------------------------------------------------------
+    def _tip(self, tp: TopicPartition, plog: TieredLog | None) -> TopicIdPartition:
+        topic_id = (plog.topic_id if plog is not None else None) or self._topic_ids.get(tp)
         if topic_id is None:
             raise UnknownTopicOrPartitionError(f"{tp} has no topic id")
         self._topic_ids[tp] = topic_id
         return TopicIdPartition(topic_id, tp.topic, tp.partition)
 
-    def is_tiered(self, plog: Any) -> bool:
+    def is_tiered(self, plog: TieredLog) -> bool:
         """Kafka's UnifiedLog.isRemoteLogEnabled."""
         cfg = plog.config
-        tp = plog.topic_partition
         return (
             self.config.system_enable
             and bool(cfg.remote_storage_enable)
             and not cfg.compact
-            and tp[0] not in _INTERNAL_TOPICS
+            and plog.topic_partition.topic not in _INTERNAL_TOPICS
         )
 
-    def on_leadership_change(self, leader_partitions: Iterable[Any], follower_partitions: Iterable[Any] = ()) -> None:
-        """The broker became leader / follower of these partitions (TopicPartition, TopicIdPartition
-        or UnifiedLog). Schedules the copy + expiration tasks or the follower task."""
-        leaders, followers = [], []
-        for p in leader_partitions:
-            tp, plog = self._resolve(p)
+    def _tiered_logs(self, partitions: Iterable[TopicPartition]) -> list[tuple[TopicPartition, TieredLog]]:
+        out = []
+        for p in partitions:
+            tp = TopicPartition(*p)
+            plog = self.logs.get_log(tp)
             if plog is not None and self.is_tiered(plog):
-                leaders.append((tp, plog))
-        for p in follower_partitions:
-            tp, plog = self._resolve(p)
-            if plog is not None and self.is_tiered(plog):
-                followers.append((tp, plog))
+                out.append((tp, plog))
+        return out
+
+    def copy_task(self, state: PartitionState) -> RLMCopyTask:
+        c = self.config
+        return RLMCopyTask(state, self.logs, self.lifecycle, self.copy_quota, self.metrics, self.is_tiered,
+                           self._is_closing, c.broker_id, c.custom_metadata_max_bytes)
+
+    def expiration_task(self, state: PartitionState) -> RLMExpirationTask:
+        return RLMExpirationTask(state, self.logs, self.lifecycle, self.metrics, self.is_tiered, self._is_closing)
+
+    def on_leadership_change(
+        self, leader_partitions: Iterable[TopicPartition], follower_partitions: Iterable[TopicPartition] = ()
+    ) -> None:
+        """The broker became leader / follower of these partitions. Schedules the copy and
+        expiration tasks or the follower task of the tiered ones."""
+        leaders = self._tiered_logs(leader_partitions)
+        followers = self._tiered_logs(follower_partitions)
         if not leaders and not followers:
             return
         self.rlmm.on_partition_leadership_changes(
@@ -206,7 +213,7 @@ class RemoteLogManager:
                 self._cancel_leader_tasks(tp)
                 state = PartitionState(tp, self._tip(tp, plog))
                 self._followers[tp] = state
-                self.expirer.schedule(("follower", tp), lambda ctx, s=state: self._follower_task(s, ctx), interval)
+                self.expirer.schedule(("follower", tp), RLMFollowerTask(state, self.logs, self.lifecycle).run, interval)
             for tp, plog in leaders:
                 if tp in self._leaders:
                     continue
@@ -214,8 +221,8 @@ class RemoteLogManager:
                 self._followers.pop(tp, None)
                 state = PartitionState(tp, self._tip(tp, plog))
                 self._leaders[tp] = state
-                self.copier.schedule(("copy", tp), lambda ctx, s=state: self._copy_task(s, ctx), interval)
-                self.expirer.schedule(("expire", tp), lambda ctx, s=state: expiration.expiration_task(self, s, ctx), interval)
+                self.copier.schedule(("copy", tp), self.copy_task(state).run, interval)
+                self.expirer.schedule(("expire", tp), self.expiration_task(state).run, interval)
 
     def _cancel_leader_tasks(self, tp: TopicPartition) -> PartitionState | None:
         state = self._leaders.pop(tp, None)
@@ -226,129 +233,80 @@ class RemoteLogManager:
             self.metrics.copy_lag_segments.labels(tp.topic, str(tp.partition)).set(0)
         return state
 
-    def stop_partitions(self, partitions: Iterable[Any], delete_remote: bool = False) -> None:
-        """StopReplica: cancel the partitions' tasks; with ``delete_remote`` also remove their
-        remote data (topic deletion on the leader)."""
+    def _stop_tasks(self, partitions: Iterable[TopicPartition | TopicIdPartition]) -> list[TopicIdPartition]:
+        """Cancel every task of these partitions; their TopicIdPartitions (those with a topic id)."""
         tips = []
         with self._lock:
             for p in partitions:
-                tp, plog = self._resolve(p)
+                tp = TopicPartition(p.topic, p.partition)
                 self._cancel_leader_tasks(tp)
                 self.expirer.cancel(("follower", tp))
                 self._followers.pop(tp, None)
                 self.metrics.remove_partition(tp.topic, tp.partition)
+                if isinstance(p, TopicIdPartition):
+                    tips.append(p)
+                    continue
                 try:
-                    tip = p if isinstance(p, TopicIdPartition) else self._tip(tp, plog)
+                    tips.append(self._tip(tp, self.logs.get_log(tp)))
                 except UnknownTopicOrPartitionError:
                     continue
-                tips.append(tip)
-        if delete_remote:
-            for tip in tips:
-                self._mark_partition_deleted(tip)
-        elif tips:
+        return tips
+
+    def stop_partitions(self, partitions: Iterable[TopicPartition | TopicIdPartition]) -> None:
+        """StopReplica without deletion: cancel the partitions' tasks, the RLMM forgets them."""
+        tips = self._stop_tasks(partitions)
+        if tips:
             self.rlmm.on_stop_partitions(set(tips))
 
-    def on_topic_deleted(self, partitions: Iterable[Any]) -> None:
+    def on_topic_deleted(self, partitions: Iterable[TopicPartition | TopicIdPartition]) -> None:
         """The topic is gone: delete all its remote data, in the background, surviving restarts.
         Call before the local logs are deleted (their topic id is needed), or pass TopicIdPartitions.
         Partitions that were never tiered are skipped. Cheap: safe to call on the event loop."""
-        chosen = []
+        chosen: list[TopicPartition | TopicIdPartition] = []
         for p in partitions:
             if isinstance(p, TopicIdPartition):
                 chosen.append(p)
                 continue
-            tp, plog = self._resolve(p)
+            tp = TopicPartition(*p)
+            plog = self.logs.get_log(tp)
             if tp in self._leaders or tp in self._followers or (plog is not None and self.is_tiered(plog)):
-                chosen.append(p)
-        if chosen:
-            self.stop_partitions(chosen, delete_remote=True)
+                chosen.append(tp)
+        for tip in self._stop_tasks(chosen):
+            # Only local work here (the caller may be the event loop): the journal first, so a broker
+            # that dies right after still finishes the job on restart; the RLMM and RSM calls run in
+            # the background task.
+            self.pending_deletes.add(tip)
+            self._schedule_partition_delete(tip)
 
-    def on_remote_storage_disabled(self, partitions: Iterable[Any]) -> None:
+    def on_remote_storage_disabled(self, partitions: Iterable[TopicPartition]) -> None:
         """KIP-950: ``remote.storage.enable`` went from true to false with
         ``remote.log.delete.on.disable=true``. Stop the partitions' tasks and delete their remote
         segments in the background (Kafka's deleteRemoteLogPartition). Unlike a topic deletion no
         partition-delete marker is written: the partition lives on, and tiering may be enabled again
         later. Not journaled, as in Kafka: a broker stopped midway leaves the rest of the objects.
         Cheap: safe to call on the event loop."""
-        tips = []
-        with self._lock:
-            for p in partitions:
-                tp, plog = self._resolve(p)
-                self._cancel_leader_tasks(tp)
-                self.expirer.cancel(("follower", tp))
-                self._followers.pop(tp, None)
-                self.metrics.remove_partition(tp.topic, tp.partition)
-                try:
-                    tips.append(p if isinstance(p, TopicIdPartition) else self._tip(tp, plog))
-                except UnknownTopicOrPartitionError:
-                    continue
-        for tip in tips:
+        for tip in self._stop_tasks(partitions):
             self._schedule_remote_data_delete(tip)
-
-    def _require_remote_metadata(self, tip: TopicIdPartition) -> None:
-        """Load the partition's remote metadata (a task retries while it is still loading): the
-        RLMM lists a partition's segments only once it has read them."""
-        self.rlmm.on_partition_leadership_changes({tip}, set())
-        if not self.rlmm_ready(tip):
-            raise ReplicaNotAvailableError(f"{tip}: remote metadata not loaded yet")
 
     def _schedule_remote_data_delete(self, tip: TopicIdPartition) -> None:
         key = ("disable", tip)
 
         def run(ctx: TaskContext) -> None:
-            self._require_remote_metadata(tip)
-            for md in sorted(self.list_segments(tip), key=lambda m: m.start_offset):
-                if ctx.cancelled or self.closing:
-                    return
-                if md.state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
-                    self.delete_remote_segment(md)
-            self._remote_data_deleted(tip, key, "remote storage disabled, remote data deleted")
+            self.lifecycle.require_loaded(tip)
+            if self.lifecycle.delete_all_segments(tip, lambda: ctx.cancelled or self.closing):
+                self._remote_data_deleted(tip, key, "remote storage disabled, remote data deleted")
 
         # retried with backoff on failure; on success the task cancels itself
         self.expirer.schedule(key, run, self.config.task_interval_ms)
-
-    # ---- single-broker leadership ------------------------------------------------------------------
-    def watch_log_manager(self, interval_s: float = 0.5) -> None:
-        """Without a replication layer this broker leads every partition it hosts: keep the tasks in
-        step with the LogManager (new topics and partitions, remote.storage.enable switched on,
-        logs removed). A cluster's replica manager calls on_leadership_change instead."""
-
-        def loop() -> None:
-            while not self.closing:
-                try:
-                    self.sync_with_log_manager()
-                except Exception:
-                    log.warning("partition sync failed", exc_info=True)
-                time.sleep(interval_s)
-
-        threading.Thread(target=loop, name="rlm-partition-watcher", daemon=True).start()
-
-    def sync_with_log_manager(self) -> None:
-        logs = list(self.log_manager.all_logs())
-        hosted = {TopicPartition(*plog.topic_partition) for plog in logs}
-        new = [plog for plog in logs if TopicPartition(*plog.topic_partition) not in self._leaders and self.is_tiered(plog)]
-        if new:
-            self.on_leadership_change(new, ())
-        gone = [tp for tp in list(self._leaders) if tp not in hosted]
-        with self._lock:
-            for tp in gone:
-                self._cancel_leader_tasks(tp)
-
-    def _mark_partition_deleted(self, tip: TopicIdPartition) -> None:
-        # Only local work here (the caller may be the event loop): the journal first, so a broker
-        # that dies right after still finishes the job on restart; the RLMM and RSM calls run in
-        # the background task.
-        self._append_pending_delete(tip)
-        self._schedule_partition_delete(tip)
 
     def _schedule_partition_delete(self, tip: TopicIdPartition) -> None:
         key = ("delete", tip)
 
         def run(ctx: TaskContext) -> None:
-            self._require_remote_metadata(tip)
-            self.rlmm_put_partition_delete(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
-            if expiration.delete_partition(self, tip, ctx):
-                self._remove_pending_delete(tip)
+            self.lifecycle.require_loaded(tip)
+            self.lifecycle.mark_partition(tip, RemotePartitionDeleteState.DELETE_PARTITION_MARKED)
+            if self.lifecycle.delete_partition(tip, lambda: ctx.cancelled or self.closing):
+                self.pending_deletes.remove(tip)
                 self._remote_data_deleted(tip, key, "remote data deleted")
 
         # retried with backoff on failure; on success the task cancels itself
@@ -363,59 +321,32 @@ class RemoteLogManager:
         self.expirer.cancel(key)
         log.info("%s: %s", tip, what)
 
-    def pending_partition_deletes(self) -> list[TopicIdPartition]:
-        return self._read_pending_deletes()
+    # ---- single-broker leadership ------------------------------------------------------------------
+    def watch_log_manager(self, interval_s: float = 0.5) -> None:
+        """Without a replication layer this broker leads every partition it hosts: keep the tasks in
+        step with the logs (new topics and partitions, remote.storage.enable switched on, logs
+        removed). A cluster's replica manager calls on_leadership_change instead."""
 
-    # pending-deletion journal: one "topicId partition topic" line per partition
-    def _read_pending_deletes(self) -> list[TopicIdPartition]:
-        try:
-            text = self._pending_deletes_path.read_text()
-        except FileNotFoundError:
-            return []
-        out = []
-        for line in text.splitlines():
-            parts = line.split()
-            if len(parts) == 3:
-                out.append(TopicIdPartition(uuid_from_kafka(parts[0]), parts[2], int(parts[1])))
-        return out
+        def loop() -> None:
+            while not self.closing:
+                try:
+                    self.sync_with_log_manager()
+                except Exception:
+                    log.warning("partition sync failed", exc_info=True)
+                time.sleep(interval_s)
 
-    def _write_pending_deletes(self, tips: list[TopicIdPartition]) -> None:
-        path = self._pending_deletes_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            for t in tips:
-                f.write(f"{uuid_to_kafka(t.topic_id)} {t.partition} {t.topic}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        threading.Thread(target=loop, name="rlm-partition-watcher", daemon=True).start()
 
-    def _append_pending_delete(self, tip: TopicIdPartition) -> None:
+    def sync_with_log_manager(self) -> None:
+        logs = list(self.logs.all_logs())
+        hosted = {plog.topic_partition for plog in logs}
+        new = [plog.topic_partition for plog in logs if plog.topic_partition not in self._leaders and self.is_tiered(plog)]
+        if new:
+            self.on_leadership_change(new, ())
+        gone = [tp for tp in list(self._leaders) if tp not in hosted]
         with self._lock:
-            tips = self._read_pending_deletes()
-            if tip not in tips:
-                self._write_pending_deletes(tips + [tip])
-
-    def _remove_pending_delete(self, tip: TopicIdPartition) -> None:
-        with self._lock:
-            self._write_pending_deletes([t for t in self._read_pending_deletes() if t != tip])
-
-    # ---- tasks ----------------------------------------------------------------------------------
-    def _copy_task(self, state: PartitionState, ctx: TaskContext) -> None:
-        if state.copy_disabled_reason:
-            return
-        copier.copy_task(self, state, ctx)
-
-    def _follower_task(self, state: PartitionState, ctx: TaskContext) -> None:
-        plog = self.get_log(state)
-        if plog is None or not self.rlmm_ready(state.tip):
-            return
-        offset, _ = highest_remote_offset(
-            as_pairs(plog.leader_epoch_cache.epoch_entries()),
-            plog.log_end_offset,
-            lambda e: self.rlmm.highest_offset_for_epoch(state.tip, e),
-        )
-        plog.update_highest_offset_in_remote_storage(offset)
+            for tp in gone:
+                self._cancel_leader_tasks(tp)
 
     def run_tasks_now(self, tp: TopicPartition | None = None) -> None:
         """Bring the next runs forward (tests, and config changes such as remote.log.copy.disable)."""
@@ -424,62 +355,16 @@ class RemoteLogManager:
                 if tp is None or key[1] == tp:
                     sched.run_now(key)
 
-    # ---- helpers the tasks use ------------------------------------------------------------------
-    def get_log(self, state: PartitionState) -> Any:
-        return self.log_manager.get_log(state.tp)
-
+    # ---- helpers the read path uses -------------------------------------------------------------
     def rlmm_ready(self, tip: TopicIdPartition) -> bool:
-        is_ready = getattr(self.rlmm, "is_ready", None)
-        return True if is_ready is None else bool(is_ready(tip))
+        return self.lifecycle.ready(tip)
 
     def list_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
-        return list(self.rlmm.list_remote_log_segments(tip, leader_epoch))
-
-    def rlmm_add(self, md: RemoteLogSegmentMetadata) -> None:
-        self.rlmm.add_remote_log_segment_metadata(md)
-
-    def rlmm_update(
-        self, md: RemoteLogSegmentMetadata, state: RemoteLogSegmentState, custom: CustomMetadata | None = None
-    ) -> RemoteLogSegmentMetadata:
-        update = RemoteLogSegmentMetadataUpdate(
-            md.remote_log_segment_id, int(time.time() * 1000), custom, state, self.broker_id
-        )
-        self.rlmm.update_remote_log_segment_metadata(update)
-        return md.create_with_updates(update)
-
-    def rlmm_put_partition_delete(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
-        self.rlmm.put_remote_partition_delete_metadata(
-            RemotePartitionDeleteMetadata(tip, state, int(time.time() * 1000), self.broker_id)
-        )
-
-    def delete_remote_segment(self, md: RemoteLogSegmentMetadata) -> None:
-        """DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED (each step idempotent)."""
-        topic = md.topic_id_partition.topic
-        if md.state != RemoteLogSegmentState.DELETE_SEGMENT_STARTED:
-            md = self.rlmm_update(md, RemoteLogSegmentState.DELETE_SEGMENT_STARTED)
-        self.metrics.delete_requests.labels(topic).inc()
-        try:
-            self.rsm.delete_log_segment_data(md)
-        except Exception:
-            self.metrics.delete_errors.labels(topic).inc()
-            raise
-        if self.index_cache is not None:
-            self.index_cache.remove(md.remote_log_segment_id.id)
-        self.read_path.prefetch.drop_segment(md.remote_log_segment_id.id)
-        try:
-            self.rlmm_update(md, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)
-        except RemoteResourceNotFoundException:
-            pass  # already finished by an earlier attempt
-
-    def update_copy_lag(self, state: PartitionState, plog: Any) -> None:
-        pending = plog.only_local_log_segments()[:-1]  # the active segment is not copied yet by design
-        labels = (state.tp.topic, str(state.tp.partition))
-        self.metrics.copy_lag_bytes.labels(*labels).set(sum(s.size for s in pending))
-        self.metrics.copy_lag_segments.labels(*labels).set(len(pending))
+        return self.lifecycle.segments(tip, leader_epoch)
 
     # ---- reads ----------------------------------------------------------------------------------
     def read_async(
-        self, topic_partition: Any, fetch_offset: int, max_bytes: int, min_one_message: bool = True
+        self, topic_partition: TopicPartition, fetch_offset: int, max_bytes: int, min_one_message: bool = True
     ) -> Future:
         """Queue a remote read of ``fetch_offset``; the future yields whole record batches (bytes,
         or a memoryview into read-ahead memory: send it, do not keep it),
@@ -497,7 +382,7 @@ class RemoteLogManager:
             fut.set_result(b"")
             return fut
         try:
-            plog = self.log_manager.get_log(tp)
+            plog = self.logs.get_log(tp)
             if plog is None:
                 raise UnknownTopicOrPartitionError(f"{tp} is not hosted here")
             tip = self._tip(tp, plog)
@@ -514,7 +399,7 @@ class RemoteLogManager:
             return fut
 
     def try_read_cached(
-        self, topic_partition: Any, fetch_offset: int, max_bytes: int, min_one_message: bool = True
+        self, topic_partition: TopicPartition, fetch_offset: int, max_bytes: int, min_one_message: bool = True
     ) -> bytes | memoryview | None:
         """The answer :meth:`read_async` would give, at once on the caller's thread, when the
         sequential reader at ``fetch_offset`` has those bytes read ahead in memory (the next
@@ -525,7 +410,7 @@ class RemoteLogManager:
         if self.closing or not self._started or self.fetch_quota.throttle_time_ms() > 0:
             return None
         tp = TopicPartition(*topic_partition)
-        plog = self.log_manager.get_log(tp)
+        plog = self.logs.get_log(tp)
         if plog is None:
             return None
         try:
@@ -537,7 +422,7 @@ class RemoteLogManager:
             self.metrics.fetch_requests.labels(tp.topic).inc()
         return data
 
-    def _read_inline(self, tip: TopicIdPartition, plog: Any, fetch_offset: int, max_bytes: int,
+    def _read_inline(self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int,
                      min_one: bool) -> bytes | memoryview | None:
         if self.closing or self.reader_pool is None:
             return None
@@ -547,7 +432,7 @@ class RemoteLogManager:
             self.metrics.fetch_bytes.labels(tip.topic).inc(len(data))
         return data
 
-    def _read(self, tip: TopicIdPartition, plog: Any, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes:
+    def _read(self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes:
         try:
             data = self.read_path.read(tip, plog, fetch_offset, max_bytes, min_one)
         except OffsetOutOfRangeError:
@@ -563,16 +448,25 @@ class RemoteLogManager:
         self.metrics.fetch_bytes.labels(tip.topic).inc(len(data))
         return data
 
-    def read(self, topic_partition: Any, fetch_offset: int, max_bytes: int, timeout: float | None = None) -> bytes:
+    def read(self, topic_partition: TopicPartition, fetch_offset: int, max_bytes: int, timeout: float | None = None) -> bytes:
         """Blocking read (tools, tests): :meth:`read_async` and wait; a ``bytes`` copy."""
         return bytes(self.read_async(topic_partition, fetch_offset, max_bytes).result(timeout))
 
-    def find_offset_by_timestamp(self, topic_partition: Any, timestamp: int) -> tuple[int, int, int] | None:
+    def find_offset_by_timestamp_async(self, topic_partition: TopicPartition, timestamp: int) -> Future:
+        """:meth:`find_offset_by_timestamp` on the list-offsets pool; never blocks (a full queue
+        gives a failed future)."""
+        return self.list_offsets_pool.submit(self.find_offset_by_timestamp, topic_partition, timestamp)
+
+    def find_max_timestamp_async(self, topic_partition: TopicPartition) -> Future:
+        """:meth:`find_max_timestamp` on the list-offsets pool; never blocks."""
+        return self.list_offsets_pool.submit(self.find_max_timestamp, topic_partition)
+
+    def find_offset_by_timestamp(self, topic_partition: TopicPartition, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets by timestamp over the remote tier: (offset, timestamp, leader epoch) of the
         first record at or after ``timestamp``, or None when the answer is in the local log (or
-        nowhere). Blocking: the server calls it in an executor."""
+        nowhere). Blocking: the server uses :meth:`find_offset_by_timestamp_async`."""
         tp = TopicPartition(*topic_partition)
-        plog = self.log_manager.get_log(tp)
+        plog = self.logs.get_log(tp)
         if plog is None or not self.is_tiered(plog):
             return None
         try:
@@ -582,14 +476,14 @@ class RemoteLogManager:
         except Exception as exc:
             raise KafkaStorageError(f"remote timestamp lookup for {tp} failed: {exc}") from exc
 
-    def find_max_timestamp(self, topic_partition: Any) -> tuple[int, int, int] | None:
+    def find_max_timestamp(self, topic_partition: TopicPartition) -> tuple[int, int, int] | None:
         """ListOffsets -3 over the remote tier: (offset, timestamp, leader epoch) of the first record
         carrying the largest timestamp among the partition's live remote segments (those at or above
         the log start offset), or None when nothing readable is remote. The segment metadata's
         max_timestamp_ms picks the segment; the timestamp lookup then finds the record inside it.
-        Blocking: the server calls it in an executor."""
+        Blocking: the server uses :meth:`find_max_timestamp_async`."""
         tp = TopicPartition(*topic_partition)
-        plog = self.log_manager.get_log(tp)
+        plog = self.logs.get_log(tp)
         if plog is None or not self.is_tiered(plog):
             return None
         try:
@@ -607,7 +501,9 @@ class RemoteLogManager:
         except Exception as exc:
             raise KafkaStorageError(f"remote max-timestamp lookup for {tp} failed: {exc}") from exc
 
-    def fetch_remote_log_segment_metadata(self, topic_partition: Any, epoch: int, offset: int):
+    def fetch_remote_log_segment_metadata(
+        self, topic_partition: TopicPartition, epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
         """For the follower's rebuild of its aux state (KIP-405 BuildingRemoteLogAuxState)."""
-        tp, plog = self._resolve(topic_partition)
-        return self.rlmm.remote_log_segment_metadata(self._tip(tp, plog), epoch, offset)
+        tp = TopicPartition(*topic_partition)
+        return self.lifecycle.segment_for(self._tip(tp, self.logs.get_log(tp)), epoch, offset)

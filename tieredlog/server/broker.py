@@ -135,7 +135,8 @@ class Broker:
 
     def _start_remote_log_manager(self) -> None:
         # tiered storage (tieredlog.rlm): metrics endpoint, then the RLM (None when disabled)
-        from tieredlog.rlm import create_remote_log_manager, start_metrics_server
+        from tieredlog.rlm import start_metrics_server
+        from tieredlog.server.remote_tier import create_remote_log_manager
 
         port = self.config.get("metrics.port", -1)
         if port is not None and port >= 0:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import Future
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.errors import RequestTimedOutError
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from tieredlog.server.context import Handler, RequestContext
@@ -40,6 +42,20 @@ def _unpack(found: Any) -> tuple[int, int, int]:
     return int(found.offset), int(found.timestamp), -1 if epoch is None else int(epoch)
 
 
+async def _remote_lookup(ctx: RequestContext, fut: Future, tp: TopicPartition) -> Any:
+    """Wait for a lookup on the RLM's list-offsets pool, at most
+    ``remote.list.offsets.request.timeout.ms`` (KIP-1075: the partition then gets REQUEST_TIMED_OUT)."""
+    timeout_ms = ctx.broker.config["remote.list.offsets.request.timeout.ms"]
+    try:
+        return await asyncio.wait_for(asyncio.wrap_future(fut), timeout_ms / 1000)
+    except asyncio.TimeoutError:
+        fut.cancel()
+        raise RequestTimedOutError(
+            f"remote ListOffsets of {tp.topic}-{tp.partition} took longer than "
+            f"remote.list.offsets.request.timeout.ms={timeout_ms}"
+        ) from None
+
+
 async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: int, isolation: int) -> tuple[int, int, int]:
     """(offset, timestamp, leader_epoch) for one ListOffsets partition."""
     if ts == LATEST:
@@ -57,8 +73,7 @@ async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: in
         # The largest timestamp may be in a segment only the remote tier holds (all data tiered, or
         # late records with old offsets). Kafka looks at local segments only; the remote tier's
         # segment metadata answers here as well, and on a tie the remote (earlier) offset wins.
-        loop = asyncio.get_running_loop()
-        remote = await loop.run_in_executor(None, rlm.find_max_timestamp, tp)
+        remote = await _remote_lookup(ctx, rlm.find_max_timestamp_async(tp), tp)
         local = plog.fetch_offset_by_timestamp(ts)
         if remote is not None and (local is None or _unpack(remote)[1] >= _unpack(local)[1]):
             return _unpack(remote)
@@ -67,8 +82,7 @@ async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: in
         return _unpack(local)
     if ts >= 0 and rlm is not None and plog.local_log_start_offset > plog.log_start_offset:
         # part of the log lives only in the remote tier; ask it first, off the loop
-        loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(None, rlm.find_offset_by_timestamp, tp, ts)
+        found = await _remote_lookup(ctx, rlm.find_offset_by_timestamp_async(tp, ts), tp)
         if found is not None:
             return _unpack(found)
     found = plog.fetch_offset_by_timestamp(ts)
@@ -84,24 +98,27 @@ async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: in
 async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
     isolation = getattr(req, "isolation_level", 0)
-    topics = []
-    for t in req.topics:
-        parts = []
-        for p in t.partitions:
-            out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
-            plog = broker.get_partition_log(t.name, p.partition_index)
-            if plog is None:
-                out["error_code"] = ErrorCode.unknown_topic_or_partition
-            else:
-                try:
-                    off, ts, epoch = await _offset_for(ctx, plog, TopicPartition(t.name, p.partition_index), p.timestamp, isolation)
-                    out.update(offset=off, timestamp=ts, leader_epoch=epoch)
-                except Exception as exc:  # noqa: BLE001
-                    out["error_code"] = error_code_of(exc)
-                    if out["error_code"] == -1:
-                        log.exception("ListOffsets %s-%d failed", t.name, p.partition_index)
-            parts.append(out)
-        topics.append({"name": t.name, "partitions": parts})
+
+    async def one(name: str, p: Any) -> dict:
+        out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        plog = broker.get_partition_log(name, p.partition_index)
+        if plog is None:
+            out["error_code"] = ErrorCode.unknown_topic_or_partition
+            return out
+        try:
+            off, ts, epoch = await _offset_for(ctx, plog, TopicPartition(name, p.partition_index), p.timestamp, isolation)
+            out.update(offset=off, timestamp=ts, leader_epoch=epoch)
+        except Exception as exc:  # noqa: BLE001
+            out["error_code"] = error_code_of(exc)
+            if out["error_code"] == -1:
+                log.exception("ListOffsets %s-%d failed", name, p.partition_index)
+        return out
+
+    # partitions whose answer is in the remote tier are looked up at the same time, not in turn
+    topics = [
+        {"name": t.name, "partitions": await asyncio.gather(*(one(t.name, p) for p in t.partitions))}
+        for t in req.topics
+    ]
     return {"throttle_time": 0, "topics": topics}
 
 

@@ -1,4 +1,5 @@
-"""Build the broker's RemoteLogManager from its configs (called once at broker start-up).
+"""Assembles the remote tier: the RSM, the RLMM and the RemoteLogManager over the broker's logs
+(called once at broker start-up; the only place these parts are built and handed to each other).
 
 Defaults (Kafka's names):
 - ``remote.log.storage.system.enable`` = **true** in tieredlog (Kafka: false). False: no RLM, None
@@ -17,19 +18,24 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.manager import RemoteLogManager
+from tieredlog.rlmm.topic import LogMetadataTopic
+from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager, TopicBasedRlmmConfig
+from tieredlog.rsm.api import RemoteStorageManager
+from tieredlog.rsm.registry import load_remote_storage_manager
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__remote_log_metadata"
 
 
-def build_rsm(cfg: RemoteLogManagerConfig):
-    from tieredlog.rsm.registry import load_remote_storage_manager
-
+def build_rsm(cfg: RemoteLogManagerConfig) -> RemoteStorageManager:
     name = cfg.rsm_class_name
     configs: dict[str, Any] = dict(cfg.rsm_configs)
     configs["broker.id"] = cfg.broker_id
@@ -38,13 +44,10 @@ def build_rsm(cfg: RemoteLogManagerConfig):
     return load_remote_storage_manager(name or "local", cfg.rsm_class_path, configs)
 
 
-def build_rlmm(broker: Any, cfg: RemoteLogManagerConfig):
-    from tieredlog.rlmm.topic import LogMetadataTopic
-    from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager, TopicBasedRlmmConfig
-
+def build_rlmm(broker: Broker, cfg: RemoteLogManagerConfig) -> TopicBasedRemoteLogMetadataManager:
     configs: dict[str, Any] = dict(cfg.rlmm_configs)
     configs.update({"broker.id": cfg.broker_id, "log.dir": cfg.first_log_dir,
-                    "cluster.id": getattr(broker, "cluster_id", "") or ""})
+                    "cluster.id": broker.cluster_id or ""})
     rcfg = TopicBasedRlmmConfig.from_configs(configs)
     topic_configs = {"retention.ms": str(rcfg.retention_ms), "cleanup.policy": "delete", "remote.storage.enable": "false"}
     # Create the topic now, on the broker's own start-up path, so the RLMM's loader thread never
@@ -59,7 +62,7 @@ def build_rlmm(broker: Any, cfg: RemoteLogManagerConfig):
     return TopicBasedRemoteLogMetadataManager(topic, configs)
 
 
-def create_remote_log_manager(broker: Any) -> RemoteLogManager | None:
+def create_remote_log_manager(broker: Broker) -> RemoteLogManager | None:
     """The broker's RLM, started and leading its tiered partitions; None if tiering is disabled."""
     cfg = RemoteLogManagerConfig.from_broker_config(broker.config)
     if not cfg.system_enable:
@@ -67,7 +70,7 @@ def create_remote_log_manager(broker: Any) -> RemoteLogManager | None:
         return None
     rsm = build_rsm(cfg)
     rlmm = build_rlmm(broker, cfg)
-    rlm = RemoteLogManager(broker.config, broker.log_manager, rsm, rlmm, cfg.broker_id, config=cfg)
+    rlm = RemoteLogManager(cfg, broker.log_manager, rsm, rlmm)
     rlm.start()
     rlm.watch_log_manager()
     log.info(

@@ -1,0 +1,19 @@
+"""What the RLM's tasks of one partition share while this broker leads or follows it."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from tieredlog.log.types import TopicPartition
+from tieredlog.rsm.api import TopicIdPartition
+
+
+@dataclass
+class PartitionState:
+    tp: TopicPartition
+    tip: TopicIdPartition
+    copied_offset: int | None = None  # highest offset known copied; None = ask the RLMM first
+    log_start_checked: bool = False
+    being_copied: set[uuid.UUID] = field(default_factory=set)  # segment ids the copy task is uploading
+    copy_disabled_reason: str | None = None
