@@ -249,3 +249,46 @@ def test_remote_retention_and_topic_deletion_across_restart(broker_factory, tmp_
     (control / "hang").unlink()
     b.start()
     wait_for(lambda: not list(remote.glob("ret-*/0/*.log")), what="remote data of the deleted topic to go")
+
+
+def test_fetch_max_bytes_bounds_remote_partitions_together(broker_factory):
+    """Remote partitions of one Fetch are read in parallel, but the response still honours its
+    max_bytes: before, each remote partition read its own partition_max_bytes."""
+    b = broker_factory(FAST)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("mb", 3, 1, config=TIERED)])["mb"].result(30)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 2, "batch.size": 8192})
+    for i in range(3 * 1200):
+        p.produce("mb", value=value_of(i), partition=i % 3, timestamp=TS0 + i)
+    assert p.flush(30) == 0
+
+    def local_start(part: int) -> int:
+        with KafkaClient(b.bootstrap) as c:
+            r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": "mb", "partitions": [{"partition_index": part, "timestamp": -4, "current_leader_epoch": -1}]}]})
+            return r.topics[0].partitions[0].offset
+
+    wait_for(lambda: all(local_start(part) > 300 for part in range(3)), what="every partition tiered")
+
+    def fetch(max_bytes: int) -> list[int]:
+        with KafkaClient(b.bootstrap, timeout=60) as c:
+            r = c.request(FETCH, {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": max_bytes,
+                                  "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                                  "topics": [{"topic": "mb", "partitions": [
+                                      {"partition": part, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                                      for part in range(3)]}]}, version=12)
+        return [len(bytes(pt.records or b"")) for pt in r.responses[0].partitions]
+
+    def fetched(max_bytes: int) -> list[int] | None:
+        sizes = fetch(max_bytes)
+        return sizes if sum(sizes) else None  # a remote read may time out empty: ask again
+
+    batch_max = 8192 + 1024  # one producer batch (batch.size) with its overhead
+    sizes = wait_for(lambda: fetched(40_000), what="a remote read")
+    assert 0 < sum(sizes) <= 40_000 + batch_max, sizes
+    # partitions take the budget in request order, as in Kafka; with room for all, all are read
+    everything = wait_for(lambda: (s := fetched(3 << 20)) and all(s) and s, what="all three partitions read")
+    assert all(0 < n <= 1 << 20 for n in everything), everything
+    # a budget too small for one batch still returns the first batch of the first partition only
+    tiny = wait_for(lambda: fetched(10), what="a remote read")
+    assert tiny[0] > 0 and tiny[1:] == [0, 0], tiny

@@ -118,12 +118,15 @@ def _read_local(broker: Any, pr: _PartitionRead, isolation: FetchIsolation, budg
     return _records_size(info.records)
 
 
-def _start_remote(broker: Any, pr: _PartitionRead) -> Any:
-    """Start the KIP-405 consumer read of ``pr`` below the local log start: the RLM's future, or
-    None when the RLM answered at once (bytes a sequential reader had read ahead into memory, a
-    throttled fetch, a full reader queue), already put in ``pr.data``."""
+def _start_remote(broker: Any, pr: _PartitionRead, max_bytes: int, min_one: bool) -> Any:
+    """Start the KIP-405 consumer read of ``pr`` below the local log start, of at most
+    ``max_bytes`` (at least one batch when ``min_one``): the RLM's future, or None when the RLM
+    answered at once (bytes a sequential reader had read ahead into memory, a throttled fetch, a
+    full reader queue), already put in ``pr.data``."""
     try:
-        fut = broker.remote_log_manager.read_async(TopicPartition(pr.topic, pr.partition), pr.fetch_offset, pr.max_bytes)
+        fut = broker.remote_log_manager.read_async(
+            TopicPartition(pr.topic, pr.partition), pr.fetch_offset, max_bytes, min_one_message=min_one
+        )
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
         return None
@@ -142,6 +145,22 @@ def _remote_failed(pr: _PartitionRead, exc: BaseException) -> None:
     if d.error_code == -1:
         log.warning("remote read of %s-%d at %d failed: %r", pr.topic, pr.partition, pr.fetch_offset, exc)
     d.records = b""
+
+
+def _remote_budgets(
+    remote: list[_PartitionRead], budget: int, nothing_yet: bool
+) -> list[tuple[_PartitionRead, int, bool]]:
+    """(partition, max bytes, at least one batch) for each remote read of one fetch. The reads run
+    in parallel, so the response's ``max_bytes`` left after the local partitions is shared out
+    before any of them returns: each takes up to its ``partition_max_bytes`` in request order, and
+    only the first may exceed its share by one batch, and only when nothing was read locally
+    (Kafka's rule for the first partition of a response)."""
+    out = []
+    for i, pr in enumerate(remote):
+        share = max(min(pr.max_bytes, budget), 0)
+        out.append((pr, share, nothing_yet and i == 0))
+        budget -= share
+    return out
 
 
 async def _read_remote(broker: Any, pr: _PartitionRead, fut: Any) -> None:
@@ -240,7 +259,12 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         if remote:
             # several partitions of one fetch are read from the remote tier in parallel; those
             # the RLM answers at once (read ahead into memory) cost no trip through the pool
-            waits = [(pr, fut) for pr in remote if (fut := _start_remote(broker, pr)) is not None]
+            waits = []
+            for pr, max_bytes, min_one in _remote_budgets(remote, response_max - total, total == 0):
+                if max_bytes <= 0 and not min_one:
+                    pr.data.records = b""  # fetch.max.bytes is spent: the client asks again
+                elif (fut := _start_remote(broker, pr, max_bytes, min_one)) is not None:
+                    waits.append((pr, fut))
             if waits:
                 await asyncio.gather(*(_read_remote(broker, pr, fut) for pr, fut in waits))
             break
