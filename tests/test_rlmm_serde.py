@@ -221,3 +221,57 @@ def test_metadata_partition_is_murmur2_of_key_mod_n():
     assert len(spread) > 25
     with pytest.raises(ValueError):
         metadata_partition(tp, 0)
+
+
+# -- hostile values: a record value is decoded or refused with MetadataSerdeError, nothing else ----
+
+_VALID_VALUES = [
+    serialize(seg_md()),
+    serialize(seg_md(custom_metadata=CustomMetadata(b"cm" * 5), tx_index_present=False)),
+    serialize(RemoteLogSegmentMetadataUpdate(RemoteLogSegmentId(TP, SEG_ID), 40, None,
+                                             RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 3)),
+    serialize(RemotePartitionDeleteMetadata(TP, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, 40, 3)),
+]
+
+
+def _deserialize_or_serde_error(value: bytes) -> None:
+    try:
+        deserialize(value)
+    except MetadataSerdeError:
+        pass
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.binary(max_size=200))
+def test_arbitrary_values_decode_or_raise_serde_error(value):
+    _deserialize_or_serde_error(value)
+    _deserialize_or_serde_error(b"\x01\x00\x00" + value)  # past the frame: into a segment record
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(which=st.integers(0, len(_VALID_VALUES) - 1), seed=st.integers(0, 1 << 30))
+def test_damaged_values_decode_or_raise_serde_error(which, seed):
+    import random
+
+    rnd = random.Random(seed)
+    buf = bytearray(_VALID_VALUES[which])
+    for _ in range(rnd.randint(1, 3)):
+        op = rnd.randrange(3)
+        if op == 0 and buf:
+            buf[rnd.randrange(len(buf))] = rnd.randrange(256)
+        elif op == 1:
+            del buf[rnd.randrange(len(buf) + 1):]
+        else:  # a varint length or count made huge
+            at = rnd.randrange(len(buf) + 1)
+            buf[at : at + 1] = rnd.choice([b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\xff\x01", b"\x80\x80\x80\x80\x10"])
+    _deserialize_or_serde_error(bytes(buf))
+
+
+def test_counts_are_bounded_by_the_bytes_left():
+    value = bytearray(serialize(seg_md()))
+    at = value.index(bytes.fromhex("03" "00000001" "000000000000000a" "00"))  # 2 epochs -> compact length 3
+    value[at : at + 1] = b"\xff\xff\xff\xff\x0f"  # 4 billion entries
+    with pytest.raises(MetadataSerdeError, match="cannot fit"):
+        deserialize(bytes(value))
+    with pytest.raises(MetadataSerdeError, match="longer than 5 bytes"):
+        deserialize(b"\x01\x00\x00" + b"\xff\xff\xff\xff\xff\x01")

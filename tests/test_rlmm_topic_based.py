@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import uuid
 
+import crc32c
 import pytest
 
 from tieredlog.errors import ReplicaNotAvailableError
@@ -403,3 +404,101 @@ def test_over_partition_logs_partition_count_mismatch(tmp_path):
     with pytest.raises(RemoteLogMetadataManagerFatalError):
         m.wait_until_ready(TPS[:1], timeout=30)
     m.close()
+
+
+# -- damaged records, batches and snapshots: skipped with one line each, never a failed load ----------
+
+import logging  # noqa: E402
+import random  # noqa: E402
+import struct  # noqa: E402
+
+from tieredlog.records.batch import CRC_OFFSET, HEADER_SIZE, compute_crc, peek_size  # noqa: E402
+from tieredlog.records.record import build_batch  # noqa: E402
+from tieredlog.rlmm.snapshot import MAGIC, VERSION  # noqa: E402
+
+
+def test_undecodable_values_are_skipped_with_one_line_each(caplog):
+    topic = MemoryMetadataTopic()
+    m = manager(topic)
+    workload(m, 3)
+    expected = canonical(m)
+    m.close()
+    rnd = random.Random(7)
+    garbage = [b"", b"\x01", b"\x02\x00\x00", b"\x01\x00\x00" + b"\xff" * 9, rnd.randbytes(40),
+               serde.serialize(seg(TPS[0], 1, 2))[:-7], b"\x01\x00\x00" + bytes.fromhex("ffffffff0f")]
+    loaded = sorted({m.partition_for(t) for t in TPS})  # the partitions a manager of TPS reads
+    for i, value in enumerate(garbage):
+        topic.append(loaded[i % len(loaded)], value)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        again = manager(topic)
+    assert canonical(again) == expected
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == len(garbage) and all("skipping undecodable record" in line for line in lines), lines
+    again.close()
+
+
+def _batch_holding(plog_dir, needle: bytes):
+    for path in sorted(plog_dir.glob("*.log")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + HEADER_SIZE <= len(data):
+            size = peek_size(data, pos)
+            if needle in data[pos : pos + size]:
+                return path, pos, size
+            pos += size
+    raise AssertionError("not found")
+
+
+def test_over_partition_logs_corrupt_batches_are_skipped_and_later_records_load(tmp_path, caplog):
+    logs = PartitionLogs(tmp_path / "data")
+    m = log_manager_for(logs)
+    workload(m, 2)
+    fresh = tp(100)
+    p = m.partition_for(fresh)
+    plog = logs.get_log(TopicPartition(METADATA_TOPIC, p))
+    lost, kept = seg(fresh, 0, 9), seg(fresh, 10, 19)
+    m.add_remote_log_segment_metadata(lost)
+    # records that are garbage under a valid CRC (appends never decode records)
+    bad = bytearray(build_batch([(None, b"x" * 30), (None, b"y" * 30)]))
+    bad[HEADER_SIZE + 33 :] = b"\xff" * (len(bad) - HEADER_SIZE - 33)
+    struct.pack_into(">I", bad, CRC_OFFSET, compute_crc(bad, 0, len(bad)))
+    plog.append_as_leader(bytes(bad), 0)
+    m.add_remote_log_segment_metadata(kept)
+    expected = canonical(m)
+    m.close()
+    path, pos, size = _batch_holding(plog.dir, lost.remote_log_segment_id.id.bytes)
+    data = bytearray(path.read_bytes())
+    data[pos + size - 2] ^= 0x5A  # the value's last bytes: the CRC no longer holds
+    path.write_bytes(bytes(data))
+    logs.restart()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        again = log_manager_for(logs)
+    got = canonical(again)
+    ids = {s.remote_log_segment_id.id for s in again.list_remote_log_segments(fresh)}
+    assert ids == {kept.remote_log_segment_id.id}  # the damaged record is a gap, the next one is there
+    assert {k: v for k, v in got.items() if k[1] != fresh} == {k: v for k, v in expected.items() if k[1] != fresh}
+    lines = [(r.name, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2 and all(n == "tieredlog.rlmm.topic" and "skipping a corrupt batch" in msg
+                                   for n, msg in lines), lines
+    again.close()
+
+
+@pytest.mark.parametrize("body", [b"[1, 2, 3]", b"[" * 100_000 + b"]" * 100_000, b'{"partitions": "x"}',
+                                  b'{"metadata_partition": 0, "num_partitions": 5, "next_offset": 0, "partitions": [7]}',
+                                  b"\xff\xfe not utf-8"])
+def test_snapshot_with_a_valid_checksum_but_bad_content_is_ignored(tmp_path, body, caplog):
+    topic = MemoryMetadataTopic()
+    m = manager(topic, tmp_path)
+    workload(m, 2)
+    m.close()
+    expected = canonical(m)
+    for path in sorted((tmp_path / SNAPSHOT_DIR).glob("*.snapshot")):
+        header = struct.pack(">8sHIQ", MAGIC, VERSION, crc32c.crc32c(body), len(body))
+        path.write_bytes(header + body)
+    with caplog.at_level(logging.WARNING):
+        again = manager(topic, tmp_path)
+    assert canonical(again) == expected  # replayed from the topic instead
+    assert any("ignoring metadata snapshot" in r.getMessage() for r in caplog.records)
+    again.close()

@@ -26,6 +26,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Mapping, Union
 
+from tieredlog.records.errors import CorruptRecordError
+from tieredlog.records.record import read_uvarint
 from tieredlog.rsm.api import (
     CustomMetadata,
     RemoteLogSegmentId,
@@ -45,6 +47,9 @@ SEGMENT_METADATA_SNAPSHOT_API_KEY = 3
 WRITE_VERSION = 0
 MAX_READ_VERSION = 1
 
+# Kafka's unsigned varints (ByteUtils.readUnsignedVarint) are 32-bit: five bytes at most.
+_MAX_UVARINT_BYTES = 5
+_EPOCH_ENTRY_SIZE = 4 + 8 + 1  # LeaderEpoch i32, Offset i64, empty tagged fields
 _I8 = struct.Struct(">b")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -213,18 +218,23 @@ class _Reader:
         return data
 
     def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise MetadataSerdeError("truncated varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise MetadataSerdeError("varint too long")
+        try:
+            value, end = read_uvarint(self.buf, self.pos)
+        except CorruptRecordError as exc:
+            raise MetadataSerdeError(str(exc)) from None
+        if end - self.pos > _MAX_UVARINT_BYTES:
+            raise MetadataSerdeError(f"varint longer than {_MAX_UVARINT_BYTES} bytes at byte {self.pos}")
+        self.pos = end
+        return value
+
+    def count(self, min_item_size: int, compact_array: bool = False) -> int:
+        """A tagged section's item count, or a compact array's length + 1 (0 = null), checked
+        against the bytes left, so no loop runs longer than the data can feed it."""
+        at = self.pos
+        n = self.uvarint()
+        if (n - 1 if compact_array and n else n) * min_item_size > len(self.buf) - self.pos:
+            raise MetadataSerdeError(f"count {n} at byte {at} cannot fit in the {len(self.buf) - self.pos} bytes left")
+        return n
 
     def i8(self) -> int:
         return _I8.unpack(self._take(1))[0]
@@ -253,7 +263,7 @@ class _Reader:
 
     def tagged(self) -> dict[int, bytes]:
         fields = {}
-        for _ in range(self.uvarint()):
+        for _ in range(self.count(2)):  # a tag and a length
             tag = self.uvarint()
             fields[tag] = self._take(self.uvarint())
         return fields
@@ -275,7 +285,7 @@ def _read_segment_id(r: _Reader) -> RemoteLogSegmentId:
 
 
 def _read_epochs(r: _Reader) -> dict[int, int]:
-    n = r.uvarint()
+    n = r.count(_EPOCH_ENTRY_SIZE, compact_array=True)
     if n == 0:
         raise MetadataSerdeError("null SegmentLeaderEpochs")
     epochs = {}

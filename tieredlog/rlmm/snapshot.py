@@ -153,9 +153,12 @@ def read_snapshot_body(path: Path) -> dict:
     if len(data) != length or crc32c.crc32c(data) != crc:
         raise SnapshotError(f"{path.name}: checksum mismatch")
     try:
-        return json.loads(data)
-    except ValueError as exc:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # deep nesting is a RecursionError, not a ValueError
         raise SnapshotError(f"{path.name}: {exc}") from None
+    if not isinstance(body, dict):
+        raise SnapshotError(f"{path.name}: not a JSON object")
+    return body
 
 
 def _restore_cache(entry: dict, tp: TopicIdPartition) -> RemoteLogMetadataCache:
@@ -203,6 +206,6 @@ def load_snapshot(path: Path, metadata_partition: int, num_partitions: int) -> P
                 store.delete_metadata[tp] = RemotePartitionDeleteMetadata(tp, RemotePartitionDeleteState(state), ts,
                                                                            broker)
         next_offset = int(body["next_offset"])
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as exc:
         raise SnapshotError(f"{Path(path).name}: malformed content: {exc!r}") from None
     return PartitionSnapshot(metadata_partition, num_partitions, next_offset, store)

@@ -7,11 +7,14 @@ that any client can read and that replicates like any other.
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Callable, Iterator, Protocol, runtime_checkable
 
 from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
+
+log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__remote_log_metadata"
 _READ_MAX_BYTES = 1 << 20
@@ -66,6 +69,7 @@ class LogMetadataTopic:
         self._logs: dict[int, object] = {}
         self._locks: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._unreadable: dict[int, int] = {}  # partition -> offset last reported as unreadable
 
     def ensure_created(self, num_partitions: int) -> None:
         from tieredlog.log.types import TopicPartition
@@ -110,6 +114,7 @@ class LogMetadataTopic:
     def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
         from tieredlog.errors import OffsetOutOfRangeError
         from tieredlog.log.types import FetchIsolation
+        from tieredlog.records.errors import RecordError
         from tieredlog.records.record import iter_batches_records
 
         plog = self._log(partition)
@@ -117,13 +122,30 @@ class LogMetadataTopic:
         while offset < plog.log_end_offset:
             try:
                 info = plog.read(offset, _READ_MAX_BYTES, FetchIsolation.LOG_END, True)
+                data = info.records.read_bytes() if hasattr(info.records, "read_bytes") else bytes(info.records)
             except OffsetOutOfRangeError:
                 return
-            data = info.records.read_bytes() if hasattr(info.records, "read_bytes") else bytes(info.records)
+            except (OSError, RecordError) as exc:
+                # The next catch-up tries again from here: one line per place, not one per query.
+                if self._unreadable.get(partition) != offset:
+                    self._unreadable[partition] = offset
+                    log.error("%s-%d: cannot read at offset %d: %s", METADATA_TOPIC, partition, offset, exc)
+                return
             if not data:
                 return
             progressed = False
-            for header, records in iter_batches_records(data, stop_at_partial=True):
+            end = plog.log_end_offset
+
+            def corrupt(pos: int, header, exc: RecordError) -> None:
+                # A record lost to damage is one line and a gap (Kafka's consumer task logs it and
+                # goes on); failing the load instead would retry it, and fail, forever.
+                nonlocal offset, progressed
+                log.error("%s-%d: skipping a corrupt batch after offset %d: %s", METADATA_TOPIC, partition, offset - 1, exc)
+                if header is not None and offset <= header.base_offset <= header.last_offset < end:
+                    offset = header.last_offset + 1
+                    progressed = True
+
+            for header, records in iter_batches_records(data, stop_at_partial=True, on_corrupt=corrupt):
                 for record in records:
                     if record.offset >= offset and record.value is not None:
                         yield record.offset, bytes(record.value)
@@ -143,7 +165,11 @@ def iter_partition_dir(partition_dir: str | Path) -> Iterator[tuple[int, bytes]]
 
     for path in sorted(Path(partition_dir).glob("*.log")):
         data = path.read_bytes()
-        for _header, records in iter_batches_records(data, stop_at_partial=True):
+
+        def corrupt(pos: int, _header, exc, path=path) -> None:
+            log.warning("%s: skipping a corrupt batch at byte %d: %s", path, pos, exc)
+
+        for _header, records in iter_batches_records(data, stop_at_partial=True, on_corrupt=corrupt):
             for record in records:
                 if record.value is not None:
                     yield record.offset, bytes(record.value)
