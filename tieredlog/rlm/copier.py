@@ -127,9 +127,8 @@ class RLMCopyTask:
         if not seg_epochs:
             # no epoch history (e.g. data written before any leader epoch): attribute it to epoch 0
             seg_epochs = {max(0, plog.leader_epoch_cache.latest_epoch or 0): segment.base_offset}
-        txn: Path | None = Path(segment.txn_index_path)
-        if not txn.exists() or txn.stat().st_size == 0:
-            txn = None
+        txn_path = Path(segment.txn_index_path)
+        txn = txn_path if txn_path.exists() and txn_path.stat().st_size > 0 else None
         snapshot = plog.producer_snapshot_for(segment)
         if snapshot is None or not Path(snapshot).exists():
             raise RemoteStorageException(f"{tip}: no producer snapshot at offset {next_offset}; cannot tier segment")

@@ -91,21 +91,9 @@ class RemoteLogManager:
         self._leaders: dict[TopicPartition, PartitionState] = {}
         self._followers: dict[TopicPartition, PartitionState] = {}
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}
-        self.index_cache: RemoteIndexCache | None = None
-        self.reader_pool: RemoteReaderPool | None = None
-        self.list_offsets_pool: RemoteReaderPool | None = None
-        self.copier: FixedDelayScheduler | None = None
-        self.expirer: FixedDelayScheduler | None = None
-        self.read_path = RemoteReadPath(self)
-
-    # ---- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._started:
-            return
-        c = self.config
         m = self.metrics
         self.index_cache = RemoteIndexCache(
-            self.rsm,
+            rsm,
             c.first_log_dir,
             c.index_cache_total_size_bytes,
             on_hit=m.index_cache_hits.inc,
@@ -116,33 +104,40 @@ class RemoteLogManager:
         self.list_offsets_pool = RemoteReaderPool(
             _LIST_OFFSETS_THREADS, c.reader_max_pending_tasks, name="remote-list-offsets"
         )
-        backoff = dict(
-            backoff_ms=c.task_retry_backoff_ms, backoff_max_ms=c.task_retry_backoff_max_ms, jitter=c.task_retry_jitter
+        self.copier = FixedDelayScheduler(
+            "kafka-rlm-copy-thread-pool", c.effective_copier_threads,
+            c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter,
         )
-        self.copier = FixedDelayScheduler("kafka-rlm-copy-thread-pool", c.effective_copier_threads, **backoff)
-        self.expirer = FixedDelayScheduler("kafka-rlm-expiration-thread-pool", c.effective_expiration_threads, **backoff)
-        pool = self.reader_pool
-        m.reader_queue_size.set_function(lambda: pool.queue_size)
-        m.reader_avg_idle.set_function(pool.idle.sample)
-        copier_pool = self.copier
-        m.tasks_avg_idle.set_function(copier_pool.idle.sample)
+        self.expirer = FixedDelayScheduler(
+            "kafka-rlm-expiration-thread-pool", c.effective_expiration_threads,
+            c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter,
+        )
+        self.read_path = RemoteReadPath(self)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Publish the pool metrics and resume the partition deletions a stopped broker left."""
+        if self._started:
+            return
+        m = self.metrics
+        reader_pool, copier = self.reader_pool, self.copier
+        m.reader_queue_size.set_function(lambda: reader_pool.queue_size)
+        m.reader_avg_idle.set_function(reader_pool.idle.sample)
+        m.tasks_avg_idle.set_function(copier.idle.sample)
         self._started = True
         for tip in self.pending_deletes.read():
             self._schedule_partition_delete(tip)
 
     def shutdown(self) -> None:
         """Stop every task without waiting for a hung RSM call (threads are daemons)."""
-        if not self._started or self.closing:
+        if self.closing:
             return
         self.closing = True
         for sched in (self.copier, self.expirer):
-            if sched is not None:
-                sched.shutdown(timeout=2.0)
+            sched.shutdown(timeout=2.0)
         for pool in (self.reader_pool, self.list_offsets_pool):
-            if pool is not None:
-                pool.shutdown(timeout=2.0)
-        if self.index_cache is not None:
-            self.index_cache.close()
+            pool.shutdown(timeout=2.0)
+        self.index_cache.close()
         for plugin in (self.rlmm, self.rsm):
             try:
                 plugin.close()
@@ -156,8 +151,7 @@ class RemoteLogManager:
 
     def _forget_segment(self, segment_id: uuid.UUID) -> None:
         """A deleted remote segment: its cached indexes and read-ahead go too."""
-        if self.index_cache is not None:
-            self.index_cache.remove(segment_id)
+        self.index_cache.remove(segment_id)
         self.read_path.prefetch.drop_segment(segment_id)
 
     # ---- partitions -----------------------------------------------------------------------------
@@ -424,7 +418,7 @@ class RemoteLogManager:
 
     def _read_inline(self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int,
                      min_one: bool) -> bytes | memoryview | None:
-        if self.closing or self.reader_pool is None:
+        if self.closing or not self._started:
             return None
         data = self.read_path.read_inline(tip, plog, fetch_offset, max_bytes, min_one)
         if data is not None:
@@ -432,7 +426,9 @@ class RemoteLogManager:
             self.metrics.fetch_bytes.labels(tip.topic).inc(len(data))
         return data
 
-    def _read(self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes:
+    def _read(
+        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool
+    ) -> bytes | memoryview:
         try:
             data = self.read_path.read(tip, plog, fetch_offset, max_bytes, min_one)
         except OffsetOutOfRangeError:
