@@ -43,6 +43,7 @@ _SUFFIXES = (OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX)
 _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, file position
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 _TXN_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
+_UNTRIMMED_INDEX_MAX = 32 << 20  # segment.index.bytes is 10 MiB by default
 
 
 def uuid_to_kafka(u: uuid.UUID) -> str:
@@ -121,6 +122,11 @@ class TimeIndexView:
         self._idx = _MappedIndex(path, _TIME_ENTRY)
         self.base_offset = base_offset
         self._keys = _Keys(self._idx, 0)
+        n = len(self._idx)
+        if n:  # sanity check, as Kafka's TimeIndex.sanityCheck: ends ordered, offsets not below the base
+            (first_ts, first_rel), (last_ts, last_rel) = self._idx[0], self._idx[n - 1]
+            if last_ts < first_ts or first_rel < 0 or last_rel < first_rel:
+                raise CorruptIndexError(f"{path.name}: entries out of order")
 
     def lookup(self, timestamp: int) -> int:
         """Offset of the last entry whose timestamp is at or below ``timestamp`` (base if none)."""
@@ -160,7 +166,10 @@ class Entry:
         self.offset_index = OffsetIndexView(files[OFFSET_SUFFIX], base_offset)
         self.time_index = TimeIndexView(files[TIME_SUFFIX], base_offset)
         txn = _MappedIndex(files[TXN_SUFFIX], _TXN_ENTRY)
-        self.aborted_txns = [AbortedTxn(*txn[i][1:]) for i in range(len(txn))]
+        entries = [txn[i] for i in range(len(txn))]
+        if any(e[0] != 0 for e in entries):  # Kafka's AbortedTxn refuses any version but 0
+            raise CorruptIndexError(f"{files[TXN_SUFFIX].name}: entry of an unknown version")
+        self.aborted_txns = [AbortedTxn(*e[1:]) for e in entries]
         self.weight = sum(p.stat().st_size for p in files.values())
 
     def aborted_in_range(self, start: int, end_exclusive: int) -> list[AbortedTxn]:
@@ -336,13 +345,27 @@ class RemoteIndexCache:
                 raise
             tmp.write_bytes(b"")  # a segment without transactions has no txn index
         else:
+            # An index has at most one entry per batch, so it is smaller than its segment (or, not
+            # trimmed at roll, as long as segment.index.bytes): a bigger object is corrupt, and is not
+            # copied to the cache folder whatever its size.
+            limit = max(md.segment_size_in_bytes, _UNTRIMMED_INDEX_MAX) if md.segment_size_in_bytes > 0 else None
+            written = 0
             try:
                 with open(tmp, "wb") as out:
                     while True:
                         chunk = stream.read(1 << 20)
                         if not chunk:
                             break
+                        written += len(chunk)
+                        if limit is not None and written > limit:
+                            raise CorruptIndexError(
+                                f"remote {index_type.value} index of segment {md.remote_log_segment_id.id} "
+                                f"is over {limit} bytes, more than its segment can need"
+                            )
                         out.write(chunk)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
             finally:
                 stream.close()
         os.replace(tmp, dest)
@@ -357,9 +380,18 @@ class RemoteIndexCache:
                 self._fetch_to_file(md, kinds[suffix], path)
         try:
             return Entry(key, md.start_offset, files)
-        except CorruptIndexError:
+        except CorruptIndexError as exc:
             # a file left by an older run or a bad transfer: fetch everything once more
-            log.warning("corrupt cached index for %s, fetching again", stem)
-            for suffix, path in files.items():
-                self._fetch_to_file(md, kinds[suffix], path)
-            return Entry(key, md.start_offset, files)
+            first = exc
+        for suffix, path in files.items():
+            self._fetch_to_file(md, kinds[suffix], path)
+        try:
+            entry = Entry(key, md.start_offset, files)
+        except CorruptIndexError:
+            # the remote objects themselves: the failed read reports it (one line); nothing is kept,
+            # so the next read fetches them again
+            for path in files.values():
+                path.unlink(missing_ok=True)
+            raise
+        log.info("cached indexes of %s were corrupt (%s); fetched again", stem, first)
+        return entry

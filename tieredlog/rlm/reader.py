@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
 from tieredlog.records.batch import HEADER_SIZE, LOG_OVERHEAD, peek_size, read_header
+from tieredlog.records.errors import CorruptRecordError
+from tieredlog.rlm.index_cache import CorruptIndexError
 from tieredlog.rlm.lineage import as_pairs, epoch_of_offset_in_segment, is_within_lineage
 from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
@@ -297,11 +299,16 @@ class RemoteReadPath:
                 f"offset {fetch_offset} of {tip} is in no remote segment (log start {log.log_start_offset})"
             )
         while md is not None:
-            pos = self.rlm.index_cache.lookup_offset(md, fetch_offset)
+            entry_offset, pos = self.rlm.index_cache.lookup_offset_entry(md, fetch_offset)
             s = _Stream(tip, md, fetch_offset, pos, log)
             s.chunk = s.first_chunk = min(CHUNK_MAX, max(self.chunk_min, 2 * max_bytes))
             try:
-                data = self._serve(s, fetch_offset, max_bytes, min_one_message)
+                data = self._serve(s, fetch_offset, max_bytes, min_one_message, entry_offset if pos else None)
+            except CorruptIndexError:
+                self.prefetch.release(s)
+                # fetched again on the next read: a bad transfer heals, a bad object fails again
+                self.rlm.index_cache.remove(md.remote_log_segment_id.id)
+                raise
             except BaseException:
                 self.prefetch.release(s)
                 raise
@@ -315,17 +322,31 @@ class RemoteReadPath:
         return b""
 
     # -- one stream -----------------------------------------------------------------------------
-    def _serve(self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool) -> bytes | memoryview | None:
+    def _serve(
+        self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool, index_entry: int | None = None
+    ) -> bytes | memoryview | None:
         """Whole batches from ``s`` starting at the batch holding ``fetch_offset``, up to
         ``max_bytes`` (at least one batch when ``min_one``); None when the segment has no batch
-        at or after ``fetch_offset``. Puts ``s`` back for the next fetch, or releases it."""
+        at or after ``fetch_offset``. Puts ``s`` back for the next fetch, or releases it.
+        ``index_entry``: the offset of the index entry a fresh stream's position came from."""
         # (_serve_inline is the same without I/O: keep the two in step)
         # skip the batches before fetch_offset (a fresh stream starts at an index floor)
         while True:
             if not self._ensure(s, HEADER_SIZE):
+                if index_entry is not None:
+                    raise CorruptIndexError(f"offset index of {_name(s)} points at byte {s.pos}, past its end")
                 self.prefetch.release(s)
                 return None
-            h = read_header(s.data, s.p)
+            h = _checked_header(s)
+            if index_entry is not None:
+                # the batch an entry points at starts at or before the entry's offset (Kafka keys
+                # entries by a batch's last offset); anything else is an index that lies
+                if not s.md.start_offset <= h.base_offset <= index_entry:
+                    raise CorruptIndexError(
+                        f"offset index of {_name(s)} maps offset {index_entry} to byte {s.pos}, where a batch "
+                        f"of offsets {h.base_offset}..{h.last_offset} starts"
+                    )
+                index_entry = None
             if h.last_offset >= fetch_offset:
                 break
             if not self._ensure(s, h.size):
@@ -357,7 +378,7 @@ class RemoteReadPath:
         while True:
             if not self._ensure_now(s, HEADER_SIZE) or len(s.data) - s.p < HEADER_SIZE:
                 return None
-            h = read_header(s.data, s.p)
+            h = _checked_header(s)
             if h.last_offset >= fetch_offset:
                 break
             if not self._ensure_now(s, h.size) or len(s.data) - s.p < h.size:
@@ -538,9 +559,11 @@ class RemoteReadPath:
         base = pos
         p = 0
         while True:
-            if len(buf) - p < HEADER_SIZE or len(buf) - p < peek_size(buf, p):
+            need = HEADER_SIZE if len(buf) - p < HEADER_SIZE else _batch_size(buf, p, base + p, md)
+            if len(buf) - p < need:
+                # everything the batch needs in one read: growing by chunks would copy it over and over
                 fetched_to = base + max(len(buf), p)
-                more = self.fetch_range(md, fetched_to, fetched_to + chunk)
+                more = self.fetch_range(md, fetched_to, fetched_to + max(chunk, need - (len(buf) - p)))
                 if not more:
                     return None
                 buf = buf[p:] + more
@@ -552,6 +575,29 @@ class RemoteReadPath:
             if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
                 return _record_at_or_after(buf, p, h, timestamp, starting_offset)
             p += size
+
+
+def _name(s: _Stream) -> str:
+    return f"remote segment {s.md.remote_log_segment_id.id} ({s.md.start_offset}..{s.md.end_offset})"
+
+
+def _batch_size(buf, p: int, file_pos: int, md: RemoteLogSegmentMetadata) -> int:
+    """The size the batch at ``buf[p:]`` declares, refused when no batch can have it: under a header
+    (a reader would never move on) or past the segment's end (a reader would fetch the rest of it)."""
+    size = peek_size(buf, p)
+    if size < HEADER_SIZE or 0 < md.segment_size_in_bytes < file_pos + size:
+        raise CorruptRecordError(
+            f"batch at byte {file_pos} of remote segment {md.remote_log_segment_id.id} declares {size} bytes "
+            f"(segment size {md.segment_size_in_bytes})",
+            position=file_pos,
+        )
+    return size
+
+
+def _checked_header(s: _Stream):
+    """The header at the stream's position, its size checked as :func:`_batch_size` does."""
+    _batch_size(s.data, s.p, s.pos, s.md)
+    return read_header(s.data, s.p)
 
 
 def _splice(s: _Stream, start: int, end: int, chunk) -> bool:
