@@ -242,3 +242,37 @@ def test_unclean_restart_does_not_read_the_preallocated_indexes_it_rebuilds(tmp_
     assert seg.offset_index.file_bytes() == written[0]
     assert seg.time_index.file_bytes()[: len(written[1])] == written[1]
     plog.close()
+
+
+@pytest.mark.parametrize("declared", [(1 << 31) - 1, 1 << 24, -1, -12, 0, 48, "file+1"])
+def test_a_tail_batch_length_that_cannot_be_is_cut_without_reading_what_it_claims(tmp_path, declared):
+    # Lengths read from a segment file are bounded by the file: recovery never allocates or reads
+    # what a torn header claims, and the log keeps everything before it.
+    import struct
+    import tracemalloc
+
+    rng = random.Random(5)
+    cfg = LogConfig(segment_bytes=1 << 20)
+    d = tmp_path / "t-0"
+    plog = UnifiedLog(d, cfg)
+    for _ in range(20):
+        plog.append_as_leader(rand_batch(rng), leader_epoch=0)
+    plog.flush()
+    flushed, end = read_all(plog), plog.log_end_offset
+    seg = plog.active_segment
+    tail = bytearray(rand_batch(rng))
+    length = seg.size + len(tail) + 1 - 12 if declared == "file+1" else declared
+    struct.pack_into(">qi", tail, 0, end, length)  # a plausible base offset, an impossible length
+    with open(seg.log_path, "ab") as f:
+        f.write(tail)
+    crash(plog)
+    tracemalloc.start()
+    try:
+        recovered = UnifiedLog(d, cfg, recovery_point=0, had_clean_shutdown=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak  # one recovery chunk (4 MiB) at most, never the claimed length
+    assert recovered.log_end_offset == end and read_all(recovered) == flushed
+    assert recovered.active_segment.size == seg.size  # the bad tail is gone
+    recovered.close()

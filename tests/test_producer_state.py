@@ -14,7 +14,7 @@ from tieredlog.log.producer_state import (
     read_control_record,
 )
 from tieredlog.records.batch import BatchHeader
-from tieredlog.records.record import ControlRecord, build_control_batch
+from tieredlog.records.record import ControlRecord, build_control_batch, encode_varint
 
 INT32_MAX = 2**31 - 1
 
@@ -99,7 +99,8 @@ def control_batch_bytes(control_type, coordinator_epoch):
     body = bytes([0, 0, 0, 8]) + struct.pack(">hh", 0, control_type) + bytes([12])
     body += struct.pack(">hi", 0, coordinator_epoch) + bytes([0])
     record = bytes([len(body) * 2]) + body
-    return bytes(61) + record
+    # a header of zeros but its batch length: the reader keeps every length within the batch
+    return struct.pack(">qi", 0, 61 + len(record) - 12) + bytes(49) + record
 
 
 def test_read_control_record():
@@ -109,6 +110,18 @@ def test_read_control_record():
     assert read_control_record(build_control_batch(0, 5, 1, 100, 1234, coordinator_epoch=9)) == ControlRecord(0, 0, 9)
     with pytest.raises(ValueError):
         read_control_record(control_batch_bytes(1, 7)[:66])
+    # lengths that reach past the batch, into whatever follows it, are refused
+    batch = bytearray(control_batch_bytes(1, 7))
+    value_len_at = 61 + 1 + 3 + 1 + 4  # length, attributes + deltas, key length, key
+    for length in (120, 1 << 40):
+        bad = batch[:value_len_at] + encode_varint(length) + batch[value_len_at + 1 :]
+        struct.pack_into(">i", bad, 8, len(bad) - 12)
+        with pytest.raises(ValueError, match="value of"):
+            read_control_record(bytes(bad) + bytes(200))
+    key_too_long = bytearray(batch)
+    key_too_long[61 + 4] = 100  # key length 50
+    with pytest.raises(ValueError, match="key of 50 bytes"):
+        read_control_record(bytes(key_too_long) + bytes(200))
 
 
 def test_transactions_and_first_unstable_offset(psm):

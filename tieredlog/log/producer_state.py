@@ -31,8 +31,9 @@ import crc32c as _crc32c
 
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
 from tieredlog.log.checkpoints import atomic_write
-from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
-from tieredlog.records.record import CONTROL_ABORT, ControlRecord
+from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, peek_size
+from tieredlog.records.errors import CorruptRecordError
+from tieredlog.records.record import CONTROL_ABORT, ControlRecord, read_varint
 
 log = logging.getLogger(__name__)
 
@@ -206,37 +207,28 @@ def read_snapshot(path: str | os.PathLike) -> list[ProducerStateEntry]:
 # control records
 
 
-def _read_varint(buf, pos: int) -> tuple[int, int]:
-    """Zig-zag varint at ``pos`` -> (value, next position)."""
-    raw = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise ValueError(f"bad varint at byte {pos}")
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-
-
 def read_control_record(buf, pos: int = 0) -> ControlRecord:
     """The control record of the (never compressed) control batch at ``pos``, read in place
-    (records.record.parse_control_record needs the batch decoded first)."""
-    p = pos + HEADER_SIZE
+    (records.record.parse_control_record needs the batch decoded first). Every length is kept
+    within the batch; anything that is not a control record raises ValueError."""
     try:
-        _, p = _read_varint(buf, p)  # record length
+        end = min(len(buf), pos + peek_size(buf, pos))
+        view = memoryview(buf)[:end]
+        p = pos + HEADER_SIZE
+        _, p = read_varint(view, p)  # record length
         p += 1  # attributes
-        _, p = _read_varint(buf, p)  # timestamp delta
-        _, p = _read_varint(buf, p)  # offset delta
-        key_len, p = _read_varint(buf, p)
-        if key_len < 4 or p + key_len > len(buf):
+        _, p = read_varint(view, p)  # timestamp delta
+        _, p = read_varint(view, p)  # offset delta
+        key_len, p = read_varint(view, p)
+        if key_len < 4 or p + key_len > end:
             raise ValueError(f"control record key of {key_len} bytes at byte {p}")
-        version, control_type = struct.unpack_from(">hh", buf, p)
+        version, control_type = struct.unpack_from(">hh", view, p)
         p += key_len
-        value_len, p = _read_varint(buf, p)
-        coordinator_epoch = struct.unpack_from(">i", buf, p + 2)[0] if value_len >= 6 else None
-    except struct.error as e:
+        value_len, p = read_varint(view, p)
+        if value_len > end - p:
+            raise ValueError(f"control record value of {value_len} bytes at byte {p}")
+        coordinator_epoch = struct.unpack_from(">i", view, p + 2)[0] if value_len >= 6 else None
+    except (struct.error, CorruptRecordError) as e:
         raise ValueError(f"truncated control record in batch at byte {pos}: {e}") from None
     return ControlRecord(version, control_type, coordinator_epoch)
 
