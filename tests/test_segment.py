@@ -274,3 +274,18 @@ def test_deleted_suffix_rename_and_delete(tmp_path):
                      "00000000000000000100.timeindex.deleted"]
     seg.delete()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_never_recreates_a_deleted_segment_file(tmp_path):
+    """A fetch holding a slice of a segment that retention deletes meanwhile gets an error; it must not
+    leave an empty ``.log`` behind under the old name (the next load would take it for a segment)."""
+    seg = make_segment(tmp_path)
+    b = kafka_batch(100, [1, 2])
+    seg.append(b, headers_of(b))
+    fslice, _ = seg.read(100, 1 << 20)
+    seg.delete()
+    with pytest.raises(FileNotFoundError):
+        fslice.read_bytes()
+    with pytest.raises(FileNotFoundError):
+        seg.read_bytes(0, 10)
+    assert list(tmp_path.iterdir()) == []

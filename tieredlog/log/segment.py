@@ -59,8 +59,15 @@ class LogFile:
 
     def fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            # No O_CREAT: a read racing with the segment's deletion must fail, not leave an empty file
+            # behind under the old name (a later load would take it for a segment).
+            self._fd = os.open(self.path, os.O_RDWR)
         return self._fd
+
+    def create(self) -> None:
+        """Create the file (a new segment); the only path that may."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
 
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self.fd(), size, position)
@@ -157,7 +164,7 @@ class LogSegment:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._log = LogFile(self.log_path)
         if not self.log_path.exists():
-            self._log.fd()
+            self._log.create()
         self._size = self._log.file_size()
         self.offset_index = OffsetIndex(self.offset_index_path, base_offset, max_index_size, writable=active)
         self.time_index = TimeIndex(self.time_index_path, base_offset, max_index_size, writable=active)
