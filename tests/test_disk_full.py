@@ -242,7 +242,7 @@ def test_roll_failing_on_producer_snapshot(tmp_path, monkeypatch):
     before_disk, before_state = disk_state(plog), log_state(plog)
     real = ProducerStateManager.take_snapshot
 
-    def full(self, next_offset=None):
+    def full(self, next_offset=None, sync=True):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(ProducerStateManager, "take_snapshot", full)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+import time
 
 import pytest
 
@@ -62,18 +64,54 @@ def test_shutdown_checkpoints_and_clean_reload(tmp_path):
     assert plog2.append_as_leader(batch(), 1).first_offset == 10
 
 
-def test_delete_log_renames_then_removes(tmp_path):
+def wait_for(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_delete_log_renames_at_once_and_deletes_after_the_delay(tmp_path):
+    clock = [TS]
+    tp = TopicPartition("t", 0)
+    mgr = LogManager([tmp_path], LogConfig(file_delete_delay_ms=60_000), clock=lambda: clock[0])
+    mgr.get_or_create_log(tp).append_as_leader(batch(), 0)
+    assert mgr.delete_log(tp)
+    assert mgr.get_log(tp) is None
+    [doomed] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert re.fullmatch(r"t-0\.[0-9a-f]{32}-delete", doomed.name)
+    assert mgr.pending_log_deletes() == [doomed]
+    # The name is free at once: a new partition t-0 starts empty in its own directory.
+    assert mgr.get_or_create_log(tp).log_end_offset == 0
+    assert mgr.delete_logs() == 0 and doomed.exists()  # file.delete.delay.ms has not passed
+    clock[0] += 60_000
+    assert mgr.delete_logs() == 1 and not doomed.exists()
+    assert (tmp_path / "t-0").is_dir() and mgr.pending_log_deletes() == []
+
+
+def test_delete_log_finishes_in_the_background(tmp_path):
+    tp = TopicPartition("t", 0)
+    mgr = LogManager([tmp_path], LogConfig(file_delete_delay_ms=0))
+    mgr.get_or_create_log(tp).append_as_leader(batch(), 0)
+    mgr.checkpoint_recovery_points()
+    assert tp in OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()
+    assert mgr.delete_log(tp)
+    wait_for(lambda: not any(p.is_dir() for p in tmp_path.iterdir()))
+    wait_for(lambda: tp not in OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read())
+    mgr.shutdown()
+
+
+def test_restart_finishes_pending_deletes(tmp_path):
+    """A "-delete" dir left by a crash never loads as a partition; startup removes it in the background."""
+    leftover = tmp_path / "t-1.0123abcd-delete"
+    leftover.mkdir()
+    (leftover / "00000000000000000000.log").write_bytes(b"")
     mgr = LogManager([tmp_path], LogConfig())
-    plog = mgr.get_or_create_log(TopicPartition("t", 0))
-    plog.append_as_leader(batch(), 0)
-    assert mgr.delete_log(TopicPartition("t", 0))
-    assert mgr.get_log(TopicPartition("t", 0)) is None
-    assert not any(p.is_dir() for p in tmp_path.iterdir())
-    # A leftover "-delete" dir from a crash is removed at load and never becomes a partition.
-    (tmp_path / "t-1.0123abcd-delete").mkdir()
-    (tmp_path / "t-1.0123abcd-delete" / "00000000000000000000.log").write_bytes(b"")
-    mgr2 = LogManager([tmp_path], LogConfig())
-    assert mgr2.all_logs() == [] and not (tmp_path / "t-1.0123abcd-delete").exists()
+    assert mgr.all_logs() == [] and mgr.pending_log_deletes() == [leftover]
+    mgr.startup()
+    wait_for(lambda: not leftover.exists())
+    assert mgr.pending_log_deletes() == []
+    mgr.shutdown()
 
 
 def test_cleanup_and_flush_tasks(tmp_path):

@@ -66,6 +66,7 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("log.flush.scheduler.interval.ms", "int", LONG_MAX, "", 0),
     _d("log.flush.offset.checkpoint.interval.ms", "int", 60000, "", 0),
     _d("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "", 0),
+    _d("background.threads", "int", 10, "threads of the log's background work: retention, flushes, checkpoints, deletes", 1),
     _d("log.cleaner.enable", "bool", True),
     _d("offsets.topic.replication.factor", "int", 1, "", 1),
     _d("offsets.topic.num.partitions", "int", 50, "", 1),

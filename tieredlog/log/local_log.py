@@ -3,6 +3,9 @@
 The segment map (base offset -> LogSegment), the log end offset and the recovery point, and the
 operations that change files: roll, read, flush, truncate, delete. Offsets that involve the remote
 tier, the high watermark, epochs and producer state belong to the UnifiedLog above it.
+
+The event loop appends under ``lock``, so nothing holds it while waiting on a disk: a flush and a
+retention delete decide under the lock what to do, then fsync, rename and unlink without it.
 """
 
 from __future__ import annotations
@@ -15,13 +18,32 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from tieredlog.log.checkpoints import fsync_dir
 from tieredlog.log.config import LogConfig
 from tieredlog.log.index import AbortedTxn
+from tieredlog.log.scheduler import InlineScheduler, Scheduler
 from tieredlog.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, filename_prefix
-from tieredlog.log.storage_errors import describe_os_error
+from tieredlog.log.storage_errors import describe_os_error, storage_error_log
 from tieredlog.log.types import FetchDataInfo, TopicPartition, parse_partition_dir
 
 log = logging.getLogger(__name__)
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file through a descriptor of our own: the segment may close or rename its files
+    meanwhile (a file renamed ``.deleted`` or gone needs no durability)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _segment_paths(seg: LogSegment) -> list[Path]:
+    return [seg.log_path, seg.offset_index_path, seg.time_index_path, seg.txn_index_path]
 
 
 class LocalLog:
@@ -31,17 +53,34 @@ class LocalLog:
     offsets here; callers hold it for every method unless the method says otherwise.
     """
 
-    def __init__(self, dir: Path | str, config: LogConfig, *, clock: Callable[[], int], recovery_point: int = 0):
+    def __init__(
+        self, dir: Path | str, config: LogConfig, *, clock: Callable[[], int], recovery_point: int = 0,
+        scheduler: Scheduler | None = None,
+    ):
         self.dir = Path(dir)
         self.topic_partition: TopicPartition = parse_partition_dir(self.dir.name)
         self.config = config
         self.clock = clock
+        self.scheduler: Scheduler = scheduler or InlineScheduler()
         self.lock = threading.RLock()
+        # Waited on by truncation while a retention delete renames files outside the lock: a segment
+        # re-created at the same base offset must not have its new files renamed away.
+        self._files_settled = threading.Condition(self.lock)
+        self._file_ops_in_flight = 0
         self._segments: dict[int, LogSegment] = {}
         self._bases: list[int] = []  # sorted base offsets, for floor lookups by bisect
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.recovery_point = recovery_point
         self.log_end_offset = 0
+        # Bumped by every truncation: a flush that started before one must not move the recovery point.
+        self._truncations = 0
+        # A segment file was created since the last flush: the directory entry needs an fsync too.
+        self._dir_dirty = False
+        # One background flush per partition at a time, its target raised by later rolls: on a slow disk
+        # rolls must not queue a flush each, all fsyncing the same segments at once.
+        self._flush_target = 0
+        self._flush_files: list[Path] = []
+        self._flush_scheduled = False
         self.dir.mkdir(parents=True, exist_ok=True)
         self.last_flush_ms = clock()
 
@@ -65,6 +104,7 @@ class LocalLog:
         if seg.base_offset not in self._segments:
             bisect.insort(self._bases, seg.base_offset)
         self._segments[seg.base_offset] = seg
+        self._dir_dirty = True
 
     def remove_segment(self, base: int) -> LogSegment:
         seg = self._segments.pop(base)
@@ -180,21 +220,81 @@ class LocalLog:
         return out
 
     # ---- flush ------------------------------------------------------------------------------------
-    def flush(self, offset: int) -> None:
-        """fsync the segments holding ``[recovery_point, offset)`` and move the recovery point there."""
-        if offset <= self.recovery_point:
-            return
-        lo = self.floor_index(self.recovery_point)
-        for base in self._bases[lo:]:
-            if base >= offset:
-                break
-            self._segments[base].flush()
-        self.recovery_point = offset
-        self.last_flush_ms = self.clock()
+    def flush(self, offset: int, extra_files: tuple[Path, ...] = ()) -> bool:
+        """fsync the segments holding ``[recovery_point, offset)`` (and ``extra_files``), then move the
+        recovery point there: only what is on disk is below it (Kafka's LocalLog.flush + markFlushed).
+
+        Takes ``lock`` only to pick the files and to move the recovery point; the fsyncs run without it
+        unless the caller holds it (flush.messages, close). Returns False when there was nothing to do."""
+        with self.lock:
+            if offset <= self.recovery_point and not extra_files:
+                return False
+            paths = list(extra_files)
+            lo = self.floor_index(self.recovery_point)
+            for base in self._bases[lo:]:
+                if base >= offset:
+                    break
+                paths.extend(_segment_paths(self._segments[base]))
+            sync_dir, self._dir_dirty = self._dir_dirty, False
+            truncations = self._truncations
+        try:
+            for p in paths:
+                _fsync_path(p)
+            if sync_dir:
+                fsync_dir(self.dir)
+        except BaseException:
+            if sync_dir:
+                with self.lock:
+                    self._dir_dirty = True
+            raise
+        with self.lock:
+            if truncations == self._truncations and offset > self.recovery_point:
+                self.recovery_point = min(offset, self.log_end_offset)
+                self.last_flush_ms = self.clock()
+        return True
+
+    def schedule_flush(self, offset: int, extra_files: tuple[Path, ...] = ()) -> None:
+        """Flush up to ``offset`` in the background (a rolled segment: Kafka's "flush-log" task). A failure
+        leaves the recovery point where it was; the flusher or the next roll covers the range again."""
+        with self.lock:
+            self._flush_target = max(self._flush_target, offset)
+            self._flush_files.extend(extra_files)
+            if self._flush_scheduled:
+                return  # the flush already scheduled takes the new target when it runs
+            self._flush_scheduled = True
+        self.scheduler.schedule_once(f"flush-log {self.topic_partition}", self._scheduled_flush)
+
+    def _take_flush_work(self) -> tuple[int, tuple[Path, ...]]:
+        files = tuple(self._flush_files)
+        self._flush_files.clear()
+        return self._flush_target, files
+
+    def _scheduled_flush(self) -> None:
+        with self.lock:
+            target, files = self._take_flush_work()
+        while True:
+            try:
+                self.flush(target, files)
+            except BaseException:
+                with self.lock:
+                    self._flush_scheduled = False
+                raise
+            with self.lock:
+                if self._flush_target <= target and not self._flush_files:
+                    self._flush_scheduled = False  # decided under the lock a new roll takes to schedule
+                    return
+                target, files = self._take_flush_work()
 
     # ---- truncation -------------------------------------------------------------------------------
+    def _await_file_ops(self) -> None:
+        while self._file_ops_in_flight:
+            self._files_settled.wait()
+
     def truncate_to(self, target_offset: int) -> None:
         """Remove every batch at or above ``target_offset`` (which lies within the local segments)."""
+        self._await_file_ops()
+        self._truncations += 1
+        self._flush_target = min(self._flush_target, target_offset)
         for base in [b for b in self._bases if b > target_offset]:
             if len(self._bases) > 1:
                 self.remove_segment(base).delete()
@@ -205,6 +305,9 @@ class LocalLog:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        self._await_file_ops()
+        self._truncations += 1
+        self._flush_target = new_offset
         for base in list(self._bases):
             self.remove_segment(base).delete()
         self.add_segment(self.new_segment(new_offset, active=True))
@@ -212,18 +315,45 @@ class LocalLog:
         self.recovery_point = new_offset
 
     # ---- deletion ---------------------------------------------------------------------------------
-    def remove_and_delete_segments(self, segs: list[LogSegment], now: int) -> None:
-        """Take ``segs`` out of the map and rename their files ``.deleted``; the files go after
-        ``file.delete.delay.ms`` (``delete_expired_files``), so a read already holding them finishes."""
+    def remove_segments(self, segs: list[LogSegment]) -> None:
+        """Take ``segs`` out of the map (under ``lock``); the caller must hand them to
+        ``delete_segment_files`` once it released the lock."""
         for seg in segs:
             self.remove_segment(seg.base_offset)
-            seg.close()
-            seg.change_file_suffix(DELETED_SUFFIX)
-            self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+        self._file_ops_in_flight += len(segs)
+
+    def delete_segment_files(self, segs: list[LogSegment], now: int) -> None:
+        """Rename the files of ``segs`` ``.deleted`` without holding ``lock``; the files go after
+        ``file.delete.delay.ms`` (``delete_expired_files``, scheduled), so a read already holding them
+        finishes. Kafka's deleteSegmentFiles with asyncDelete."""
+        delay = self.config.file_delete_delay_ms
+        try:
+            for seg in segs:
+                try:
+                    # The .log descriptor stays open until the physical delete: a fetch already sending
+                    # from it finishes, which is what file.delete.delay.ms is for.
+                    seg.offset_index.close()
+                    seg.time_index.close()
+                    seg.txn_index.close()
+                    seg.change_file_suffix(DELETED_SUFFIX)
+                except OSError as e:
+                    # The directory itself may be gone (the topic was deleted meanwhile); what is left
+                    # of this segment is unlinked with the others or removed at the next start.
+                    storage_error_log.error(("delete", str(self.topic_partition)),
+                                            "partition %s: cannot rename %s for deletion: %s",
+                                            self.topic_partition, seg.log_path.name, describe_os_error(e))
+        finally:
+            with self.lock:
+                self._pending_deletes.extend((now + delay, seg) for seg in segs)
+                self._file_ops_in_flight -= len(segs)
+                self._files_settled.notify_all()
+        self.scheduler.schedule_once(
+            f"delete-segments {self.topic_partition}", lambda: self.delete_expired_files(self.clock()), delay
+        )
 
     def delete_expired_files(self, now: int) -> int:
-        """Physically delete ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed (no lock
-        needed by the caller; the unlinks happen outside it)."""
+        """Physically delete ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed (the caller
+        holds no lock; the unlinks happen outside it)."""
         with self.lock:
             due = [s for t, s in self._pending_deletes if t <= now]
             self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
@@ -253,6 +383,7 @@ class LocalLog:
     def delete(self) -> None:
         """Remove the whole partition directory."""
         with self.lock:
+            self._await_file_ops()
             self.close_handles()
             self._segments.clear()
             self._bases.clear()

@@ -3,8 +3,13 @@
 Per log dir, as Kafka: ``recovery-point-offset-checkpoint``, ``replication-offset-checkpoint`` (high
 watermarks), ``log-start-offset-checkpoint``, and a ``.kafka_cleanshutdown`` marker written on clean
 shutdown and removed once the logs are loaded (so a crash later is seen as unclean). Partition dirs are
-``<topic>-<partition>``; a deleted partition's dir is renamed ``<topic>-<partition>.<uuid>-delete``
-first, so a crash mid-delete leaves nothing that loads as a live partition.
+``<topic>-<partition>``; a deleted partition's dir is renamed ``<topic>-<partition>.<uuid hex>-delete``
+at once and removed in the background, so a crash mid-delete leaves nothing that loads as a live
+partition, and the next start finishes the job.
+
+Retention, the flusher, the checkpoints, rolled-segment flushes and directory deletes run on the
+LogManager's own scheduler threads (Kafka's KafkaScheduler), never on the event loop and never on a pool
+remote-storage work uses.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Callable, Iterable, Mapping
 from tieredlog import errors
 from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile, fsync_dir
 from tieredlog.log.config import LogConfig
+from tieredlog.log.scheduler import KafkaScheduler
 from tieredlog.log.storage_errors import describe_os_error, storage_error_log
 from tieredlog.log.types import TopicPartition, parse_partition_dir
 from tieredlog.log.unified_log import UnifiedLog
@@ -80,7 +86,10 @@ class LogManager:
         clock: Callable[[], int] = _now_ms,
         producer_id_expiration_ms: int = 86_400_000,
         num_recovery_threads_per_data_dir: int = 1,
+        background_threads: int = 10,
     ):
+        """``background_threads``: Kafka's background.threads, the scheduler's threads. They start with the
+        first task; a LogManager whose logs never roll nor delete starts none until ``startup``."""
         self.log_dirs = [Path(d) for d in log_dirs]
         if not self.log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -91,6 +100,11 @@ class LogManager:
         # Kafka's num.recovery.threads.per.data.dir: values below 1 mean 1, as Kafka's validator requires.
         self.num_recovery_threads_per_data_dir = max(1, num_recovery_threads_per_data_dir)
         self._lock = threading.RLock()
+        self.scheduler = KafkaScheduler(background_threads)
+        # Concurrent writers of one checkpoint would share its ".tmp" file.
+        self._checkpoint_lock = threading.Lock()
+        # (renamed "-delete" dir, delete after ms): Kafka's logsToBeDeleted
+        self._logs_to_be_deleted: list[tuple[Path, int]] = []
         self._logs: dict[TopicPartition, UnifiedLog] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
         for d in self.log_dirs:
@@ -113,7 +127,9 @@ class LogManager:
             if not child.is_dir():
                 continue
             if child.name.endswith(DELETE_DIR_SUFFIX):
-                shutil.rmtree(child, ignore_errors=True)  # a delete interrupted by a crash
+                # A delete the last run did not finish: no reader of that process can hold these files,
+                # so they go at once, in the background once ``startup`` runs.
+                self._logs_to_be_deleted.append((child, self._clock()))
                 continue
             if child.name in BROKER_OWNED_DIRS:
                 log.debug("skipping %s: kept in the log dir by the broker itself", child)
@@ -157,6 +173,7 @@ class LogManager:
                     had_clean_shutdown=clean,
                     clock=self._clock,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    scheduler=self.scheduler,
                 )))
         threads = self.num_recovery_threads_per_data_dir
         if threads == 1:
@@ -226,26 +243,76 @@ class LogManager:
                 topic_id=topic_id,
                 clock=self._clock,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
+                scheduler=self.scheduler,
             )
             fsync_dir(d.parent)
             self._logs[tp] = plog
             return plog
 
     def delete_log(self, tp: TopicPartition) -> bool:
+        """DeleteTopics for one partition, as Kafka's asyncDelete: the directory is renamed
+        ``<topic>-<partition>.<uuid hex>-delete`` right away (a re-created partition of the same name gets
+        a fresh directory) and removed in the background after ``file.delete.delay.ms``; the rename's
+        directory fsync and the checkpoints without the partition are background work too."""
         tp = TopicPartition(*tp)
         with self._lock:
             plog = self._logs.pop(tp, None)
-        if plog is None:
-            return False
-        plog.close_handles()
-        doomed = plog.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.rename(plog.dir, doomed)
-        fsync_dir(doomed.parent)
-        shutil.rmtree(doomed, ignore_errors=True)
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
+            if plog is None:
+                return False
+            plog.close_handles()
+            doomed = plog.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+            os.rename(plog.dir, doomed)
+            self._logs_to_be_deleted.append((doomed, self._clock() + plog.config.file_delete_delay_ms))
+        self.scheduler.schedule_once(f"log-deleted {tp}", lambda: self._after_log_renamed(doomed.parent))
+        self.scheduler.schedule_once("kafka-delete-logs", self.delete_logs, plog.config.file_delete_delay_ms)
         return True
+
+    def _after_log_renamed(self, log_dir: Path) -> None:
+        fsync_dir(log_dir)  # the rename is durable: a crash no longer brings the partition back
+        self.write_checkpoints()
+
+    def delete_logs(self, now_ms: int | None = None) -> int:
+        """The "kafka-delete-logs" task: remove the renamed directories whose delay has passed. Returns how
+        many went; a directory that cannot be removed is kept and retried by the next run."""
+        now = self._clock() if now_ms is None else now_ms
+        with self._lock:
+            due = [(d, t) for d, t in self._logs_to_be_deleted if t <= now]
+            self._logs_to_be_deleted = [(d, t) for d, t in self._logs_to_be_deleted if t > now]
+        failed = []
+        for d, t in due:
+            try:
+                shutil.rmtree(d)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                failed.append((d, t))
+                storage_error_log.error(("delete-log", str(d)), "cannot delete %s, retrying: %s", d, describe_os_error(e))
+        if failed:
+            with self._lock:
+                self._logs_to_be_deleted.extend(failed)
+            self.scheduler.schedule_once("kafka-delete-logs", self.delete_logs, 10_000)
+        return len(due) - len(failed)
+
+    def pending_log_deletes(self) -> list[Path]:
+        with self._lock:
+            return [d for d, _ in self._logs_to_be_deleted]
+
+    def startup(self, *, retention_check_ms: int = 300_000, flush_check_ms: int | None = None,
+                checkpoint_ms: int = 60_000) -> None:
+        """Kafka's LogManager.startup: the periodic tasks on the LogManager's scheduler, each first run one
+        interval from now, and the deletes a previous run left unfinished, at once. ``flush_check_ms``
+        None: no flusher (log.flush.scheduler.interval.ms at its default, Long.MAX_VALUE)."""
+        sched = self.scheduler
+        sched.schedule("kafka-log-retention", self.cleanup_logs, retention_check_ms, retention_check_ms)
+        if flush_check_ms is not None:
+            sched.schedule("kafka-log-flusher", self.flush_dirty_logs, flush_check_ms, flush_check_ms)
+        sched.schedule("kafka-checkpoints", self.write_checkpoints, checkpoint_ms, checkpoint_ms)
+        if self.pending_log_deletes():
+            sched.schedule_once("kafka-delete-logs", self.delete_logs)
+
+    def write_checkpoints(self) -> bool:
+        """Recovery points, log start offsets and high watermarks (no replica manager owns those here)."""
+        return all([self.checkpoint_recovery_points(), self.checkpoint_log_start_offsets(), self.checkpoint_high_watermarks()])
 
     # ---- background tasks -------------------------------------------------------------------------
     def cleanup_logs(self, now_ms: int | None = None) -> int:
@@ -291,12 +358,12 @@ class LogManager:
             out.setdefault(plog.dir.parent, []).append(plog)
         return out
 
-    @staticmethod
-    def _write_checkpoint(path: Path, offsets: dict[TopicPartition, int]) -> bool:
+    def _write_checkpoint(self, path: Path, offsets: dict[TopicPartition, int]) -> bool:
         """Write one checkpoint file; on a full disk the old file stays intact (the new one goes through
         ``<file>.tmp``, removed here), one line is logged and the next run tries again. Returns success."""
         try:
-            OffsetCheckpointFile(path).write(offsets)
+            with self._checkpoint_lock:
+                OffsetCheckpointFile(path).write(offsets)
             return True
         except OSError as e:
             path.with_name(path.name + ".tmp").unlink(missing_ok=True)
@@ -329,7 +396,10 @@ class LogManager:
         """Flush and close every log, write the checkpoints, then the clean-shutdown markers (last).
 
         A log dir where any of that fails (full disk) gets no marker: its next start recovers from the
-        log itself instead of trusting files that could not be written."""
+        log itself instead of trusting files that could not be written. The background tasks stop first
+        (a task stuck on a dead disk is waited for at most 30 s); unfinished directory deletes are done
+        by the next start."""
+        self.scheduler.shutdown()
         logs = self.all_logs()
         failed: set[Path] = set()
         for plog in logs:
@@ -338,8 +408,7 @@ class LogManager:
             except OSError as e:
                 failed.add(plog.dir.parent)
                 log.error("partition %s: cannot flush at shutdown: %s", plog.topic_partition, describe_os_error(e))
-        written = [self.checkpoint_recovery_points(), self.checkpoint_log_start_offsets(), self.checkpoint_high_watermarks()]
-        if not all(written):
+        if not self.write_checkpoints():
             failed.update(self.log_dirs)
         for plog in logs:
             try:

@@ -450,12 +450,16 @@ class ProducerStateManager:
         except FileNotFoundError:
             pass
 
-    def take_snapshot(self, next_offset: int | None = None) -> Path:
-        """Write the state as of ``next_offset`` (default: the map end offset) and return the file."""
+    def take_snapshot(self, next_offset: int | None = None, sync: bool = True) -> Path:
+        """Write the state as of ``next_offset`` (default: the map end offset) and return the file.
+
+        ``sync=False`` (a roll, under the log's lock): no fsync here; the caller has it flushed in the
+        background. A crash before that leaves at worst a snapshot that fails its CRC at load, which is
+        then deleted and the state rebuilt from an older one and the log."""
         offset = self.map_end_offset if next_offset is None else next_offset
         path = snapshot_path(self.dir, offset)
         entries = [self._producers[pid] for pid in sorted(self._producers)]
-        atomic_write(path, encode_snapshot(entries))
+        atomic_write(path, encode_snapshot(entries), sync=sync)
         return path
 
     def snapshot_file(self, offset: int) -> Path | None:

@@ -32,6 +32,7 @@ from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.local_log import LocalLog
 from tieredlog.log.log_loader import LogLoader, rebuild_producer_state
 from tieredlog.log.log_validator import LogValidator
+from tieredlog.log.scheduler import Scheduler
 from tieredlog.log.producer_state import (
     CompletedTxn,
     DuplicateBatch,
@@ -110,8 +111,11 @@ class UnifiedLog:
         had_clean_shutdown: bool = True,
         clock: Callable[[], int] = _now_ms,
         producer_id_expiration_ms: int = 86_400_000,
+        scheduler: Scheduler | None = None,
     ):
-        self.local_log = LocalLog(dir, config, clock=clock, recovery_point=recovery_point)
+        """``scheduler`` runs the background flush of rolled segments and delayed file deletes (the
+        LogManager's threads); without one they run inline, for a log used on its own."""
+        self.local_log = LocalLog(dir, config, clock=clock, recovery_point=recovery_point, scheduler=scheduler)
         self._lock = self.local_log.lock
         self._clock = clock
         self.highest_offset_in_remote_storage = -1
@@ -364,8 +368,9 @@ class UnifiedLog:
         snapshot_existed = snapshot.exists()
         try:
             # The producer snapshot at the new base offset is what the RLM uploads with the rolled segment.
+            # No fsync under the lock: it is flushed with the rolled segment below.
             ps.map_end_offset = max(old_map_end, new_base)
-            ps.take_snapshot(new_base)
+            ps.take_snapshot(new_base, sync=False)
             seg = local.roll(new_base)  # undoes its own steps if it fails
         except BaseException as e:
             ps.map_end_offset = old_map_end
@@ -379,15 +384,10 @@ class UnifiedLog:
                     self.topic_partition, new_base, describe_os_error(e),
                 )
             raise
-        # Kafka flushes the rolled segment right away (asynchronously); the recovery point follows. If
-        # the fsync fails the roll still stands: the recovery point stays and the flusher retries.
-        try:
-            local.flush(new_base)
-        except OSError as e:
-            storage_error_log.error(
-                ("flush", str(self.topic_partition)),
-                "partition %s: cannot flush the rolled segment: %s", self.topic_partition, describe_os_error(e),
-            )
+        # As Kafka: the rolled segment is flushed right away but asynchronously, off the append path and
+        # the lock (a 256 MiB segment's fsync would stall every partition's requests). The recovery point
+        # moves when the fsync is done; if it fails the roll still stands, the flusher retries.
+        local.schedule_flush(new_base, (snapshot,))
         return seg
 
     # ---- reads ------------------------------------------------------------------------------------
@@ -516,20 +516,19 @@ class UnifiedLog:
     # ---- flush ------------------------------------------------------------------------------------
     def flush(self, offset: int | None = None) -> None:
         """fsync the segments holding ``[recovery_point, offset)`` (default: everything) and move the
-        recovery point there. The recovery point moves only after an fsync."""
-        with self._lock:
-            end = self.log_end_offset
-            self.local_log.flush(end if offset is None else min(offset, end))
+        recovery point there. The recovery point moves only after an fsync; the fsyncs run without the
+        lock unless the caller holds it."""
+        end = self.log_end_offset
+        self.local_log.flush(end if offset is None else min(offset, end))
 
     def flush_if_due(self, now_ms: int | None = None) -> bool:
-        """flush.ms: called by the LogManager's flusher."""
+        """flush.ms: called by the LogManager's flusher (off the event loop, the fsyncs outside the lock)."""
         now_ms = self._clock() if now_ms is None else now_ms
+        local = self.local_log
         with self._lock:
-            local = self.local_log
-            if local.log_end_offset > local.recovery_point and now_ms - local.last_flush_ms >= self.config.flush_ms:
-                local.flush(local.log_end_offset)
-                return True
-        return False
+            end = local.log_end_offset
+            due = end > local.recovery_point and now_ms - local.last_flush_ms >= self.config.flush_ms
+        return due and local.flush(end)
 
     # ---- truncation -------------------------------------------------------------------------------
     def truncate_to(self, target_offset: int) -> bool:
@@ -561,33 +560,40 @@ class UnifiedLog:
     # ---- retention --------------------------------------------------------------------------------
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Retention as Kafka's deleteOldSegments: log-start breach, then size, then time. Tiered topics use
-        local retention and may delete only segments already in remote storage. Returns segments deleted."""
+        local retention and may delete only segments already in remote storage. Returns segments deleted.
+
+        The segments leave the map (and every offset moves) under the lock; their files are renamed and
+        later unlinked after it is released."""
         now = self._clock() if now_ms is None else now_ms
         cfg = self.config
-        with self._lock:
-            n = self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset, now)
-            if not cfg.delete:
-                return n
-            tiered = self.remote_enabled
-            retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
-            retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
-            if retention_bytes >= 0:
-                diff = self.size - retention_bytes
-                if diff > 0:
-                    budget = [diff]
+        doomed: list[LogSegment] = []
+        try:
+            with self._lock:
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset, doomed)
+                if cfg.delete:
+                    tiered = self.remote_enabled
+                    retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
+                    retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
+                    if retention_bytes >= 0 and self.size > retention_bytes:
+                        budget = [self.size - retention_bytes]
 
-                    def by_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
-                        if budget[0] - seg.size >= 0:
-                            budget[0] -= seg.size
-                            return True
-                        return False
+                        def by_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                            if budget[0] - seg.size >= 0:
+                                budget[0] -= seg.size
+                                return True
+                            return False
 
-                    n += self._delete_segments(by_size, now)
-            if retention_ms >= 0:
-                n += self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp > retention_ms, now)
-            return n
+                        self._delete_segments(by_size, doomed)
+                    if retention_ms >= 0:
+                        self._delete_segments(lambda seg, nxt: now - seg.largest_timestamp > retention_ms, doomed)
+        finally:
+            if doomed:  # also when a later step failed: these are out of the map already
+                self.local_log.delete_segment_files(doomed, now)
+        if doomed:
+            self.delete_expired_files(now)
+        return len(doomed)
 
-    def _delete_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool], now: int) -> int:
+    def _delete_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool], doomed: list[LogSegment]) -> None:
         tiered = self.remote_enabled
         deletable: list[LogSegment] = []
         segs = self.segments
@@ -607,20 +613,19 @@ class UnifiedLog:
             deletable.append(seg)
         if roll_active and not deletable:
             self._roll()
-            return 0
+            return
         if not deletable:
-            return 0
+            return
         if len(deletable) == len(segs):
             self._roll()  # never delete the active segment: start a new one first
-        self.local_log.remove_and_delete_segments(deletable, now)
+        self.local_log.remove_segments(deletable)
+        doomed.extend(deletable)
         first = self.local_log.first_base_offset
         if not tiered and first > self.log_start_offset:
             self.log_start_offset = first
             self.leader_epoch_cache.truncate_from_start(first)
         self.local_log_start_offset = max(self.local_log_start_offset, first)
         self.producer_state.delete_snapshots_below(first)
-        self.delete_expired_files(now)
-        return len(deletable)
 
     def delete_expired_files(self, now_ms: int | None = None) -> int:
         """Physically delete ``.deleted`` segment files whose ``file.delete.delay.ms`` has passed."""

@@ -98,7 +98,6 @@ class Broker:
         self.cluster_id = ""
         self.producer_ids: ProducerIdManager | None = None
         self._store: TopicStore | None = None
-        self._tasks: list[asyncio.Task] = []
         self.stopping = False  # set on SIGTERM; parked fetches return at once
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -127,11 +126,15 @@ class Broker:
             plog.update_high_watermark(plog.log_end_offset)
         await self._start_coordinator()
         self._start_remote_log_manager()
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._periodic("log.retention.check.interval.ms", self._retention)))
-        self._tasks.append(loop.create_task(self._periodic("log.flush.offset.checkpoint.interval.ms", self._checkpoint)))
-        if self.config["log.flush.scheduler.interval.ms"] < 2**62:
-            self._tasks.append(loop.create_task(self._periodic("log.flush.scheduler.interval.ms", self._flush)))
+        # Retention, flushes and checkpoints run on the LogManager's own scheduler threads: not on the
+        # event loop, and not on the default executor the remote ListOffsets lookups use, so a slow
+        # object store cannot starve them.
+        flush_ms = self.config["log.flush.scheduler.interval.ms"]
+        self.log_manager.startup(
+            retention_check_ms=max(self.config["log.retention.check.interval.ms"], 10),
+            flush_check_ms=max(flush_ms, 10) if flush_ms < 2**62 else None,
+            checkpoint_ms=max(self.config["log.flush.offset.checkpoint.interval.ms"], 10),
+        )
 
     def _start_remote_log_manager(self) -> None:
         # tiered storage (tieredlog.rlm): metrics endpoint, then the RLM (None when disabled)
@@ -154,6 +157,8 @@ class Broker:
             kwargs["topic_configs"] = self._topic_config_for
         if "num_recovery_threads_per_data_dir" in params:
             kwargs["num_recovery_threads_per_data_dir"] = self.config["num.recovery.threads.per.data.dir"]
+        if "background_threads" in params:
+            kwargs["background_threads"] = self.config["background.threads"]
         return LogManager(self.log_dirs, self.default_log_config, **kwargs)
 
     def _topic_config_for(self, topic: str) -> LogConfig:
@@ -217,41 +222,7 @@ class Broker:
             if inspect.isawaitable(res):
                 await res
 
-    async def _periodic(self, key: str, fn) -> None:
-        interval = max(self.config[key], 10) / 1000
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                # file deletion and fsync run off the loop so requests keep flowing
-                await loop.run_in_executor(None, fn)
-            except OSError as exc:
-                # A full disk (or another I/O error) the task did not handle itself: one line, and the
-                # next run tries again; the broker keeps serving.
-                from tieredlog.log.storage_errors import describe_os_error, storage_error_log
-
-                storage_error_log.error(("periodic", key), "periodic task for %s failed, retrying next run: %s",
-                                        key, describe_os_error(exc))
-            except Exception:
-                log.exception("periodic task for %s failed", key)
-
-    def _retention(self) -> None:
-        self.log_manager.cleanup_logs()
-
-    def _checkpoint(self) -> None:
-        self.log_manager.checkpoint_recovery_points()
-        self.log_manager.checkpoint_log_start_offsets()
-        hw = getattr(self.log_manager, "checkpoint_high_watermarks", None)
-        if hw is not None:
-            hw()
-
-    def _flush(self) -> None:
-        self.log_manager.flush_dirty_logs()
-
     async def shutdown(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.group_coordinator is not None and hasattr(self.group_coordinator, "shutdown"):
             try:
                 res = self.group_coordinator.shutdown()
@@ -266,8 +237,9 @@ class Broker:
             except Exception:
                 log.exception("remote log manager close failed")
         if self.log_manager is not None:
-            # LogManager.shutdown flushes, writes checkpoints and the clean-shutdown marker
-            self.log_manager.shutdown()
+            # LogManager.shutdown flushes, writes checkpoints and the clean-shutdown marker: fsyncs, so
+            # off the loop like every other disk wait
+            await asyncio.to_thread(self.log_manager.shutdown)
 
     # ---- topics -------------------------------------------------------------------------------------
 
