@@ -92,3 +92,18 @@ def test_missing_bucket_fails_at_configure(moto_s3):
     with pytest.raises(RemoteStorageConfigError, match="bucket 'no-such-bucket-fs' does not exist"):
         FsspecRemoteStorageManager().configure(
             {"storage.fsspec.url": "s3://no-such-bucket-fs/p", **moto_s3.fsspec_options()})
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b"{" * 10, b"x" * ((1 << 20) + 7)])
+def test_a_damaged_or_huge_manifest_is_refused_not_read_whole(tmp_path, body):
+    from tieredlog.rsm.api import RemoteStorageException
+
+    rsm = FsspecRemoteStorageManager()
+    rsm.configure({"storage.fsspec.url": f"file://{tmp_path}/root"})
+    seg = make_segment(tmp_path / "local", size=100)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    key = next(k for k in rsm.list_segment_objects() if k.suffix == "manifest")
+    path = next((tmp_path / "root").rglob("*.manifest"))
+    path.write_bytes(body)
+    with pytest.raises(RemoteStorageException, match="manifest"):
+        rsm.read_manifest(key)

@@ -274,3 +274,18 @@ def test_deleting_the_last_segments_removes_the_empty_partition_and_topic_folder
     # a later copy to the same partition recreates the folders
     rsm.copy_log_segment_data(make_md(start=200, end=299, tp=p0), make_files(tmp_path / "s9", b"y"))
     assert len(rsm.list_manifests(p0)) == 1
+
+
+def test_an_unreadable_manifest_is_not_listed_and_logged_once(rsm, tmp_path, caplog):
+    import logging
+
+    mds = [make_md(start=i * 10, end=i * 10 + 9) for i in range(3)]
+    for i, md in enumerate(mds):
+        rsm.copy_log_segment_data(md, make_files(tmp_path / f"s{i}", b"x" * 100))
+    bad = rsm.segment_path(mds[1], ".manifest")
+    bad.write_bytes(b"[" * 100_000)  # JSON too deep for the parser: a RecursionError, not a ValueError
+    with caplog.at_level(logging.WARNING):
+        listed = rsm.list_manifests(TP)
+    assert [m["start_offset"] for m in listed] == [0, 20]
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and lines[0].startswith(f"ignoring unreadable manifest {bad}"), lines

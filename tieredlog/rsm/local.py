@@ -60,6 +60,7 @@ COPY_ORDER = (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", ".leader_epoch_ch
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _SEGMENT_FILE = re.compile(r"^(\d{20})-([a-zA-Z0-9_-]{22})(\.[a-z_]+)$")
 _COPY_CHUNK = 1 << 20
+_MAX_MANIFEST_BYTES = 1 << 20  # a manifest is about 1 KiB
 
 
 def uuid_to_base64(u: uuid.UUID) -> str:
@@ -311,8 +312,19 @@ class LocalTieredStorage(RemoteStorageManager):
         pdir = self.partition_dir(tp)
         out = []
         for path in sorted(pdir.glob("*" + MANIFEST_SUFFIX)) if pdir.is_dir() else ():
-            if _SEGMENT_FILE.match(path.name):
-                out.append(json.loads(path.read_bytes()))
+            if not _SEGMENT_FILE.match(path.name):
+                continue
+            try:
+                if path.stat().st_size > _MAX_MANIFEST_BYTES:
+                    raise ValueError(f"over {_MAX_MANIFEST_BYTES} bytes")
+                body = json.loads(path.read_bytes())
+                if not isinstance(body, dict):
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError, RecursionError) as exc:
+                # a damaged commit marker: that segment is not listed as committed
+                log.warning("ignoring unreadable manifest %s: %s", path, exc)
+                continue
+            out.append(body)
         return out
 
     def iter_segment_files(self) -> Iterator[Path]:

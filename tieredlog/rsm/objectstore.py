@@ -40,6 +40,8 @@ from tieredlog.rsm.keys import (
 log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
+# A manifest is about 1 KiB; anything this big is not one.
+MAX_MANIFEST_BYTES = 1 << 20
 
 
 class RemoteStorageConfigError(RemoteStorageException, ValueError):
@@ -142,9 +144,11 @@ def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str
 
 
 def parse_manifest(data: bytes) -> dict:
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise RemoteStorageException(f"segment manifest is over {MAX_MANIFEST_BYTES} bytes")
     try:
         body = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # deep nesting is a RecursionError
         raise RemoteStorageException(f"segment manifest is not JSON: {exc}") from None
     if not isinstance(body, dict) or body.get("version") != MANIFEST_VERSION:
         raise RemoteStorageException(f"unsupported segment manifest version {body.get('version')!r}"
@@ -266,7 +270,8 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if parsed.suffix != MANIFEST_SUFFIX:
             raise InvalidKeyError(f"{name!r} is not a manifest key")
         with self._get_range(name, 0, None) as stream:
-            return parse_manifest(stream.read())
+            # one byte more than a manifest may have: a huge object is refused, not read whole
+            return parse_manifest(stream.read(MAX_MANIFEST_BYTES + 1))
 
 
 def validated_prefix(reader: ConfigReader, name: str = "key.prefix") -> str:
