@@ -236,6 +236,30 @@ def read_control_record(buf, pos: int = 0) -> ControlRecord:
 # ---------------------------------------------------------------------------------------------
 
 
+def _check_next_in_request(prev: BatchHeader, h: BatchHeader, txn_open: bool) -> None:
+    """Kafka's sequence rules for a producer's batch that follows ``prev`` in the same request."""
+    pid, epoch = h.producer_id, h.producer_epoch
+    if epoch < prev.producer_epoch:
+        raise InvalidProducerEpochError(
+            f"producer {pid} has epoch {epoch}, smaller than epoch {prev.producer_epoch} earlier in the request"
+        )
+    if epoch != prev.producer_epoch:
+        if h.base_sequence != 0 and prev.producer_epoch != NO_PRODUCER_EPOCH:
+            raise OutOfOrderSequenceNumberError(
+                f"producer {pid}: new epoch {epoch} must start at sequence 0, got {h.base_sequence}"
+            )
+    else:
+        expected = 0 if prev.last_sequence == INT32_MAX else prev.last_sequence + 1  # sequences wrap
+        if h.base_sequence != expected:
+            raise OutOfOrderSequenceNumberError(
+                f"producer {pid} epoch {epoch}: out of order sequence {h.base_sequence}, expected {expected}"
+            )
+    if txn_open and not h.is_transactional:
+        raise InvalidTxnStateError(
+            f"producer {pid} has a transaction open but sent a non-transactional batch"
+        )
+
+
 class ProducerStateManager:
     def __init__(self, dir: str | os.PathLike, producer_id_expiration_ms: int = 86_400_000):
         self.dir = Path(dir)
@@ -292,6 +316,37 @@ class ProducerStateManager:
                 f"producer {pid} has a transaction open since offset {entry.current_txn_first_offset} "
                 "but sent a non-transactional batch"
             )
+        return None
+
+    def check_request(self, headers: list[BatchHeader]) -> DuplicateBatch | None:
+        """Producer checks of a whole client request, before anything is written (Kafka's per-request
+        ProducerAppendInfo).
+
+        A producer's first batch in the request is checked against its stored state; its later batches
+        against the batch before them in the same request (the stored state only changes once the whole
+        request is appended). A retry of a stored batch answers the whole request as a duplicate, as
+        Kafka does.
+        """
+        seen: dict[int, tuple[BatchHeader, bool]] = {}  # producer id -> (its previous batch here, txn open)
+        for h in headers:
+            if not h.has_producer_id:
+                continue
+            pid = h.producer_id
+            prev = seen.get(pid)
+            if prev is None:
+                dup = self.check_sequence(h)
+                if dup is not None:
+                    return dup
+                entry = self.last_entry(pid)
+                txn_open = entry is not None and entry.current_txn_first_offset is not None
+            else:
+                entry = self.last_entry(pid)
+                stored = entry.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence) if entry else None
+                if stored is not None:
+                    return DuplicateBatch(stored.first_offset, stored.last_offset, stored.timestamp)
+                p, txn_open = prev
+                _check_next_in_request(p, h, txn_open)
+            seen[pid] = (h, txn_open or h.is_transactional)
         return None
 
     # -- state changes -------------------------------------------------------------------------

@@ -32,14 +32,8 @@ from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.local_log import LocalLog
 from tieredlog.log.log_loader import LogLoader, rebuild_producer_state
 from tieredlog.log.log_validator import LogValidator
+from tieredlog.log.producer_state import CompletedTxn, ProducerStateManager, read_control_record, snapshot_path
 from tieredlog.log.scheduler import Scheduler
-from tieredlog.log.producer_state import (
-    CompletedTxn,
-    DuplicateBatch,
-    ProducerStateManager,
-    read_control_record,
-    snapshot_path,
-)
 from tieredlog.log.segment import LogSegment
 from tieredlog.log.storage_errors import describe_os_error, storage_error_log
 from tieredlog.log.types import (
@@ -50,11 +44,10 @@ from tieredlog.log.types import (
     TimestampAndOffset,
     TopicPartition,
 )
-from tieredlog.records.batch import NO_PRODUCER_EPOCH, BatchHeader
+from tieredlog.records.batch import BatchHeader
 
 log = logging.getLogger(__name__)
 
-INT32_MAX = (1 << 31) - 1
 
 # ListOffsets special timestamps.
 LATEST_TIMESTAMP = -1
@@ -66,30 +59,6 @@ LATEST_TIERED_TIMESTAMP = -5
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _check_next_in_request(prev: BatchHeader, h: BatchHeader, txn_open: bool) -> None:
-    """Kafka's sequence rules for a producer's batch that follows ``prev`` in the same request."""
-    pid, epoch = h.producer_id, h.producer_epoch
-    if epoch < prev.producer_epoch:
-        raise errors.InvalidProducerEpochError(
-            f"producer {pid} has epoch {epoch}, smaller than epoch {prev.producer_epoch} earlier in the request"
-        )
-    if epoch != prev.producer_epoch:
-        if h.base_sequence != 0 and prev.producer_epoch != NO_PRODUCER_EPOCH:
-            raise errors.OutOfOrderSequenceNumberError(
-                f"producer {pid}: new epoch {epoch} must start at sequence 0, got {h.base_sequence}"
-            )
-    else:
-        expected = 0 if prev.last_sequence == INT32_MAX else prev.last_sequence + 1  # sequences wrap
-        if h.base_sequence != expected:
-            raise errors.OutOfOrderSequenceNumberError(
-                f"producer {pid} epoch {epoch}: out of order sequence {h.base_sequence}, expected {expected}"
-            )
-    if txn_open and not h.is_transactional:
-        raise errors.InvalidTxnStateError(
-            f"producer {pid} has a transaction open but sent a non-transactional batch"
-        )
 
 
 class UnifiedLog:
@@ -216,7 +185,7 @@ class UnifiedLog:
             if not log_append_time:
                 validator.validate_timestamps(headers, now)
             if origin is AppendOrigin.CLIENT:
-                dup = self._check_sequences(headers)
+                dup = self.producer_state.check_request(headers)
                 if dup is not None:
                     return LogAppendInfo(
                         dup.first_offset, dup.last_offset, dup.timestamp if log_append_time else -1,
@@ -224,37 +193,6 @@ class UnifiedLog:
                     )
             final = validator.assign_offsets_and_timestamps(buf, headers, self.log_end_offset, leader_epoch, now)
             return self._append(buf, final, now, now if log_append_time else -1)
-
-    def _check_sequences(self, headers: list[BatchHeader]) -> DuplicateBatch | None:
-        """Producer checks of a client request, before anything is written.
-
-        A producer's first batch in the request is checked against its stored state; its later batches
-        against the batch before them in the same request, as Kafka's per-request ProducerAppendInfo
-        does (the stored state only changes once the whole request is appended). A retry of a stored
-        batch answers the whole request as a duplicate, as Kafka does.
-        """
-        ps = self.producer_state
-        seen: dict[int, tuple[BatchHeader, bool]] = {}  # producer id -> (its previous batch here, txn open)
-        for h in headers:
-            if not h.has_producer_id:
-                continue
-            pid = h.producer_id
-            prev = seen.get(pid)
-            if prev is None:
-                dup = ps.check_sequence(h)
-                if dup is not None:
-                    return dup
-                entry = ps.last_entry(pid)
-                txn_open = entry is not None and entry.current_txn_first_offset is not None
-            else:
-                entry = ps.last_entry(pid)
-                stored = entry.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence) if entry else None
-                if stored is not None:
-                    return DuplicateBatch(stored.first_offset, stored.last_offset, stored.timestamp)
-                p, txn_open = prev
-                _check_next_in_request(p, h, txn_open)
-            seen[pid] = (h, txn_open or h.is_transactional)
-        return None
 
     def append_as_follower(self, records: bytes | bytearray) -> LogAppendInfo:
         """Append batches that already carry offsets and epochs (replication); CRC still checked."""
