@@ -235,14 +235,25 @@ def check_records_section(buf, pos: int, h: BatchHeader) -> None:
 def _first_record_length(buf, start: int, end: int, pos: int) -> tuple[int, int]:
     """The first record's zigzag length varint and where its body starts, read within the batch."""
     b = buf[start]
-    if b < 0x80:  # the usual one-byte length, without a call
+    if b < 0x80:  # the one-byte length of records under 64 bytes, without a call
         return (b >> 1) ^ -(b & 1), start + 1
-    from tieredlog.records.record import read_varint  # record.py imports this module
-
     try:
-        return read_varint(memoryview(buf)[:end], start)
+        length, body = _varint_reader()(buf, start)
     except CorruptRecordError:
-        raise InvalidRecordError(f"batch at byte {pos}: first record length is not a varint", position=start) from None
+        body = end + 1
+    if body > end:  # read at most 10 bytes past the start, then held to the batch
+        raise InvalidRecordError(f"batch at byte {pos}: first record length is not a varint", position=start)
+    return length, body
+
+
+def _varint_reader():
+    global _read_varint
+    if _read_varint is None:  # record.py imports this module, so the reader is bound on first use
+        from tieredlog.records.record import read_varint as _read_varint
+    return _read_varint
+
+
+_read_varint = None
 
 
 def iter_headers(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
