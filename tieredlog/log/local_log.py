@@ -74,8 +74,10 @@ class LocalLog:
         self.log_end_offset = 0
         # Bumped by every truncation: a flush that started before one must not move the recovery point.
         self._truncations = 0
-        # A segment file was created since the last flush: the directory entry needs an fsync too.
-        self._dir_dirty = False
+        # Segment files created (bumped) and covered by a finished directory fsync: a flush whose range
+        # holds a new segment fsyncs the directory too, and concurrent flushes each wait for their own.
+        self._dir_changes = 0
+        self._dir_synced = 0
         # One background flush per partition at a time, its target raised by later rolls: on a slow disk
         # rolls must not queue a flush each, all fsyncing the same segments at once.
         self._flush_target = 0
@@ -104,7 +106,7 @@ class LocalLog:
         if seg.base_offset not in self._segments:
             bisect.insort(self._bases, seg.base_offset)
         self._segments[seg.base_offset] = seg
-        self._dir_dirty = True
+        self._dir_changes += 1
 
     def remove_segment(self, base: int) -> LogSegment:
         seg = self._segments.pop(base)
@@ -235,19 +237,15 @@ class LocalLog:
                 if base >= offset:
                     break
                 paths.extend(_segment_paths(self._segments[base]))
-            sync_dir, self._dir_dirty = self._dir_dirty, False
+            dir_changes = self._dir_changes
+            sync_dir = dir_changes > self._dir_synced
             truncations = self._truncations
-        try:
-            for p in paths:
-                _fsync_path(p)
-            if sync_dir:
-                fsync_dir(self.dir)
-        except BaseException:
-            if sync_dir:
-                with self.lock:
-                    self._dir_dirty = True
-            raise
+        for p in paths:
+            _fsync_path(p)
+        if sync_dir:
+            fsync_dir(self.dir)
         with self.lock:
+            self._dir_synced = max(self._dir_synced, dir_changes) if sync_dir else self._dir_synced
             if truncations == self._truncations and offset > self.recovery_point:
                 self.recovery_point = min(offset, self.log_end_offset)
                 self.last_flush_ms = self.clock()
