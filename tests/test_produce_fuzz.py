@@ -27,7 +27,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from tieredlog.protocol.api import CREATE_TOPICS, FETCH, LIST_OFFSETS, METADATA, PRODUCE
 from tieredlog.protocol.client import KafkaClient
-from tieredlog.records.batch import CRC_OFFSET, HEADER_SIZE, compute_crc, peek_size, read_header
+from tieredlog.records.batch import CRC_OFFSET, HEADER_SIZE, compute_crc, iter_headers, peek_size, read_header
 from tieredlog.records.codecs import compress, decompress
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch, decode_batch, encode_varint, iter_batches_records, read_varint
@@ -240,7 +240,8 @@ def _fetch_all(c: KafkaClient, partition: int, end: int) -> bytes:
 def test_mutated_batches_get_error_codes_and_never_hurt_the_broker(broker):
     rng = random.Random(SEED)
     outcomes: Counter = Counter()
-    accepted_bad = 0
+    appended_bad = 0  # frames whose bad batch was appended: the records the broker does not decode
+    bad_next = 0
     good_next = 0
     good_sent = 0
     with KafkaClient(broker.bootstrap) as c:
@@ -266,6 +267,7 @@ def test_mutated_batches_get_error_codes_and_never_hurt_the_broker(broker):
             assert code != -1, (kind, b.error_message)
             if verdict is None:
                 assert code == 0, f"{kind}: a batch a strict reader accepts was refused: {b.error_message}"
+                bad_next = b.base_offset + sum(h.records_count for _, h in iter_headers(bad))
                 continue
             if kind in HEADER_KINDS:
                 assert code in REFUSALS, f"{kind}: {verdict!r} answered {code}"
@@ -273,7 +275,8 @@ def test_mutated_batches_get_error_codes_and_never_hurt_the_broker(broker):
                 assert code in {0, 2, 87}, f"{kind}: {verdict!r} answered {code} {b.error_message}"
             outcomes[(kind, "refused" if code else "appended")] += 1
             if code == 0:
-                accepted_bad += read_header(bad, 0).records_count if len(bad) >= HEADER_SIZE else 0
+                appended_bad += 1
+                bad_next = b.base_offset + sum(h.records_count for _, h in iter_headers(bad))
             if frames % 100 == 0:
                 assert c.request(METADATA, {"topics": None}).brokers[0].port == broker.port
                 assert broker.alive()
@@ -282,8 +285,12 @@ def test_mutated_batches_get_error_codes_and_never_hurt_the_broker(broker):
             print(f"  {kind:32s} {what:9s} {n}")
         assert frames >= 200, "too few frames to mean anything"
         assert sum(n for (k, w), n in outcomes.items() if w == "refused") > frames // 3
-        # Everything partition 1 was sent is there, and partition 0 holds only what was appended.
+        # Everything partition 1 was sent is there; partition 0 holds, byte for byte, what it was
+        # answered for: the bad batches among them are exactly the appended ones.
         assert sum(1 for _ in iter_batches_records(_fetch_all(c, GOOD, good_next))) == good_sent
+        corrupt: list = []
+        list(iter_batches_records(_fetch_all(c, BAD, bad_next), on_corrupt=lambda *a: corrupt.append(a)))
+        assert len(corrupt) == appended_bad
         # ListOffsets by timestamp decodes a stored batch (bounded even if it is one of the bad ones
         # appended): an answer, never a dead broker.
         r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
