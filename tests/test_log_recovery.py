@@ -276,3 +276,54 @@ def test_a_tail_batch_length_that_cannot_be_is_cut_without_reading_what_it_claim
     assert recovered.log_end_offset == end and read_all(recovered) == flushed
     assert recovered.active_segment.size == seg.size  # the bad tail is gone
     recovered.close()
+
+
+@pytest.mark.parametrize("damage", [b"\0" * 12, b"0\n2\n1 0\n", b"garbage"])
+def test_torn_leader_epoch_checkpoint_is_rebuilt_from_the_log(tmp_path, damage):
+    """The append path writes the checkpoint without waiting for its fsync: after a machine crash it can
+    be torn. The log still loads, with the epochs its batches carry."""
+    d = tmp_path / "t-0"
+    cfg = LogConfig(segment_bytes=4096)
+    plog = UnifiedLog(d, cfg)
+    for epoch in (1, 1, 2, 3, 3):
+        for _ in range(4):
+            plog.append_as_leader(build_batch([(b"k", b"v" * 300)]), epoch)
+    expected = plog.leader_epoch_cache.epoch_entries()
+    assert [e.epoch for e in expected] == [1, 2, 3] and plog.num_segments > 1
+    crash(plog)
+    (d / "leader-epoch-checkpoint").write_bytes(damage)
+    again = UnifiedLog(d, cfg, had_clean_shutdown=False)
+    assert again.leader_epoch_cache.epoch_entries() == expected
+    assert again.log_end_offset == 20
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_an_unreadable_transaction_index_is_emptied_not_fatal(tmp_path, clean, caplog):
+    # Kafka's recovery resets the transaction index too; one that cannot even be read (a size that
+    # is not whole entries, an unknown version) used to fail the partition's load, and the broker's.
+    import logging
+
+    rng = random.Random(3)
+    cfg = LogConfig(segment_bytes=600)
+    d = tmp_path / "t-0"
+    plog = UnifiedLog(d, cfg)
+    for _ in range(12):
+        plog.append_as_leader(rand_batch(rng), leader_epoch=0)
+    plog.flush()
+    data, end = read_all(plog), plog.log_end_offset
+    segs = plog.segments
+    assert len(segs) >= 3
+    victim = segs[0] if clean else segs[-1]  # before the recovery point / after it
+    rp = plog.recovery_point if clean else segs[-1].base_offset
+    if clean:
+        plog.close()
+    else:
+        crash(plog)
+    victim.txn_index_path.write_bytes(b"\x00\x07" + bytes(40))  # 42 bytes: not whole 34-byte entries
+    with caplog.at_level(logging.WARNING):
+        again = UnifiedLog(d, cfg, recovery_point=rp, had_clean_shutdown=clean)
+    assert again.log_end_offset == end and read_all(again) == data
+    assert victim.txn_index_path.read_bytes() == b""
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "transaction index" in lines[0], lines
+    again.close()

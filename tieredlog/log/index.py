@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import bisect
 import errno
+import logging
 import os
 import struct
 import sys
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 INT32_MAX = (1 << 31) - 1
 NO_TIMESTAMP = -1
@@ -452,8 +455,15 @@ class TransactionIndex:
         return TxnIndexSearchResult(out, False)
 
     def truncate_to(self, offset: int) -> None:
-        """Drop the entries whose abort marker is at or after ``offset``."""
-        entries = self._all()
+        """Drop the entries whose abort marker is at or after ``offset``. Only recovery and log
+        truncation call it, so an unreadable index is emptied here (one line) rather than failing the
+        partition's load: its entries are rebuilt by the producer-state replay or lost."""
+        try:
+            entries = self._all()
+        except CorruptIndexError as e:
+            log.warning("emptying unreadable transaction index: %s", e)
+            self.reset()
+            return
         keep = [t for t in entries if t.last_offset < offset]
         if len(keep) != len(entries):
             self._entries = keep
@@ -461,7 +471,10 @@ class TransactionIndex:
                 os.truncate(self.path, len(keep) * self.entry_size)
 
     def reset(self) -> None:
-        self.truncate_to(-1)
+        """Empty the index without reading it: recovery resets indexes it may not be able to read."""
+        self._entries = []
+        if self.path.exists():
+            os.truncate(self.path, 0)
 
     def flush(self) -> None:
         if self._fd is not None:

@@ -479,6 +479,10 @@ class LogSegment:
         self._max_ts, self._offset_of_max_ts = max_ts, off_max
         self._rolling_ts = NO_TIMESTAMP if first_ts is None else first_ts
         self._bytes_since_last_index = valid - last_index_entry
+        try:
+            self.txn_index.sanity_check()
+        except CorruptIndexError:
+            self.txn_index.reset()  # as Kafka's recover: it starts empty (the caller logged why)
         self.txn_index.truncate_to(expected)
         # As after a roll: the time index ends with the segment's max timestamp, and both are trimmed
         # (the log makes its active segment writable again).
