@@ -216,3 +216,22 @@ def test_corrupt_remote_objects_fail_only_their_partitions_fetch(broker_factory)
         assert p.flush(30) == 0
     assert b.alive()
     assert "Traceback" not in b.log_text()
+
+
+def test_a_zero_length_batch_before_the_fetch_offset_does_not_spin_a_reader_thread(tiered_log):
+    # The reader skips the batches between the index floor and the fetch offset by their lengths:
+    # a length of -12 (size 0) used to keep it on the same batch forever, one pool thread lost.
+    plog, rlm, _, _ = tiered_log
+    mds, rsm = _remote(rlm, plog)
+    md = mds[1]
+    path = rsm.segment_path(md, ".log")
+    data = bytearray(path.read_bytes())
+    headers = list(iter_headers(bytes(data)))
+    index = rsm.segment_path(md, ".index").read_bytes()
+    indexed = {struct.unpack_from(">ii", index, i)[1] for i in range(0, len(index), 8)}
+    k = next(i for i in range(1, len(headers) - 1) if headers[i][0] in indexed)  # where a fresh read starts
+    struct.pack_into(">i", data, headers[k][0] + 8, -12)
+    path.write_bytes(bytes(data))
+    fut = rlm.read_async(plog.topic_partition, headers[k + 1][1].base_offset, 4096)
+    with pytest.raises(KafkaStorageError, match="declares 0 bytes"):
+        fut.result(timeout=10)
