@@ -4,7 +4,8 @@ segments as fast as it can, and produce requests to another, quiet partition tim
 
 When the rolled segment's fsync ran inside the append (on the event loop, under the partition lock),
 every request of the broker waited for it: the quiet partition's produces took at least one injected
-fsync delay. Now the flush runs on the log's scheduler threads and no quiet produce waits for one.
+fsync delay. Now the flush runs on the log's scheduler threads and no quiet produce waits for one; nor
+does the first append to a partition, whose leader-epoch checkpoint is fsynced by that flush too.
 
 Also DeleteTopics: the partition directory is renamed ``<topic>-<partition>.<uuid hex>-delete`` when the
 request returns and removed in the background; a restart finishes the deletes a crash interrupted.
@@ -80,10 +81,10 @@ def test_quiet_partition_produce_never_waits_for_a_roll_fsync(broker_factory, tm
     with KafkaClient(b.bootstrap) as c:
         _create(c, "roller", {"segment.bytes": str(SEGMENT_BYTES)})
         _create(c, "quiet", {})
-        _produce(c, "roller", b"first")  # first appends write the leader-epoch checkpoints: before the flag
-        _produce(c, "quiet", b"first")
     roller_dir = b.data_dir / "roller-0"
     segments_before = len(list(roller_dir.glob("*.log")))
+    # From here every fsync of the broker is slow, the first appends to both partitions included (they
+    # write the leader-epoch checkpoints).
     flag.touch()
 
     stop = threading.Event()

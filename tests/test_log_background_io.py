@@ -95,24 +95,27 @@ def make_log(tmp_path, scheduler=None, **cfg) -> UnifiedLog:
 def test_roll_flushes_in_the_background_and_the_recovery_point_follows(tmp_path, monkeypatch):
     sched = ManualScheduler()
     plog = make_log(tmp_path, sched)
-    plog.append_as_leader(batch(), 0)  # the first append writes the leader-epoch checkpoint (fsync)
 
     def no_fsync(fd):
         raise AssertionError("an fsync on the append path")
 
     monkeypatch.setattr(os, "fsync", no_fsync)
+    # The first append writes the leader-epoch checkpoint; the third rolls at offset 4 (a segment
+    # holds two batches) and writes the producer snapshot: neither waits for the disk.
     for _ in range(3):
-        plog.append_as_leader(batch(), 0)  # rolls at offsets 4 (the segment holds two batches)
+        plog.append_as_leader(batch(), 0)
     assert [s.base_offset for s in plog.segments] == [0, 4]
     assert plog.recovery_point == 0  # nothing flushed yet: the recovery point only follows an fsync
     assert (plog.dir / "00000000000000000004.snapshot").exists()
+    assert (plog.dir / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
     monkeypatch.undo()
-    synced: list[int] = []
+    synced: list[str] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))[1])
     assert sched.run("flush-log") == 1
     assert plog.recovery_point == 4
-    assert len(synced) >= 3  # the rolled segment's files, its producer snapshot, the directory
+    names = {os.path.basename(p) for p in synced}
+    assert {"00000000000000000000.log", "00000000000000000004.snapshot", "leader-epoch-checkpoint", "t-0"} <= names
 
 
 def test_rolls_share_one_pending_flush(tmp_path):

@@ -67,16 +67,21 @@ class LeaderEpochFileCache:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def assign(self, epoch: int, start_offset: int) -> None:
+    def assign(self, epoch: int, start_offset: int, sync: bool = True) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; a no-op unless it changes the lineage.
+        Returns True when the checkpoint was rewritten.
 
         Same epoch at a higher offset: ignored (the epoch already started earlier). A new epoch (or
         the same one at a lower offset) is appended after removing every entry that would break
         monotonicity, i.e. entries with an epoch >= ``epoch`` or a start offset >= ``start_offset``.
+        ``sync=False`` (the append path): the checkpoint is written but not fsynced; the caller has it
+        fsynced before the recovery point passes ``start_offset``.
         """
         with self._lock:
             if self._assign(EpochEntry(epoch, start_offset)):
-                self._flush()
+                self._flush(sync)
+                return True
+            return False
 
     def assign_all(self, entries: Iterable[EpochEntry]) -> None:
         """Assign several entries with one checkpoint write (follower rebuild from the remote tier)."""
@@ -135,9 +140,9 @@ class LeaderEpochFileCache:
         with self._lock:
             self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, sync: bool = True) -> None:
         if self._checkpoint is not None:
-            self._checkpoint.write(self._entries)
+            self._checkpoint.write(self._entries, sync)
 
     # -- reads ---------------------------------------------------------------------------------
 

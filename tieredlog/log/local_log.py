@@ -81,8 +81,10 @@ class LocalLog:
         # One background flush per partition at a time, its target raised by later rolls: on a slow disk
         # rolls must not queue a flush each, all fsyncing the same segments at once.
         self._flush_target = 0
-        self._flush_files: list[Path] = []
         self._flush_scheduled = False
+        # Files written without fsync under the lock (a roll's producer snapshot, the leader-epoch
+        # checkpoint): every flush fsyncs them before it moves the recovery point.
+        self._unsynced_files: list[Path] = []
         self.dir.mkdir(parents=True, exist_ok=True)
         self.last_flush_ms = clock()
 
@@ -222,16 +224,23 @@ class LocalLog:
         return out
 
     # ---- flush ------------------------------------------------------------------------------------
-    def flush(self, offset: int, extra_files: tuple[Path, ...] = ()) -> bool:
-        """fsync the segments holding ``[recovery_point, offset)`` (and ``extra_files``), then move the
-        recovery point there: only what is on disk is below it (Kafka's LocalLog.flush + markFlushed).
+    def mark_unsynced(self, path: Path) -> None:
+        """``path`` was just written (and renamed into place) without fsync: the next flush makes it durable."""
+        self._unsynced_files.append(path)
+        self._dir_changes += 1
+
+    def flush(self, offset: int) -> bool:
+        """fsync the segments holding ``[recovery_point, offset)`` and the files written unsynced so far,
+        then move the recovery point there: only what is on disk is below it (Kafka's LocalLog.flush +
+        markFlushed).
 
         Takes ``lock`` only to pick the files and to move the recovery point; the fsyncs run without it
         unless the caller holds it (flush.messages, close). Returns False when there was nothing to do."""
         with self.lock:
-            if offset <= self.recovery_point and not extra_files:
+            unsynced, self._unsynced_files = self._unsynced_files, []
+            if offset <= self.recovery_point and not unsynced:
                 return False
-            paths = list(extra_files)
+            paths = list(unsynced)
             lo = self.floor_index(self.recovery_point)
             for base in self._bases[lo:]:
                 if base >= offset:
@@ -240,10 +249,15 @@ class LocalLog:
             dir_changes = self._dir_changes
             sync_dir = dir_changes > self._dir_synced
             truncations = self._truncations
-        for p in paths:
-            _fsync_path(p)
-        if sync_dir:
-            fsync_dir(self.dir)
+        try:
+            for p in paths:
+                _fsync_path(p)
+            if sync_dir:
+                fsync_dir(self.dir)
+        except BaseException:
+            with self.lock:
+                self._unsynced_files[:0] = unsynced  # still not durable: the next flush tries again
+            raise
         with self.lock:
             self._dir_synced = max(self._dir_synced, dir_changes) if sync_dir else self._dir_synced
             if truncations == self._truncations and offset > self.recovery_point:
@@ -251,37 +265,32 @@ class LocalLog:
                 self.last_flush_ms = self.clock()
         return True
 
-    def schedule_flush(self, offset: int, extra_files: tuple[Path, ...] = ()) -> None:
-        """Flush up to ``offset`` in the background (a rolled segment: Kafka's "flush-log" task). A failure
-        leaves the recovery point where it was; the flusher or the next roll covers the range again."""
+    def schedule_flush(self, offset: int) -> None:
+        """Flush up to ``offset`` (and the unsynced files) in the background: a rolled segment, Kafka's
+        "flush-log" task. A failure leaves the recovery point where it was; the flusher or the next roll
+        covers the range again."""
         with self.lock:
             self._flush_target = max(self._flush_target, offset)
-            self._flush_files.extend(extra_files)
             if self._flush_scheduled:
                 return  # the flush already scheduled takes the new target when it runs
             self._flush_scheduled = True
         self.scheduler.schedule_once(f"flush-log {self.topic_partition}", self._scheduled_flush)
 
-    def _take_flush_work(self) -> tuple[int, tuple[Path, ...]]:
-        files = tuple(self._flush_files)
-        self._flush_files.clear()
-        return self._flush_target, files
-
     def _scheduled_flush(self) -> None:
         with self.lock:
-            target, files = self._take_flush_work()
+            target = self._flush_target
         while True:
             try:
-                self.flush(target, files)
+                self.flush(target)
             except BaseException:
                 with self.lock:
                     self._flush_scheduled = False
                 raise
             with self.lock:
-                if self._flush_target <= target and not self._flush_files:
+                if self._flush_target <= target and not self._unsynced_files:
                     self._flush_scheduled = False  # decided under the lock a new roll takes to schedule
                     return
-                target, files = self._take_flush_work()
+                target = self._flush_target
 
     # ---- truncation -------------------------------------------------------------------------------
     def _await_file_ops(self) -> None:

@@ -45,6 +45,7 @@ class LogLoader:
         had_clean_shutdown: bool,
         log_start_offset: int | None,
         remote_storage_enable: bool,
+        rebuild_leader_epochs: bool = False,
     ):
         self.local_log = local_log
         self.leader_epoch_cache = leader_epoch_cache
@@ -52,6 +53,7 @@ class LogLoader:
         self.clean = had_clean_shutdown
         self.log_start_offset = log_start_offset
         self.remote_storage_enable = remote_storage_enable
+        self.rebuild_leader_epochs = rebuild_leader_epochs
 
     def load(self) -> LoadedLogOffsets:
         local = self.local_log
@@ -79,6 +81,8 @@ class LogLoader:
                     local.delete_segments_after(seg.base_offset)
         if not self.clean:
             self._recover_unflushed()
+        if self.rebuild_leader_epochs:
+            self._rebuild_leader_epochs()
         if not local.num_segments:
             local.add_segment(local.new_segment(self.log_start_offset or 0, active=True))
         active = local.active_segment
@@ -118,6 +122,19 @@ class LogLoader:
             if name.endswith(_INDEX_SUFFIXES) and name[:20].isdigit() and offset_from_filename(name) not in base_set:
                 (d / name).unlink(missing_ok=True)
         return bases
+
+    def _rebuild_leader_epochs(self) -> None:
+        """The checkpoint was unreadable: the epochs of every local batch, from the start (headers only)."""
+        cache = self.leader_epoch_cache
+        latest = cache.latest_epoch
+        entries = []
+        for seg in self.local_log.segments:
+            for _, h in seg.iter_headers(0):
+                epoch = h.partition_leader_epoch
+                if epoch >= 0 and (latest is None or epoch > latest):
+                    entries.append((epoch, h.base_offset))
+                    latest = epoch
+        cache.assign_all(entries)
 
     def _recover_unflushed(self) -> None:
         """Unclean shutdown: re-validate every batch past the recovery point, cut torn or garbage tails."""

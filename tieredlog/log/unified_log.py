@@ -23,6 +23,7 @@ from tieredlog import errors
 from tieredlog.log.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA_FILE,
+    CorruptCheckpointError,
     LeaderEpochCheckpointFile,
     PartitionMetadataFile,
 )
@@ -89,11 +90,22 @@ class UnifiedLog:
         self._clock = clock
         self.highest_offset_in_remote_storage = -1
         self.topic_id = self._init_topic_id(topic_id)
-        self.leader_epoch_cache = LeaderEpochFileCache(LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT))
+        checkpoint = LeaderEpochCheckpointFile(self.dir / LEADER_EPOCH_CHECKPOINT)
+        try:
+            self.leader_epoch_cache = LeaderEpochFileCache(checkpoint)
+            rebuild_epochs = False
+        except CorruptCheckpointError as e:
+            # The append path writes it without waiting for the fsync, so a machine crash can leave it
+            # torn; every batch carries its leader epoch, so the loader rebuilds it from the log.
+            log.warning("partition %s: %s; rebuilding the leader-epoch cache from the log", self.dir.name, e)
+            checkpoint.path.unlink(missing_ok=True)
+            self.leader_epoch_cache = LeaderEpochFileCache(checkpoint)
+            rebuild_epochs = True
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms)
         offsets = LogLoader(
             self.local_log, self.leader_epoch_cache, self.producer_state, had_clean_shutdown=had_clean_shutdown,
             log_start_offset=log_start_offset, remote_storage_enable=config.remote_storage_enable,
+            rebuild_leader_epochs=rebuild_epochs,
         ).load()
         self.log_start_offset = offsets.log_start_offset
         self.local_log_start_offset = offsets.local_log_start_offset
@@ -255,7 +267,11 @@ class UnifiedLog:
             for h in headers:
                 epoch = h.partition_leader_epoch
                 if epoch >= 0 and (latest is None or epoch > latest):
-                    cache.assign(epoch, h.base_offset)  # writes the leader-epoch checkpoint
+                    # Written now, fsynced by the next flush (scheduled here) before the recovery point
+                    # passes this offset: a new partition's first append must not wait for the disk.
+                    if cache.assign(epoch, h.base_offset, sync=False):
+                        local.mark_unsynced(self.dir / LEADER_EPOCH_CHECKPOINT)
+                        local.schedule_flush(local.recovery_point)
                     latest = epoch
             pos = 0
             for h in headers:
@@ -325,7 +341,8 @@ class UnifiedLog:
         # As Kafka: the rolled segment is flushed right away but asynchronously, off the append path and
         # the lock (a 256 MiB segment's fsync would stall every partition's requests). The recovery point
         # moves when the fsync is done; if it fails the roll still stands, the flusher retries.
-        local.schedule_flush(new_base, (snapshot,))
+        local.mark_unsynced(snapshot)
+        local.schedule_flush(new_base)
         return seg
 
     # ---- reads ------------------------------------------------------------------------------------
