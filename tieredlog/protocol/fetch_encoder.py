@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
+from tieredlog.records.record import encode_uvarint
+
 _i16 = struct.Struct(">h").pack
 _i32 = struct.Struct(">i").pack
 _i64 = struct.Struct(">q").pack
@@ -19,15 +21,6 @@ _i64 = struct.Struct(">q").pack
 
 class Region(Protocol):
     size: int
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @dataclass(slots=True)
@@ -101,7 +94,7 @@ def encode_fetch_response(
     p = _Parts()
 
     def array_len(n: int) -> bytes:
-        return _uvarint(n + 1) if flexible else _i32(n)
+        return encode_uvarint(n + 1) if flexible else _i32(n)
 
     p.b(b"\0\0\0\0")  # size, patched at the end
     p.b(_i32(correlation_id))
@@ -117,7 +110,7 @@ def encode_fetch_response(
             p.b(t.topic_id.bytes)
         else:
             name = t.topic.encode()
-            p.b(_uvarint(len(name) + 1) if flexible else _i16(len(name)))
+            p.b(encode_uvarint(len(name) + 1) if flexible else _i16(len(name)))
             p.b(name)
         p.b(array_len(len(t.partitions)))
         for part in t.partitions:
@@ -141,7 +134,7 @@ def encode_fetch_response(
                 p.b(b"\0" if flexible else _i32(-1))
             else:
                 size = part.records_size
-                p.b(_uvarint(size + 1) if flexible else _i32(size))
+                p.b(encode_uvarint(size + 1) if flexible else _i32(size))
                 if isinstance(records, (bytes, bytearray, memoryview)):
                     # remote reads hand over megabytes in memory: copying them into the frame
                     # buffer would cost more than the rest of the response

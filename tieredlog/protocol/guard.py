@@ -28,6 +28,9 @@ from typing import Any, Callable
 
 from kio.serial._introspect import get_field_tag
 
+from tieredlog.records.errors import CorruptRecordError
+from tieredlog.records.record import read_uvarint
+
 Checker = Callable[[Any, int, int], int]
 
 _I16 = struct.Struct(">h")
@@ -48,16 +51,15 @@ class FrameError(ValueError):
 
 def _uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
     # Kafka's unsigned varints in the protocol are 32-bit: at most five bytes
-    value = 0
-    for shift in (0, 7, 14, 21, 28):
-        if pos >= end:
-            raise FrameError(f"varint cut off at byte {pos}")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-    raise FrameError(f"varint longer than 5 bytes at byte {pos - 5}")
+    if end - pos >= 5 and all(b >= 0x80 for b in buf[pos : pos + 5]):
+        raise FrameError(f"varint longer than 5 bytes at byte {pos}")
+    try:
+        value, after = read_uvarint(buf, pos)
+    except CorruptRecordError:
+        after = end + 1
+    if after > end:
+        raise FrameError(f"varint cut off at byte {pos}")
+    return value, after
 
 
 def _short(name: str, pos: int, size: int, end: int) -> FrameError:

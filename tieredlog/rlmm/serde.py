@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Mapping, Union
 
 from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_uvarint
+from tieredlog.records.record import read_uvarint, write_uvarint
 from tieredlog.rsm.api import (
     CustomMetadata,
     RemoteLogSegmentId,
@@ -88,13 +88,6 @@ RemoteLogMetadata = Union[
 # -- primitive writers ---------------------------------------------------------------------------
 
 
-def write_uvarint(out: bytearray, value: int) -> None:
-    if value < 0:
-        raise MetadataSerdeError(f"unsigned varint cannot be negative: {value}")
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 def _write_compact_string(out: bytearray, s: str) -> None:
