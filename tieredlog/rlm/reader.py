@@ -14,7 +14,7 @@ import struct
 import threading
 from collections import OrderedDict, deque
 from concurrent.futures import CancelledError, Future
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
 from tieredlog.records.batch import HEADER_SIZE, LOG_OVERHEAD, peek_size, read_header
