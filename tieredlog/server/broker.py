@@ -127,8 +127,7 @@ class Broker:
         await self._start_coordinator()
         self._start_remote_log_manager()
         # Retention, flushes and checkpoints run on the LogManager's own scheduler threads: not on the
-        # event loop, and not on the default executor the remote ListOffsets lookups use, so a slow
-        # object store cannot starve them.
+        # event loop, and on no pool remote-storage work shares, so a slow object store cannot starve them.
         flush_ms = self.config["log.flush.scheduler.interval.ms"]
         self.log_manager.startup(
             retention_check_ms=max(self.config["log.retention.check.interval.ms"], 10),
