@@ -112,7 +112,7 @@ class RemoteLogManager:
             "kafka-rlm-expiration-thread-pool", c.effective_expiration_threads,
             c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter,
         )
-        self.read_path = RemoteReadPath(self)
+        self.read_path = RemoteReadPath(self.lifecycle, rsm, self.index_cache, self.reader_pool)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:

@@ -14,17 +14,21 @@ import struct
 import threading
 from collections import OrderedDict, deque
 from concurrent.futures import CancelledError, Future
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
 from tieredlog.records.batch import HEADER_SIZE, LOG_OVERHEAD, peek_size, read_header
 from tieredlog.records.errors import CorruptRecordError
-from tieredlog.rlm.index_cache import CorruptIndexError
+from tieredlog.rlm.index_cache import CorruptIndexError, RemoteIndexCache
+from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.lineage import as_pairs, epoch_of_offset_in_segment, is_within_lineage
-from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-
-if TYPE_CHECKING:
-    from tieredlog.rlm.manager import RemoteLogManager
+from tieredlog.rlm.pool import RemoteReaderPool
+from tieredlog.rsm.api import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +187,17 @@ class PrefetchCache:
 
 
 class RemoteReadPath:
-    def __init__(self, rlm: "RemoteLogManager") -> None:
-        self.rlm = rlm
+    def __init__(
+        self,
+        lifecycle: RemoteSegmentLifecycle,
+        rsm: RemoteStorageManager,
+        index_cache: RemoteIndexCache,
+        reader_pool: RemoteReaderPool,
+    ) -> None:
+        self._lifecycle = lifecycle
+        self._rsm = rsm
+        self._index_cache = index_cache
+        self._pool = reader_pool
         self.prefetch = PrefetchCache()
         self.chunk_min = CHUNK_MIN  # ranged reads are at least this long (and twice the fetch size)
         self.chunk_grown = CHUNK_GROWN  # read-ahead sizes double up to this
@@ -197,21 +210,20 @@ class RemoteReadPath:
 
     # -- segment lookup -------------------------------------------------------------------------
     def find_segment(self, tip: TopicIdPartition, log, offset: int) -> RemoteLogSegmentMetadata | None:
-        rlmm = self.rlm.rlmm
         epoch = log.leader_epoch_cache.epoch_for_offset(offset)
         if epoch is not None:
-            md = rlmm.remote_log_segment_metadata(tip, epoch, offset)
+            md = self._lifecycle.segment_for(tip, epoch, offset)
             if md is not None:
                 return md
         # Below the local log the leader-epoch cache may have been truncated (or the offset's
         # epoch is older than the cache): use the epochs recorded in the remote segments.
         candidates = [
             m
-            for m in self.rlm.list_segments(tip)
+            for m in self._lifecycle.segments(tip)
             if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.start_offset <= offset <= m.end_offset
         ]
         for m in sorted(candidates, key=lambda m: -m.event_timestamp_ms):
-            found = rlmm.remote_log_segment_metadata(tip, epoch_of_offset_in_segment(m, offset), offset)
+            found = self._lifecycle.segment_for(tip, epoch_of_offset_in_segment(m, offset), offset)
             if found is not None:
                 return found
         return None
@@ -222,7 +234,7 @@ class RemoteReadPath:
         end = min(end, md.segment_size_in_bytes) if md.segment_size_in_bytes > 0 else end
         if start >= end:
             return b""
-        stream = self.rlm.rsm.fetch_log_segment(md, start, end - 1)
+        stream = self._rsm.fetch_log_segment(md, start, end - 1)
         try:
             want = end - start
             first = stream.read(want) or b""
@@ -299,7 +311,7 @@ class RemoteReadPath:
                 f"offset {fetch_offset} of {tip} is in no remote segment (log start {log.log_start_offset})"
             )
         while md is not None:
-            entry_offset, pos = self.rlm.index_cache.lookup_offset_entry(md, fetch_offset)
+            entry_offset, pos = self._index_cache.lookup_offset_entry(md, fetch_offset)
             s = _Stream(tip, md, fetch_offset, pos, log)
             s.chunk = s.first_chunk = min(CHUNK_MAX, max(self.chunk_min, 2 * max_bytes))
             try:
@@ -307,7 +319,7 @@ class RemoteReadPath:
             except CorruptIndexError:
                 self.prefetch.release(s)
                 # fetched again on the next read: a bad transfer heals, a bad object fails again
-                self.rlm.index_cache.remove(md.remote_log_segment_id.id)
+                self._index_cache.remove(md.remote_log_segment_id.id)
                 raise
             except BaseException:
                 self.prefetch.release(s)
@@ -466,7 +478,7 @@ class RemoteReadPath:
 
     def _read_ahead(self, s: _Stream) -> None:
         size = s.size
-        pool = self.rlm.reader_pool
+        pool = self._pool
         while len(s.ahead) < READ_AHEAD_CHUNKS and s.fetched_to < size:
             start = s.fetched_to
             end = min(size, start + s.chunk)
@@ -489,7 +501,7 @@ class RemoteReadPath:
 
     def _start_next_segment_on_pool(self, s: _Stream) -> None:
         """:meth:`_start_next_segment` queued on the reader pool (it asks the RLMM, which may block)."""
-        pool = self.rlm.reader_pool
+        pool = self._pool
         if pool is None or not pool.has_room(0.5):
             s.next_started = False  # the pool is busy: a later fetch of this stream tries again
             return
@@ -535,7 +547,7 @@ class RemoteReadPath:
         segments = sorted(
             (
                 m
-                for m in self.rlm.list_segments(tip)
+                for m in self._lifecycle.segments(tip)
                 if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
                 and m.max_timestamp_ms >= timestamp
                 and m.end_offset >= start_offset
@@ -553,7 +565,7 @@ class RemoteReadPath:
         return None
 
     def _scan_for_timestamp(self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int):
-        pos = self.rlm.index_cache.lookup_timestamp(md, timestamp, starting_offset)
+        pos = self._index_cache.lookup_timestamp(md, timestamp, starting_offset)
         chunk = 1 << 20
         buf = b""
         base = pos
