@@ -328,10 +328,12 @@ class LocalTieredStorage(RemoteStorageManager):
         return out
 
     def iter_segment_files(self) -> Iterator[Path]:
-        """Every segment object under the root (used by tests to check nothing is left behind)."""
-        for path in self.root.rglob("*"):
-            if path.is_file() and _SEGMENT_FILE.match(path.name):
-                yield path
+        """Every segment object under the root (used by tests to check nothing is left behind).
+        os.walk, not rglob: a folder removed by a concurrent delete is skipped, not an error."""
+        for folder, _dirs, files in os.walk(self.root):
+            for name in files:
+                if _SEGMENT_FILE.match(name):
+                    yield Path(folder) / name
 
     # -- helpers -------------------------------------------------------------------------------
 
