@@ -4,6 +4,7 @@
   so use distinct topic names.
 - ``broker_factory``: ``broker_factory(overrides={...}, data_dir=None)`` starts a broker for one test;
   every broker it started is stopped when the test ends.
+- Tests using a fixture that starts a process (``PROCESS_FIXTURES``) are marked ``integration``.
 See tests/broker_harness.py for the BrokerProcess API (bootstrap, restart, kill9, stop, log_text).
 """
 
@@ -29,6 +30,19 @@ def pytest_configure(config: pytest.Config) -> None:
     want = hard if hard != resource.RLIM_INFINITY else 65536
     if soft != resource.RLIM_INFINITY and soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+# Fixtures that start a real process or server: a test using one is an integration test, so
+# `pytest -m "not integration"` is the quick unit run without anyone having to remember the mark.
+PROCESS_FIXTURES = frozenset(
+    {"broker", "broker_factory", "moto_s3", "seaweed_s3", "any_s3", "no_docker_server", "zookeeper"}
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="module")

@@ -70,6 +70,7 @@ def test_invalid_values_raise(override):
         BrokerConfig.load(None, [override, *extra])
 
 
+@pytest.mark.integration
 def test_cli_exits_non_zero_with_one_line_on_invalid_config(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "tieredlog.cli", "broker", "--override", "num.partitions=zero",

@@ -381,6 +381,7 @@ def _validate_partition_dir(d: Path) -> int:
     return n
 
 
+@pytest.mark.integration
 def test_broker_survives_full_log_dir_end_to_end(broker_factory, tmp_path, monkeypatch):
     from confluent_kafka import KafkaError, Producer
     from confluent_kafka.admin import AdminClient, NewTopic

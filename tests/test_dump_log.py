@@ -14,6 +14,8 @@ from tieredlog.log.types import EpochEntry, TopicPartition
 from tieredlog.records.batch import BatchHeader
 from tieredlog.records.record import build_batch, build_control_batch
 
+pytestmark = pytest.mark.integration  # runs the CLI as a real process
+
 REPO = Path(__file__).resolve().parents[1]
 SEG = "00000000000000000100"
 

@@ -211,6 +211,7 @@ def test_max_size_is_exact(codec):
         assert decompress(codec, packed + packed, max_size=2 * len(data)) == data + data
 
 
+@pytest.mark.integration  # a subprocess under a memory limit
 def test_snappy_preamble_is_checked_before_cramjam_allocates_it():
     # Five bytes declaring 4 GiB: cramjam would allocate it first and abort the whole process when
     # it cannot (a Rust allocation failure is not a MemoryError). Run under a 1 GiB address-space

@@ -23,6 +23,7 @@ def run_with_closed_stdout(*args: str) -> subprocess.CompletedProcess:
         os.close(w)
 
 
+@pytest.mark.integration
 def test_dump_log_into_a_closed_pipe(tmp_path):
     seg = tmp_path / f"{0:020d}.log"
     seg.write_bytes(b"".join(bytes(build_batch([(b"k", b"v" * 50, [], 1_700_000_000_000 + i)])) for i in range(200)))
@@ -31,6 +32,7 @@ def test_dump_log_into_a_closed_pipe(tmp_path):
     assert res.returncode == 141
 
 
+@pytest.mark.integration
 def test_remote_dump_metadata_into_a_closed_pipe(tmp_path):
     from test_rlmm_tools import build
 
