@@ -376,20 +376,13 @@ def bench_s3() -> None:
 # ---------------------------------------------------------------------------------------------
 # 2. in-process: the RLM read path alone, and the copy task
 # ---------------------------------------------------------------------------------------------
-class _Logs:
-    def __init__(self, plog):
-        self.plog = plog
-
-    def get_log(self, tp):
-        return self.plog
-
-
 def bench_inproc() -> None:
     from tieredlog.log.config import LogConfig
     from tieredlog.log.types import FetchIsolation, TopicPartition
     from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.records.batch import iter_headers
     from tieredlog.records.record import build_batch
+    from tests.helpers import Logs
     from tieredlog.rlm.config import RemoteLogManagerConfig
     from tieredlog.rlm.manager import RemoteLogManager
     from tieredlog.rlm.partition_state import PartitionState
@@ -426,7 +419,7 @@ def bench_inproc() -> None:
         rsm = LocalTieredStorage(root / "remote")
         rsm.configure({"broker.id": 0})
         cfg = RemoteLogManagerConfig(log_dirs=(str(root / "logs"),))
-        rlm = RemoteLogManager(cfg, _Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
+        rlm = RemoteLogManager(cfg, Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
         rlm.start()
         state = PartitionState(TopicPartition("bench", 0), rlm._tip(plog.topic_partition, plog))
         t0 = time.perf_counter()

@@ -23,14 +23,10 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from tests.helpers import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def api_versions_ok(host: str, port: int, timeout: float = 1.0) -> bool:

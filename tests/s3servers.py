@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -33,6 +32,8 @@ from typing import Callable, Iterator
 import boto3
 import pytest
 from botocore.config import Config
+
+from tests.helpers import free_port
 
 ACCESS_KEY = "tieredlog"
 SECRET_KEY = "tieredlog-secret"
@@ -92,23 +93,6 @@ class S3Endpoint:
         }
 
 
-def free_port(also_free_plus: int | None = None) -> int:
-    """A free loopback port; with ``also_free_plus`` (SeaweedFS derives gRPC ports as port+10000)
-    the derived port is free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if also_free_plus is None:
-            return port
-        if port + also_free_plus < 65536:
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", port + also_free_plus))
-                    return port
-                except OSError:
-                    continue
-    raise RuntimeError("no free loopback port")
 
 
 def wait_for_bucket(endpoint: S3Endpoint, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:

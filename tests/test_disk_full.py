@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import FakeClock
 from tieredlog import errors
 from tieredlog.log import log_manager as log_manager_mod
 from tieredlog.log.checkpoints import LeaderEpochCheckpointFile
@@ -38,14 +39,6 @@ from tieredlog.records.record import build_batch
 
 NOW = 1_700_000_000_000
 KAFKA_STORAGE_ERROR = 56
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture(autouse=True)

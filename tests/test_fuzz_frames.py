@@ -25,6 +25,7 @@ from frame_fuzz import (
     probe,
 )
 
+from tests.helpers import wait_for
 from tieredlog.protocol.api import METADATA
 from tieredlog.protocol.client import KafkaClient
 
@@ -32,15 +33,6 @@ pytestmark = pytest.mark.integration
 
 SEED = int(os.environ.get("TIEREDLOG_FUZZ_SEED", "17"))
 FRAMES = int(os.environ.get("TIEREDLOG_FUZZ_FRAMES", "3000"))
-
-
-def _wait_for(cond, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 def _healthy(bootstrap: str) -> None:
@@ -54,7 +46,7 @@ def test_the_twenty_byte_frame_closes_only_its_connection(broker_factory):
     assert probe(b.host, b.port, exact_twenty_bytes()) == "closed"
     assert b.alive(), b.log_text()
     _healthy(b.bootstrap)
-    assert _wait_for(lambda: "MetadataRequest.topics: array of 4294967294 items" in b.log_text()), b.log_text()
+    wait_for(lambda: "MetadataRequest.topics: array of 4294967294 items" in b.log_text(), "the warning line", 10)
     lines = [ln for ln in b.log_text().splitlines() if "MetadataRequest.topics" in ln]
     assert len(lines) == 1, lines
     assert "Traceback" not in b.log_text()

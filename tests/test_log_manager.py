@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 
 import pytest
 
+from tests.helpers import wait_for
 from tieredlog import errors
 from tieredlog.log.checkpoints import OffsetCheckpointFile
 from tieredlog.log.config import LogConfig
@@ -62,13 +62,6 @@ def test_shutdown_checkpoints_and_clean_reload(tmp_path):
     plog2 = mgr2.get_log(tp)
     assert (plog2.log_start_offset, plog2.high_watermark, plog2.log_end_offset) == (3, 8, 10)
     assert plog2.append_as_leader(batch(), 1).first_offset == 10
-
-
-def wait_for(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_delete_log_renames_at_once_and_deletes_after_the_delay(tmp_path):

@@ -12,17 +12,10 @@ from concurrent.futures import wait
 import pytest
 from prometheus_client import REGISTRY
 
+from tests.helpers import Logs
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import build_batch
 from tieredlog.rlm.quota import RLMQuotaManager
-
-
-class _OneLog:
-    def __init__(self, plog):
-        self.lg = plog
-
-    def get_log(self, tp):
-        return self.lg if tuple(tp) == tuple(self.lg.topic_partition) else None
 
 
 class _Env:
@@ -90,7 +83,7 @@ def env(tmp_path):
     rsm = LocalTieredStorage(tmp_path / "remote")
     rsm.configure({"broker.id": 0})
     cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=32)
-    rlm = RemoteLogManager(cfg, _OneLog(plog), rsm, InMemoryRemoteLogMetadataManager())
+    rlm = RemoteLogManager(cfg, Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
     rlm.start()
     rlm.copy_task(PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))).run(TaskContext())
     plog.delete_old_segments()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import Logs
 from tieredlog.errors import OffsetOutOfRangeError
 from tieredlog.log.config import LogConfig
 from tieredlog.log.types import TopicPartition
@@ -25,16 +26,6 @@ from tieredlog.rsm.api import RemoteLogSegmentState, RemoteStorageException
 from tieredlog.rsm.local import LocalTieredStorage
 
 TP = TopicPartition("tiered", 0)
-
-
-class Logs:
-    """The part of LogManager the RLM uses: look a partition's log up."""
-
-    def __init__(self, *logs: UnifiedLog) -> None:
-        self.logs = {plog.topic_partition: plog for plog in logs}
-
-    def get_log(self, tp):
-        return self.logs.get(TopicPartition(*tp))
 
 
 class FlakyStorage(LocalTieredStorage):

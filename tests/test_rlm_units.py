@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import FakeClock, Logs
 from tieredlog.log.segment import LogSegment
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import build_batch
@@ -32,16 +33,8 @@ from tieredlog.rsm.local import LocalTieredStorage
 
 
 # ---- quota ------------------------------------------------------------------------------------
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_quota_throttles_until_tokens_refill():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     q = RLMQuotaManager(1000, window_size_seconds=1, clock=clock)
     assert q.throttle_time_ms() == 0
     q.record(3000)  # 1000 burst available: 2000 bytes in debt
@@ -54,7 +47,7 @@ def test_quota_throttles_until_tokens_refill():
 
 
 def test_quota_unlimited_by_default_and_dynamic_update():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     q = RLMQuotaManager(clock=clock)
     q.record(10**12)
     assert q.throttle_time_ms() == 0
@@ -68,7 +61,7 @@ def test_quota_unlimited_by_default_and_dynamic_update():
 def test_quota_acquire_waits_then_records_and_stops_when_cancelled():
     # a frozen clock: the debt is repaid only when the test moves time on, so "it waited" is a fact
     # about the code, not about how fast this machine happens to be
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     q = RLMQuotaManager(1_000_000, window_size_seconds=0.01, clock=clock)  # 10 kB burst
     assert q.acquire(10_000)
     assert q.acquire(20_000)  # debt: 20 ms at 1 MB/s
@@ -340,14 +333,6 @@ def test_lineage_check_rejects_divergent_segments():
 
 
 # ---- remote read path: sequential streams and read-ahead ------------------------------------------
-class _OneLog:
-    def __init__(self, plog):
-        self.lg = plog
-
-    def get_log(self, tp):
-        return self.lg if tuple(tp) == tuple(self.lg.topic_partition) else None
-
-
 @pytest.fixture
 def tiered_log(tmp_path):
     """A partition whose rolled segments are all remote (LocalTieredStorage), with an RLM over it."""
@@ -375,7 +360,7 @@ def tiered_log(tmp_path):
     events: list = []
     rsm.add_listener(events.append)
     cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=16)
-    rlm = RemoteLogManager(cfg, _OneLog(plog), rsm, InMemoryRemoteLogMetadataManager())
+    rlm = RemoteLogManager(cfg, Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
     rlm.start()
     rlm.copy_task(PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))).run(TaskContext())
     plog.delete_old_segments()

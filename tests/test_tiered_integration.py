@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker_harness import free_port
+from tests.helpers import free_port, wait_for
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS
 from tieredlog.protocol.client import KafkaClient
 
@@ -75,16 +75,6 @@ def list_offset(bootstrap: str, topic: str, ts: int) -> int:
         r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic, "partitions": [{"partition_index": 0, "timestamp": ts, "current_leader_epoch": -1}]}]})
         return r.topics[0].partitions[0].offset
-
-
-def wait_for(cond, timeout_s: float = 40, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def local_bases(data: Path, topic: str) -> list[int]:

@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker_harness import BrokerProcess
+from tests.helpers import wait_for as shared_wait_for
 from tests.s3servers import (  # noqa: F401  (fixtures)
     FaultyS3Proxy,
     S3Endpoint,
@@ -155,13 +156,8 @@ def list_offset(bootstrap: str, topic: str, ts: int) -> int:
 
 
 def wait_for(cond: Callable[[], object], what: str, timeout_s: float = 90) -> object:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    # object stores on a loaded 2-core machine: a longer hang guard than the shared default
+    return shared_wait_for(cond, what, timeout_s, interval_s=0.1)
 
 
 def copy_errors(metrics_port: int, topic: str) -> float:

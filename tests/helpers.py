@@ -1,0 +1,65 @@
+"""Small helpers every test module shares: waiting for evidence, free loopback ports, a clock the
+test moves, and the part of the LogManager the RLM uses."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(cond: Callable[[], T], what: str = "condition", timeout_s: float = 40.0, interval_s: float = 0.05) -> T:
+    """Poll ``cond`` until it returns something truthy and return that; fail the test after
+    ``timeout_s`` (a hang guard, never a performance bound)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def free_port(also_free_plus: int | None = None) -> int:
+    """A free loopback port; with ``also_free_plus`` (SeaweedFS derives gRPC ports as port+10000)
+    the derived port is free too."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if also_free_plus is None:
+            return port
+        if port + also_free_plus < 65536:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + also_free_plus))
+                    return port
+                except OSError:
+                    continue
+    raise RuntimeError("no free loopback port")
+
+
+class FakeClock:
+    """A monotonic clock that moves only when the test sets ``t``."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Logs:
+    """The part of the LogManager the RLM uses (its ``LogProvider``), over the given logs."""
+
+    def __init__(self, *logs: Any) -> None:
+        self.logs = {tuple(plog.topic_partition): plog for plog in logs}
+
+    def get_log(self, tp: Any) -> Any:
+        return self.logs.get(tuple(tp))
+
+    def all_logs(self) -> list[Any]:
+        return list(self.logs.values())
