@@ -10,6 +10,7 @@ See tests/broker_harness.py for the BrokerProcess API (bootstrap, restart, kill9
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Iterator
@@ -19,6 +20,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from broker_harness import BrokerProcess  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests are seeded: a run replays exactly (a failure in CI reproduces on a laptop), and no
+# example database is kept between runs. HYPOTHESIS_PROFILE=explore searches afresh each run.
+settings.register_profile("seeded", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("explore", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "seeded"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

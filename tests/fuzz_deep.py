@@ -59,7 +59,7 @@ def test_every_valid_request_is_served(fuzz_broker):
     for api_key, version in targets:
         cls = _request_codec(api_key, version)[0]
 
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck), derandomize=True,
+        @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck),
                   phases=[Phase.generate])  # no shrinking: the first failing request is reported as it is
         @given(st.from_type(cls))
         def one(body) -> None:

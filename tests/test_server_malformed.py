@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import random
 import socket
 import struct
 
@@ -42,7 +42,7 @@ def _raw(broker) -> socket.socket:
 @pytest.mark.parametrize(
     "payload",
     [
-        pytest.param(os.urandom(64), id="random-bytes"),
+        pytest.param(random.Random(64).randbytes(64), id="random-bytes"),  # seeded: a failure replays
         pytest.param(struct.pack(">i", 0x7FFFFFF0), id="huge-size-prefix"),
         pytest.param(struct.pack(">i", -5) + b"abcd", id="negative-size"),
         pytest.param(struct.pack(">i", 3) + b"abc", id="shorter-than-header"),
