@@ -2,15 +2,14 @@ import uuid
 
 import pytest
 
+from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.log.checkpoints import (
     CorruptCheckpointError,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
     PartitionMetadataFile,
-    kafka_str_to_uuid,
     leader_epoch_checkpoint_bytes,
     parse_leader_epoch_checkpoint,
-    uuid_to_kafka_str,
 )
 from tieredlog.log.types import EpochEntry, TopicPartition, parse_partition_dir
 
@@ -91,21 +90,6 @@ def test_leader_epoch_checkpoint_malformed(tmp_path):
         parse_leader_epoch_checkpoint(b"0\n1\n7\n", "remote-index")
     with pytest.raises(CorruptCheckpointError, match="not UTF-8 text \\(byte 4\\)"):
         parse_leader_epoch_checkpoint(b"0\n1\n\xff 0\n")
-
-
-def test_kafka_uuid_strings():
-    u = uuid.UUID("f1a6b4d2-7c3e-4b8a-9d0f-1234567890ab")
-    s = uuid_to_kafka_str(u)
-    assert len(s) == 22 and "=" not in s
-    assert kafka_str_to_uuid(s) == u
-    # Known value: all-zero id is Kafka's Uuid.ZERO_UUID "AAAAAAAAAAAAAAAAAAAAAA".
-    assert uuid_to_kafka_str(uuid.UUID(int=0)) == "A" * 22
-    # 0xfb 0xff ... uses the URL-safe alphabet ('-' and '_'), never '+' or '/'.
-    odd = uuid.UUID(bytes=bytes([0xFB, 0xFF] * 8))
-    assert uuid_to_kafka_str(odd).startswith("-_")
-    for bad in ["", "short", "A" * 23, "+" * 22, "A" * 21 + "="]:
-        with pytest.raises(ValueError, match="not a Kafka topic id"):
-            kafka_str_to_uuid(bad)
 
 
 def test_partition_metadata_round_trip(tmp_path):

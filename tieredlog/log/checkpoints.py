@@ -11,14 +11,12 @@ and the directory is fsynced, so a crash leaves either the old or the new file, 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
-import re
 import uuid
 from pathlib import Path
 from typing import Callable, Generic, Iterable, Mapping, TypeVar
 
+from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
 from tieredlog.log.types import EpochEntry, TopicPartition
 
 CHECKPOINT_VERSION = 0
@@ -30,7 +28,6 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA_FILE = "partition.metadata"
 
 T = TypeVar("T")
-_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class CorruptCheckpointError(ValueError):
@@ -213,24 +210,6 @@ class LeaderEpochCheckpointFile(CheckpointFile[EpochEntry]):
 
 # ---------------------------------------------------------------------------------------------
 # topic ids and partition.metadata
-
-
-def uuid_to_kafka_str(u: uuid.UUID) -> str:
-    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding (22 chars)."""
-    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
-
-
-def kafka_str_to_uuid(s: str) -> uuid.UUID:
-    """Inverse of :func:`uuid_to_kafka_str`; raises ValueError for anything else."""
-    if len(s) != 22 or not _BASE64URL.fullmatch(s):
-        raise ValueError(f"{s!r} is not a Kafka topic id (expected 22 URL-safe base64 characters)")
-    try:
-        raw = base64.b64decode(s + "==", altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{s!r} is not a Kafka topic id (invalid base64url)") from None
-    if len(raw) != 16:
-        raise ValueError(f"{s!r} is not a Kafka topic id (decodes to {len(raw)} bytes)")
-    return uuid.UUID(bytes=raw)
 
 
 class PartitionMetadataFile:

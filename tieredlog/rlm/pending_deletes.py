@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
 from tieredlog.log.checkpoints import atomic_write
-from tieredlog.rlm.index_cache import uuid_from_kafka, uuid_to_kafka
 from tieredlog.rsm.api import TopicIdPartition
 
 PENDING_DELETES_FILE = "remote-log-pending-partition-deletes"
@@ -32,7 +32,7 @@ class PendingDeleteJournal:
         for line in text.splitlines():
             parts = line.split()
             if len(parts) == 3:
-                out.append(TopicIdPartition(uuid_from_kafka(parts[0]), parts[2], int(parts[1])))
+                out.append(TopicIdPartition(kafka_str_to_uuid(parts[0]), parts[2], int(parts[1])))
         return out
 
     def add(self, tip: TopicIdPartition) -> None:
@@ -47,5 +47,5 @@ class PendingDeleteJournal:
 
     def _write(self, tips: list[TopicIdPartition]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = "".join(f"{uuid_to_kafka(t.topic_id)} {t.partition} {t.topic}\n" for t in tips)
+        text = "".join(f"{uuid_to_kafka_str(t.topic_id)} {t.partition} {t.topic}\n" for t in tips)
         atomic_write(self.path, text.encode())

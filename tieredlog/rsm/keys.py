@@ -14,11 +14,11 @@ writers; a key we did not write must never become a path, a topic or an offset).
 
 from __future__ import annotations
 
-import base64
 import re
 import uuid
 from dataclasses import dataclass
 
+from tieredlog.kafka_uuid import KAFKA_UUID_PATTERN, kafka_str_to_uuid, uuid_to_kafka_str
 from tieredlog.rsm.api import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 
 LOG_SUFFIX = "log"
@@ -36,11 +36,10 @@ ALL_SUFFIXES: tuple[str, ...] = (LOG_SUFFIX, *INDEX_SUFFIXES.values(), MANIFEST_
 
 MAX_TOPIC_LENGTH = 249
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")
-_B64_UUID_RE = re.compile(r"[A-Za-z0-9_-]{22}")
 # Printable ASCII without backslash; no "." / ".." path segments are checked separately.
 _PREFIX_RE = re.compile(r"[A-Za-z0-9!\-_.*'()/=+,:@]*")
-_PARTITION_DIR_RE = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<topic_id>[A-Za-z0-9_-]{22})")
-_FILE_RE = re.compile(r"(?P<offset>\d{20})-(?P<segment_id>[A-Za-z0-9_-]{22})\.(?P<suffix>[a-z_-]+)")
+_PARTITION_DIR_RE = re.compile(rf"(?P<topic>[a-zA-Z0-9._-]+)-(?P<topic_id>{KAFKA_UUID_PATTERN})")
+_FILE_RE = re.compile(rf"(?P<offset>\d{{20}})-(?P<segment_id>{KAFKA_UUID_PATTERN})\.(?P<suffix>[a-z_-]+)")
 
 
 class InvalidKeyError(ValueError):
@@ -88,19 +87,15 @@ def validate_key_prefix(prefix: str) -> str:
     return prefix
 
 
-def uuid_to_base64(value: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString()``: URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
+# The name this module has always exported (objectstore, tests); one implementation.
+uuid_to_base64 = uuid_to_kafka_str
 
 
 def uuid_from_base64(text: str) -> uuid.UUID:
-    if not isinstance(text, str) or not _B64_UUID_RE.fullmatch(text):
-        raise InvalidKeyError(f"{text!r} is not a 22-character URL-safe base64 uuid")
-    raw = base64.urlsafe_b64decode(text + "==")
-    # 22 chars carry 132 bits; the 4 spare bits must be zero or two strings name the same uuid.
-    if uuid_to_base64(uuid.UUID(bytes=raw)) != text:
-        raise InvalidKeyError(f"{text!r} is not a canonical base64 uuid")
-    return uuid.UUID(bytes=raw)
+    try:
+        return kafka_str_to_uuid(text)
+    except ValueError as exc:
+        raise InvalidKeyError(str(exc)) from None
 
 
 def partition_prefix(key_prefix: str, tp: TopicIdPartition) -> str:

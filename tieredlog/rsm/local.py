@@ -16,7 +16,6 @@ half-written object, and concurrent attempts never write into each other's tempo
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import logging
@@ -40,6 +39,7 @@ from tieredlog.rsm.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tieredlog.rsm.keys import uuid_from_base64, uuid_to_base64  # noqa: F401 - tools import them from here
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +61,6 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _SEGMENT_FILE = re.compile(r"^(\d{20})-([a-zA-Z0-9_-]{22})(\.[a-z_]+)$")
 _COPY_CHUNK = 1 << 20
 _MAX_MANIFEST_BYTES = 1 << 20  # a manifest is about 1 KiB
-
-
-def uuid_to_base64(u: uuid.UUID) -> str:
-    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
-
-
-def uuid_from_base64(s: str) -> uuid.UUID:
-    if len(s) != 22 or not re.fullmatch(r"[a-zA-Z0-9_-]{22}", s):
-        raise ValueError(f"not a Kafka Uuid string: {s!r}")
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(s + "=="))
 
 
 def validate_topic_name(topic: str) -> str:
