@@ -7,77 +7,254 @@ own. The log and tiering code never import the protocol package, only this modul
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kio.schema.errors import ErrorCode
 
 
 class KafkaError(Exception):
-    code: ErrorCode = ErrorCode.unknown_server_error
-    retriable: bool = False
+    code: ClassVar[ErrorCode] = ErrorCode.unknown_server_error
+    retriable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.retriable = cls.code.retriable
 
     def __init__(self, message: str = ""):
         super().__init__(message or self.__class__.__name__)
 
 
-def _error(name: str, code: ErrorCode) -> type[KafkaError]:
-    return type(name, (KafkaError,), {"code": code, "retriable": code.retriable})
+class UnknownServerError(KafkaError):
+    code = ErrorCode.unknown_server_error
 
 
-UnknownServerError = _error("UnknownServerError", ErrorCode.unknown_server_error)
-OffsetOutOfRangeError = _error("OffsetOutOfRangeError", ErrorCode.offset_out_of_range)
-CorruptMessageError = _error("CorruptMessageError", ErrorCode.corrupt_message)
-UnknownTopicOrPartitionError = _error("UnknownTopicOrPartitionError", ErrorCode.unknown_topic_or_partition)
-InvalidFetchSizeError = _error("InvalidFetchSizeError", ErrorCode.invalid_fetch_size)
-LeaderNotAvailableError = _error("LeaderNotAvailableError", ErrorCode.leader_not_available)
-NotLeaderOrFollowerError = _error("NotLeaderOrFollowerError", ErrorCode.not_leader_or_follower)
-RequestTimedOutError = _error("RequestTimedOutError", ErrorCode.request_timed_out)
-ReplicaNotAvailableError = _error("ReplicaNotAvailableError", ErrorCode.replica_not_available)
-MessageTooLargeError = _error("MessageTooLargeError", ErrorCode.message_too_large)
-CoordinatorLoadInProgressError = _error("CoordinatorLoadInProgressError", ErrorCode.coordinator_load_in_progress)
-CoordinatorNotAvailableError = _error("CoordinatorNotAvailableError", ErrorCode.coordinator_not_available)
-NotCoordinatorError = _error("NotCoordinatorError", ErrorCode.not_coordinator)
-InvalidTopicError = _error("InvalidTopicError", ErrorCode.invalid_topic_exception)
-RecordListTooLargeError = _error("RecordListTooLargeError", ErrorCode.record_list_too_large)
-NotEnoughReplicasError = _error("NotEnoughReplicasError", ErrorCode.not_enough_replicas)
-NotEnoughReplicasAfterAppendError = _error("NotEnoughReplicasAfterAppendError", ErrorCode.not_enough_replicas_after_append)
-InvalidRequiredAcksError = _error("InvalidRequiredAcksError", ErrorCode.invalid_required_acks)
-IllegalGenerationError = _error("IllegalGenerationError", ErrorCode.illegal_generation)
-InconsistentGroupProtocolError = _error("InconsistentGroupProtocolError", ErrorCode.inconsistent_group_protocol)
-InvalidGroupIdError = _error("InvalidGroupIdError", ErrorCode.invalid_group_id)
-UnknownMemberIdError = _error("UnknownMemberIdError", ErrorCode.unknown_member_id)
-InvalidSessionTimeoutError = _error("InvalidSessionTimeoutError", ErrorCode.invalid_session_timeout)
-RebalanceInProgressError = _error("RebalanceInProgressError", ErrorCode.rebalance_in_progress)
-InvalidCommitOffsetSizeError = _error("InvalidCommitOffsetSizeError", ErrorCode.invalid_commit_offset_size)
-InvalidTimestampError = _error("InvalidTimestampError", ErrorCode.invalid_timestamp)
-UnsupportedVersionError = _error("UnsupportedVersionError", ErrorCode.unsupported_version)
-TopicAlreadyExistsError = _error("TopicAlreadyExistsError", ErrorCode.topic_already_exists)
-InvalidPartitionsError = _error("InvalidPartitionsError", ErrorCode.invalid_partitions)
-InvalidReplicationFactorError = _error("InvalidReplicationFactorError", ErrorCode.invalid_replication_factor)
-InvalidReplicaAssignmentError = _error("InvalidReplicaAssignmentError", ErrorCode.invalid_replica_assignment)
-InvalidConfigError = _error("InvalidConfigError", ErrorCode.invalid_config)
-NotControllerError = _error("NotControllerError", ErrorCode.not_controller)
-InvalidRequestError = _error("InvalidRequestError", ErrorCode.invalid_request)
-UnsupportedForMessageFormatError = _error("UnsupportedForMessageFormatError", ErrorCode.unsupported_for_message_format)
-PolicyViolationError = _error("PolicyViolationError", ErrorCode.policy_violation)
-OutOfOrderSequenceNumberError = _error("OutOfOrderSequenceNumberError", ErrorCode.out_of_order_sequence_number)
-DuplicateSequenceNumberError = _error("DuplicateSequenceNumberError", ErrorCode.duplicate_sequence_number)
-InvalidProducerEpochError = _error("InvalidProducerEpochError", ErrorCode.invalid_producer_epoch)
-InvalidTxnStateError = _error("InvalidTxnStateError", ErrorCode.invalid_txn_state)
-InvalidProducerIdMappingError = _error("InvalidProducerIdMappingError", ErrorCode.invalid_producer_id_mapping)
-TransactionalIdAuthorizationFailedError = _error("TransactionalIdAuthorizationFailedError", ErrorCode.transactional_id_authorization_failed)
-KafkaStorageError = _error("KafkaStorageError", ErrorCode.kafka_storage_error)
-LogDirNotFoundError = _error("LogDirNotFoundError", ErrorCode.log_dir_not_found)
-UnknownProducerIdError = _error("UnknownProducerIdError", ErrorCode.unknown_producer_id)
-NonEmptyGroupError = _error("NonEmptyGroupError", ErrorCode.non_empty_group)
-GroupIdNotFoundError = _error("GroupIdNotFoundError", ErrorCode.group_id_not_found)
-FencedLeaderEpochError = _error("FencedLeaderEpochError", ErrorCode.fenced_leader_epoch)
-UnknownLeaderEpochError = _error("UnknownLeaderEpochError", ErrorCode.unknown_leader_epoch)
-OffsetNotAvailableError = _error("OffsetNotAvailableError", ErrorCode.offset_not_available)
-MemberIdRequiredError = _error("MemberIdRequiredError", ErrorCode.member_id_required)
-GroupMaxSizeReachedError = _error("GroupMaxSizeReachedError", ErrorCode.group_max_size_reached)
-FencedInstanceIdError = _error("FencedInstanceIdError", ErrorCode.fenced_instance_id)
-GroupSubscribedToTopicError = _error("GroupSubscribedToTopicError", ErrorCode.group_subscribed_to_topic)
-InvalidRecordError = _error("InvalidRecordError", ErrorCode.invalid_record)
-UnstableOffsetCommitError = _error("UnstableOffsetCommitError", ErrorCode.unstable_offset_commit)
-UnknownTopicIdError = _error("UnknownTopicIdError", ErrorCode.unknown_topic_id)
-InconsistentTopicIdError = _error("InconsistentTopicIdError", ErrorCode.inconsistent_topic_id)
-OffsetMovedToTieredStorageError = _error("OffsetMovedToTieredStorageError", ErrorCode.offset_moved_to_tiered_storage)
+class OffsetOutOfRangeError(KafkaError):
+    code = ErrorCode.offset_out_of_range
+
+
+class CorruptMessageError(KafkaError):
+    code = ErrorCode.corrupt_message
+
+
+class UnknownTopicOrPartitionError(KafkaError):
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class InvalidFetchSizeError(KafkaError):
+    code = ErrorCode.invalid_fetch_size
+
+
+class LeaderNotAvailableError(KafkaError):
+    code = ErrorCode.leader_not_available
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    code = ErrorCode.not_leader_or_follower
+
+
+class RequestTimedOutError(KafkaError):
+    code = ErrorCode.request_timed_out
+
+
+class ReplicaNotAvailableError(KafkaError):
+    code = ErrorCode.replica_not_available
+
+
+class MessageTooLargeError(KafkaError):
+    code = ErrorCode.message_too_large
+
+
+class CoordinatorLoadInProgressError(KafkaError):
+    code = ErrorCode.coordinator_load_in_progress
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    code = ErrorCode.coordinator_not_available
+
+
+class NotCoordinatorError(KafkaError):
+    code = ErrorCode.not_coordinator
+
+
+class InvalidTopicError(KafkaError):
+    code = ErrorCode.invalid_topic_exception
+
+
+class RecordListTooLargeError(KafkaError):
+    code = ErrorCode.record_list_too_large
+
+
+class NotEnoughReplicasError(KafkaError):
+    code = ErrorCode.not_enough_replicas
+
+
+class NotEnoughReplicasAfterAppendError(KafkaError):
+    code = ErrorCode.not_enough_replicas_after_append
+
+
+class InvalidRequiredAcksError(KafkaError):
+    code = ErrorCode.invalid_required_acks
+
+
+class IllegalGenerationError(KafkaError):
+    code = ErrorCode.illegal_generation
+
+
+class InconsistentGroupProtocolError(KafkaError):
+    code = ErrorCode.inconsistent_group_protocol
+
+
+class InvalidGroupIdError(KafkaError):
+    code = ErrorCode.invalid_group_id
+
+
+class UnknownMemberIdError(KafkaError):
+    code = ErrorCode.unknown_member_id
+
+
+class InvalidSessionTimeoutError(KafkaError):
+    code = ErrorCode.invalid_session_timeout
+
+
+class RebalanceInProgressError(KafkaError):
+    code = ErrorCode.rebalance_in_progress
+
+
+class InvalidCommitOffsetSizeError(KafkaError):
+    code = ErrorCode.invalid_commit_offset_size
+
+
+class InvalidTimestampError(KafkaError):
+    code = ErrorCode.invalid_timestamp
+
+
+class UnsupportedVersionError(KafkaError):
+    code = ErrorCode.unsupported_version
+
+
+class TopicAlreadyExistsError(KafkaError):
+    code = ErrorCode.topic_already_exists
+
+
+class InvalidPartitionsError(KafkaError):
+    code = ErrorCode.invalid_partitions
+
+
+class InvalidReplicationFactorError(KafkaError):
+    code = ErrorCode.invalid_replication_factor
+
+
+class InvalidReplicaAssignmentError(KafkaError):
+    code = ErrorCode.invalid_replica_assignment
+
+
+class InvalidConfigError(KafkaError):
+    code = ErrorCode.invalid_config
+
+
+class NotControllerError(KafkaError):
+    code = ErrorCode.not_controller
+
+
+class InvalidRequestError(KafkaError):
+    code = ErrorCode.invalid_request
+
+
+class UnsupportedForMessageFormatError(KafkaError):
+    code = ErrorCode.unsupported_for_message_format
+
+
+class PolicyViolationError(KafkaError):
+    code = ErrorCode.policy_violation
+
+
+class OutOfOrderSequenceNumberError(KafkaError):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class DuplicateSequenceNumberError(KafkaError):
+    code = ErrorCode.duplicate_sequence_number
+
+
+class InvalidProducerEpochError(KafkaError):
+    code = ErrorCode.invalid_producer_epoch
+
+
+class InvalidTxnStateError(KafkaError):
+    code = ErrorCode.invalid_txn_state
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    code = ErrorCode.invalid_producer_id_mapping
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    code = ErrorCode.transactional_id_authorization_failed
+
+
+class KafkaStorageError(KafkaError):
+    code = ErrorCode.kafka_storage_error
+
+
+class LogDirNotFoundError(KafkaError):
+    code = ErrorCode.log_dir_not_found
+
+
+class UnknownProducerIdError(KafkaError):
+    code = ErrorCode.unknown_producer_id
+
+
+class NonEmptyGroupError(KafkaError):
+    code = ErrorCode.non_empty_group
+
+
+class GroupIdNotFoundError(KafkaError):
+    code = ErrorCode.group_id_not_found
+
+
+class FencedLeaderEpochError(KafkaError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpochError(KafkaError):
+    code = ErrorCode.unknown_leader_epoch
+
+
+class OffsetNotAvailableError(KafkaError):
+    code = ErrorCode.offset_not_available
+
+
+class MemberIdRequiredError(KafkaError):
+    code = ErrorCode.member_id_required
+
+
+class GroupMaxSizeReachedError(KafkaError):
+    code = ErrorCode.group_max_size_reached
+
+
+class FencedInstanceIdError(KafkaError):
+    code = ErrorCode.fenced_instance_id
+
+
+class GroupSubscribedToTopicError(KafkaError):
+    code = ErrorCode.group_subscribed_to_topic
+
+
+class InvalidRecordError(KafkaError):
+    code = ErrorCode.invalid_record
+
+
+class UnstableOffsetCommitError(KafkaError):
+    code = ErrorCode.unstable_offset_commit
+
+
+class UnknownTopicIdError(KafkaError):
+    code = ErrorCode.unknown_topic_id
+
+
+class InconsistentTopicIdError(KafkaError):
+    code = ErrorCode.inconsistent_topic_id
+
+
+class OffsetMovedToTieredStorageError(KafkaError):
+    code = ErrorCode.offset_moved_to_tiered_storage
