@@ -20,6 +20,7 @@ from typing import Any, Callable
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
 
 from tieredlog.protocol.api import api_name
 from tieredlog.protocol.guard import Checker, FrameError, entity_checker
@@ -130,7 +131,7 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
     if typing.get_origin(inner) is tuple:
         item_conv = _converter(typing.get_args(inner)[0])
         conv: Callable[[Any], Any] = lambda v: tuple(item_conv(x) for x in v)  # noqa: E731
-    elif dataclasses.is_dataclass(inner):
+    elif isinstance(inner, type) and dataclasses.is_dataclass(inner):
         cls = inner
         conv = lambda v: v if isinstance(v, cls) else build_entity(cls, v)  # noqa: E731
     elif _is_subclass(inner, ErrorCode):
@@ -158,7 +159,7 @@ def _zero(tp: Any) -> Any:
         return None
     if typing.get_origin(inner) is tuple:
         return ()
-    if dataclasses.is_dataclass(inner):
+    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
         return build_entity(inner, {})
     if _is_subclass(inner, ErrorCode):
         return ErrorCode(0)
@@ -246,7 +247,10 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     buf.write(b"\0\0\0\0")
     entity_writer(hdr_cls)(
         buf,
-        hdr_cls(request_api_key=api_key, request_api_version=version, correlation_id=correlation_id, client_id=client_id),
+        hdr_cls(
+            request_api_key=i16(api_key), request_api_version=i16(version), correlation_id=i32(correlation_id),
+            client_id=client_id,
+        ),
     )
     entity_writer(cls)(buf, body)
     data = bytearray(buf.getvalue())

@@ -59,7 +59,7 @@ class _Parts:
         self.buf = bytearray()
         self.size = 0
 
-    def b(self, data: bytes) -> None:
+    def b(self, data: bytes | bytearray | memoryview) -> None:
         self.buf += data
 
     def region(self, region: Any, size: int) -> None:
