@@ -22,9 +22,11 @@ $(VENV)/.installed-test: pyproject.toml $(wildcard plugins/*/pyproject.toml) | $
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
-# kcat is a Debian package; tests that need it say so if it is missing.
+# kcat and zookeeper are Debian packages; tests that need them say so if they are missing.
+# The cluster tests start ZooKeeper from /usr/share/java/zookeeper.jar (the package brings a JRE).
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null 2>&1 || echo "warning: could not install kcat"; }
+	@test -f /usr/share/java/zookeeper.jar || { (apt-get update -qq && apt-get install -y -qq zookeeper) >/dev/null 2>&1 || echo "warning: could not install zookeeper"; }
 
 run: install
 	$(VENV)/bin/tieredlog broker
