@@ -5,8 +5,9 @@
 - ``leader-epoch-checkpoint``: ``0``, count, then ``epoch startOffset`` lines;
 - ``partition.metadata``: ``version: 0`` and ``topic_id: <base64url uuid>``.
 
-Writes are atomic: the new content goes to ``<file>.tmp``, is fsynced, renamed over the old file,
-and the directory is fsynced, so a crash leaves either the old or the new file, never a torn one.
+Writes are atomic (``tieredlog.atomic_file``): the new content goes to ``<file>.tmp``, is fsynced,
+renamed over the old file, and the directory is fsynced, so a crash leaves either the old or the new
+file, never a torn one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Generic, Iterable, Mapping, TypeVar
 
+from tieredlog.atomic_file import atomic_write
 from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
 from tieredlog.log.types import EpochEntry, TopicPartition
 
@@ -38,38 +40,6 @@ class CorruptCheckpointError(ValueError):
         super().__init__(f"malformed checkpoint {where}: {reason}")
         self.source = source
         self.line_no = line_no
-
-
-# ---------------------------------------------------------------------------------------------
-# atomic file replacement
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """fsync a directory so a rename inside it is durable. No-op where directories cannot be opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str | os.PathLike, data: bytes, sync: bool = True) -> None:
-    """Replace ``path`` with ``data`` through ``<path>.tmp`` (Kafka's naming) and a rename."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(path.parent)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from tieredlog.log.checkpoints import fsync_dir
+from tieredlog.atomic_file import fsync_dir
 from tieredlog.log.config import LogConfig
 from tieredlog.log.index import AbortedTxn
 from tieredlog.log.scheduler import InlineScheduler, Scheduler

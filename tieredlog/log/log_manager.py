@@ -14,10 +14,10 @@ remote-storage work uses.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
-import functools
 import shutil
 import threading
 import time
@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from tieredlog import errors
-from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile, fsync_dir
+from tieredlog.atomic_file import fsync_dir
+from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile
 from tieredlog.log.config import LogConfig
 from tieredlog.log.scheduler import KafkaScheduler
 from tieredlog.log.storage_errors import describe_os_error, storage_error_log

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import crc32c as _crc32c
 
+from tieredlog.atomic_file import atomic_write
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
-from tieredlog.log.checkpoints import atomic_write
 from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, peek_size
 from tieredlog.records.errors import CorruptRecordError
 from tieredlog.records.record import CONTROL_ABORT, ControlRecord, read_varint

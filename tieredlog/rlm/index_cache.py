@@ -25,6 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from tieredlog.atomic_file import SourceTooLargeError, atomic_copy, atomic_write
 from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
 from tieredlog.rsm.api import (
     IndexType,
@@ -331,38 +332,27 @@ class RemoteIndexCache:
                 pass
 
     def _fetch_to_file(self, md: RemoteLogSegmentMetadata, index_type: IndexType, dest: Path) -> None:
-        tmp = dest.with_name(dest.name + ".tmp")
+        # No fsync: a cache file lost to a crash is fetched again.
         try:
             stream = self.rsm.fetch_index(md, index_type)
         except RemoteResourceNotFoundException:
             if index_type is not IndexType.TRANSACTION:
                 raise
-            tmp.write_bytes(b"")  # a segment without transactions has no txn index
-        else:
-            # An index has at most one entry per batch, so it is smaller than its segment (or, not
-            # trimmed at roll, as long as segment.index.bytes): a bigger object is corrupt, and is not
-            # copied to the cache folder whatever its size.
-            limit = max(md.segment_size_in_bytes, _UNTRIMMED_INDEX_MAX) if md.segment_size_in_bytes > 0 else None
-            written = 0
-            try:
-                with open(tmp, "wb") as out:
-                    while True:
-                        chunk = stream.read(1 << 20)
-                        if not chunk:
-                            break
-                        written += len(chunk)
-                        if limit is not None and written > limit:
-                            raise CorruptIndexError(
-                                f"remote {index_type.value} index of segment {md.remote_log_segment_id.id} "
-                                f"is over {limit} bytes, more than its segment can need"
-                            )
-                        out.write(chunk)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            finally:
-                stream.close()
-        os.replace(tmp, dest)
+            atomic_write(dest, b"", sync=False)  # a segment without transactions has no txn index
+            return
+        # An index has at most one entry per batch, so it is smaller than its segment (or, not
+        # trimmed at roll, as long as segment.index.bytes): a bigger object is corrupt, and is not
+        # copied to the cache folder whatever its size.
+        limit = max(md.segment_size_in_bytes, _UNTRIMMED_INDEX_MAX) if md.segment_size_in_bytes > 0 else None
+        try:
+            atomic_copy(dest, stream, sync=False, max_bytes=limit)
+        except SourceTooLargeError:
+            raise CorruptIndexError(
+                f"remote {index_type.value} index of segment {md.remote_log_segment_id.id} "
+                f"is over {limit} bytes, more than its segment can need"
+            ) from None
+        finally:
+            stream.close()
 
     def _load(self, md: RemoteLogSegmentMetadata) -> Entry:
         key = md.remote_log_segment_id.id

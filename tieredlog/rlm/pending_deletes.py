@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from tieredlog.atomic_file import atomic_write
 from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
-from tieredlog.log.checkpoints import atomic_write
 from tieredlog.rsm.api import TopicIdPartition
 
 PENDING_DELETES_FILE = "remote-log-pending-partition-deletes"

@@ -15,15 +15,15 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import struct
-import tempfile
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
 
+from tieredlog.atomic_file import atomic_write
 from tieredlog.rlmm.cache import LeaderEpochState, RemoteLogMetadataCache, RemotePartitionMetadataStore
 from tieredlog.rsm.api import (
     CustomMetadata,
@@ -41,6 +41,7 @@ SNAPSHOT_DIR = "remote-log-metadata-snapshots"
 MAGIC = b"TLRLMMS1"
 VERSION = 1
 _HEADER = struct.Struct(">8sHIQ")
+_WRITE_LOCK = threading.Lock()
 
 
 class SnapshotError(ValueError):
@@ -121,19 +122,10 @@ def write_snapshot(directory: Path, body: dict) -> Path:
     data = json.dumps(body, separators=(",", ":")).encode("utf-8")
     blob = _HEADER.pack(MAGIC, VERSION, crc32c.crc32c(data), len(data)) + data
     dest = snapshot_path(directory, body["metadata_partition"])
-    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # The loader and the periodic snapshot thread may write one partition at once: they would share
+    # the ``.tmp`` file.
+    with _WRITE_LOCK:
+        atomic_write(dest, blob)
     return dest
 
 

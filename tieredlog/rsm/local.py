@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping
 
+from tieredlog.atomic_file import atomic_copy, fsync_dir
 from tieredlog.rsm.api import (
     CustomMetadata,
     IndexType,
@@ -59,7 +60,6 @@ COPY_ORDER = (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", ".leader_epoch_ch
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _SEGMENT_FILE = re.compile(r"^(\d{20})-([a-zA-Z0-9_-]{22})(\.[a-z_]+)$")
-_COPY_CHUNK = 1 << 20
 _MAX_MANIFEST_BYTES = 1 << 20  # a manifest is about 1 KiB
 
 
@@ -227,7 +227,7 @@ class LocalTieredStorage(RemoteStorageManager):
             dest = self.segment_path(md, MANIFEST_SUFFIX)
             _atomic_write(dest, manifest)
             written.append(dest)
-            _fsync_dir(pdir)
+            fsync_dir(pdir)
         except Exception as exc:
             # As Kafka: files of a failed attempt are removed so they do not linger as orphans.
             for path in written:
@@ -352,36 +352,26 @@ def _bool(v: object) -> bool:
 
 
 def _atomic_write(dest: Path, source: Path | bytes) -> int:
-    """Write ``source`` (a file to copy, or bytes) to ``dest`` through a unique temporary file in the
-    same folder, fsync it and rename it into place. Returns the size written."""
-    for attempt in range(10):
+    """Write ``source`` (a file to copy, or bytes) to ``dest`` through a temporary file of its own
+    (concurrent attempts of one segment never share one), fsynced; the caller fsyncs the folder once
+    for all the segment's files. Returns the size written."""
+    attempts = 0
+    while True:
         try:
-            fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
-            break
+            if isinstance(source, (bytes, bytearray, memoryview)):
+                return atomic_copy(dest, io.BytesIO(source), sync_dir=False, unique_tmp=True)
+            try:
+                src = open(source, "rb")
+            except FileNotFoundError:
+                raise RemoteStorageException(f"local file {source} does not exist") from None
+            with src:
+                return atomic_copy(dest, src, sync_dir=False, unique_tmp=True)
         except FileNotFoundError:
             # the folder is missing, or a concurrent delete of the partition's last segment removed it
-            if attempt == 9:
+            attempts += 1
+            if attempts == 10:
                 raise
             dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            if isinstance(source, (bytes, bytearray, memoryview)):
-                out.write(source)
-            else:
-                try:
-                    src = open(source, "rb")
-                except FileNotFoundError:
-                    raise RemoteStorageException(f"local file {source} does not exist") from None
-                with src:
-                    shutil.copyfileobj(src, out, _COPY_CHUNK)
-            out.flush()
-            os.fsync(out.fileno())
-            size = out.tell()
-        os.replace(tmp, dest)
-        return size
-    except BaseException:
-        _unlink(Path(tmp))
-        raise
 
 
 def _unlink(path: Path) -> None:
@@ -389,16 +379,3 @@ def _unlink(path: Path) -> None:
         path.unlink()
     except FileNotFoundError:
         pass
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
