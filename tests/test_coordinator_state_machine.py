@@ -13,8 +13,9 @@ import struct
 import pytest
 
 from tieredlog.coordinator.config import GroupConfig
-from tieredlog.coordinator.coordinator import GroupCoordinator, MemoryGroupStore
 from tieredlog.coordinator.group import GroupState
+from tieredlog.coordinator.group_coordinator import GroupCoordinator
+from tieredlog.coordinator.storage import MemoryGroupStore
 from tieredlog.coordinator.timer import ManualScheduler
 
 SESSION = 10_000

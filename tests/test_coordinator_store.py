@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tieredlog.coordinator import schema
 from tieredlog.coordinator.config import GroupConfig
-from tieredlog.coordinator.coordinator import GroupCoordinator
 from tieredlog.coordinator.group import GroupState
+from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.coordinator.storage import OFFSETS_TOPIC, LogGroupStore
 from tieredlog.coordinator.timer import ManualScheduler
 from tieredlog.log.config import LogConfig
@@ -159,4 +159,4 @@ def test_corrupt_batches_and_records_are_skipped_with_one_line_each(tmp_path: Pa
     load_line = next(r.getMessage() for r in lines if r.name == "tieredlog.coordinator.storage")
     assert load_line.startswith(f"{OFFSETS_TOPIC}-{home}: loading skipped 2 corrupt batch(es)"), load_line
     assert "skipped 1 unreadable __consumer_offsets record(s)" in next(
-        r.getMessage() for r in lines if r.name == "tieredlog.coordinator.coordinator")
+        r.getMessage() for r in lines if r.name == "tieredlog.coordinator.loader")

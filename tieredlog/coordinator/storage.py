@@ -3,16 +3,22 @@
 Each group lives in partition abs(hashCode(group)) % offsets.topic.num.partitions, as in Kafka, so a
 group's records stay in order. Appends go through UnifiedLog.append_as_leader like any produce; on
 start-up every partition is read back from its log start to rebuild the coordinator's state.
+`MemoryGroupStore` keeps the same records in a list, for the state-machine tests.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
+
+from kio.schema.errors import ErrorCode
 
 from tieredlog import errors
+from tieredlog.coordinator.config import GroupConfig
+from tieredlog.coordinator.contracts import CoordinatorBroker, OffsetsTopicLog
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.log.types import FetchIsolation
+from tieredlog.records.batch import BatchHeader
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch, iter_batches_records
 
@@ -23,16 +29,69 @@ LEADER_EPOCH = 0  # one broker leads every partition forever
 _READ_CHUNK = 1 << 20
 
 
+def offsets_topic_configs(config: GroupConfig) -> dict[str, str]:
+    """Kafka's configs for the offsets topic: compacted, offsets.topic.segment.bytes segments."""
+    return {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes)}
+
+
+class GroupStore(Protocol):
+    """Durable log of `__consumer_offsets` records (key, value or None for a tombstone)."""
+
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
+        """Write the records to the group's partition; raises `tieredlog.errors.KafkaError` on failure."""
+
+    def replay(self) -> Iterable[tuple[bytes, bytes | None]]:
+        """Every record of every partition, in log order per partition."""
+
+
+class MemoryGroupStore:
+    """Keeps the records in a list: for a coordinator without durable offsets and for state-machine tests."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes, bytes | None]] = []
+
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
+        self.records.extend((group_id, key, value) for key, value in records)
+
+    def replay(self) -> Iterable[tuple[bytes, bytes | None]]:
+        return [(key, value) for _, key, value in self.records]
+
+
+def store_error_code(exc: Exception) -> ErrorCode:
+    """Kafka's mapping of a failed `__consumer_offsets` append to what the group client should see."""
+    if not isinstance(exc, errors.KafkaError):
+        log.error("__consumer_offsets append failed", exc_info=exc)
+        return ErrorCode.unknown_server_error
+    if isinstance(exc, (errors.NotEnoughReplicasError, errors.NotEnoughReplicasAfterAppendError,
+                        errors.RequestTimedOutError, errors.UnknownTopicOrPartitionError)):
+        return ErrorCode.coordinator_not_available
+    if isinstance(exc, (errors.NotLeaderOrFollowerError, errors.KafkaStorageError)):
+        # A full or failed log dir: Kafka sends the client to look for the coordinator again.
+        return ErrorCode.not_coordinator
+    if isinstance(exc, (errors.MessageTooLargeError, errors.RecordListTooLargeError,
+                        errors.InvalidFetchSizeError)):
+        return ErrorCode.invalid_commit_offset_size
+    return ErrorCode.unknown_server_error
+
+
 class LogGroupStore:
-    def __init__(self, get_log: Callable[[int], Any], num_partitions: int):
+    def __init__(self, get_log: Callable[[int], OffsetsTopicLog | None], num_partitions: int):
         """`get_log(partition)` returns the UnifiedLog of that `__consumer_offsets` partition."""
         self._get_log = get_log
         self.num_partitions = num_partitions
 
+    @classmethod
+    def open(cls, broker: CoordinatorBroker, config: GroupConfig) -> "LogGroupStore":
+        """The store over the broker's `__consumer_offsets`, created first when missing."""
+        topic = broker.create_internal_topic(OFFSETS_TOPIC, config.offsets_topic_num_partitions,
+                                             offsets_topic_configs(config))
+        # An existing topic keeps its partition count: the group -> partition mapping must not move.
+        return cls(lambda p: broker.get_partition_log(OFFSETS_TOPIC, p), topic.partitions)
+
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
         if not records:
             return
         plog = self._get_log(self.partition_for(group_id))
@@ -49,7 +108,7 @@ class LogGroupStore:
             if plog is not None:
                 yield from self._replay_partition(partition, plog)
 
-    def _replay_partition(self, partition: int, plog: Any) -> Iterator[tuple[bytes, bytes | None]]:
+    def _replay_partition(self, partition: int, plog: OffsetsTopicLog) -> Iterator[tuple[bytes, bytes | None]]:
         offset = plog.log_start_offset
         end = plog.log_end_offset
         skipped: list[tuple[int, RecordError]] = []  # (offset near which, why)
@@ -66,7 +125,7 @@ class LogGroupStore:
                 break
             last = offset - 1
 
-            def corrupt(pos: int, header: Any, exc: RecordError) -> None:
+            def corrupt(pos: int, header: BatchHeader | None, exc: RecordError) -> None:
                 # A bad batch is skipped (Kafka's load would stop there and lose every later commit);
                 # its own offsets move the cursor only when they are plausible for this log.
                 nonlocal last
