@@ -10,9 +10,12 @@ from tieredlog.log.index import (
     AbortedTxn,
     CorruptIndexError,
     IndexOffsetError,
+    MappedOffsetIndex,
+    MappedTimeIndex,
     OffsetIndex,
     TimeIndex,
     TransactionIndex,
+    read_txn_index,
 )
 
 
@@ -170,3 +173,43 @@ def test_time_index_reload_keeps_64_bit_timestamps(tmp_path):
     assert [again.lookup(ts) for ts, _ in entries] == entries
     assert again.last_entry == entries[-1]
     assert again.file_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("trimmed", [True, False])
+def test_mapped_views_answer_as_the_writable_indexes(tmp_path, trimmed):
+    # The remote index cache reads a segment's uploaded indexes through these views: the same file,
+    # the same answers, also when the file still has its preallocated zero tail (not trimmed at roll).
+    off = OffsetIndex(tmp_path / "00000000000000001000.index", 1000, 8 * 64, writable=True)
+    tim = TimeIndex(tmp_path / "00000000000000001000.timeindex", 1000, 12 * 64, writable=True)
+    for i in range(1, 40):
+        off.append(1000 + 3 * i, 100 * i)
+        tim.maybe_append(5_000_000_000 + 7 * i, 1000 + 3 * i)
+    if trimmed:
+        off.trim_to_valid_size()
+        tim.trim_to_valid_size()
+    moff, mtim = MappedOffsetIndex(off.path, 1000), MappedTimeIndex(tim.path, 1000)
+    assert moff.entries == off.entries == 39 and mtim.entries == tim.entries == 39
+    for target in range(990, 1130):
+        assert moff.lookup(target) == off.lookup(target)
+    for ts in range(5_000_000_000 - 3, 5_000_000_000 + 300):
+        assert mtim.lookup(ts) == tim.lookup(ts)
+
+
+def test_mapped_views_refuse_what_no_segment_writes(tmp_path):
+    path = tmp_path / "x.index"
+    path.write_bytes(struct.pack(">ii", 5, 300) + b"\0" * 3)
+    with pytest.raises(CorruptIndexError, match="multiple of 8"):
+        MappedOffsetIndex(path, 0)
+    path.write_bytes(struct.pack(">iiii", 9, 300, 5, 200))
+    with pytest.raises(CorruptIndexError, match="out of order"):
+        MappedOffsetIndex(path, 0)
+    tpath = tmp_path / "x.timeindex"
+    tpath.write_bytes(struct.pack(">qiqi", 50, 1, 40, 2))
+    with pytest.raises(CorruptIndexError, match="out of order"):
+        MappedTimeIndex(tpath, 0)
+    txn = tmp_path / "x.txnindex"
+    txn.write_bytes(AbortedTxn(7, 10, 20, 10).to_bytes())
+    assert read_txn_index(txn) == [AbortedTxn(7, 10, 20, 10)]
+    txn.write_bytes(b"\0\1" + AbortedTxn(7, 10, 20, 10).to_bytes()[2:])
+    with pytest.raises(CorruptIndexError, match="unknown version 1"):
+        read_txn_index(txn)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import errno
 import logging
+import mmap
 import os
 import struct
 import sys
@@ -29,9 +30,10 @@ log = logging.getLogger(__name__)
 INT32_MAX = (1 << 31) - 1
 NO_TIMESTAMP = -1
 
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
-_TXN_ENTRY = struct.Struct(">hqqqq")
+# The entry layouts, for every reader of these files (the remote index cache, dump-log).
+OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, file position
+TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+TXN_ENTRY = struct.Struct(">hqqqq")  # version (0), producer id, first, last, last stable offset
 
 
 class CorruptIndexError(Exception):
@@ -214,7 +216,7 @@ class OffsetIndex(_SparseIndex):
     """Sparse offset -> file position map of one segment."""
 
     entry_size = 8
-    _entry = _OFFSET_ENTRY
+    _entry = OFFSET_ENTRY
 
     def _decode(self, data: memoryview) -> tuple[array, array]:
         flat = array("i", bytes(data))
@@ -287,7 +289,7 @@ class TimeIndex(_SparseIndex):
     """Sparse max-timestamp -> offset map of one segment; entries only when the max timestamp grows."""
 
     entry_size = 12
-    _entry = _TIME_ENTRY
+    _entry = TIME_ENTRY
 
     def _decode(self, data: memoryview) -> tuple[array, array]:
         # Split the 12-byte entries into columns with C-level slice copies: a per-entry Python loop
@@ -371,7 +373,20 @@ class AbortedTxn:
     last_stable_offset: int
 
     def to_bytes(self) -> bytes:
-        return _TXN_ENTRY.pack(0, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
+        return TXN_ENTRY.pack(0, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
+
+
+def decode_txn_entries(data, source: str) -> list[AbortedTxn]:
+    """The entries of a transaction index file; CorruptIndexError for a partial or unknown entry
+    (Kafka's AbortedTxn refuses any version but 0)."""
+    if len(data) % TXN_ENTRY.size:
+        raise CorruptIndexError(f"transaction index {source} has size {len(data)}, not a multiple of 34")
+    out = []
+    for version, pid, first, last, lso in TXN_ENTRY.iter_unpack(data):
+        if version != 0:
+            raise CorruptIndexError(f"transaction index {source} has an entry of unknown version {version}")
+        out.append(AbortedTxn(pid, first, last, lso))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,14 +412,7 @@ class TransactionIndex:
                 data = self.path.read_bytes()
             except FileNotFoundError:
                 data = b""
-            if len(data) % self.entry_size:
-                raise CorruptIndexError(f"transaction index {self.path} has size {len(data)}, not a multiple of 34")
-            out = []
-            for version, pid, first, last, lso in _TXN_ENTRY.iter_unpack(data):
-                if version != 0:
-                    raise CorruptIndexError(f"transaction index {self.path} has an entry of unknown version {version}")
-                out.append(AbortedTxn(pid, first, last, lso))
-            self._entries = out
+            self._entries = decode_txn_entries(data, str(self.path))
         return self._entries
 
     def entries(self) -> list[AbortedTxn]:
@@ -500,3 +508,123 @@ class TransactionIndex:
 
     def sanity_check(self) -> None:
         self._all()
+
+
+# ---------------------------------------------------------------------------------------------
+# read-only mapped views (indexes of remote segments, cached on local disk)
+
+
+class _MappedEntries:
+    """The fixed-size entries of one index file through ``mmap``: nothing is decoded until a lookup
+    touches it, and the pages stay the kernel's to evict (a cache of many indexes costs no heap).
+    The mapping is closed by garbage collection, never under a reader still holding the view."""
+
+    def __init__(self, path: Path, entry: struct.Struct) -> None:
+        self.path = path
+        self._entry = entry
+        size = path.stat().st_size
+        if size % entry.size:
+            raise CorruptIndexError(f"{path.name}: size {size} is not a multiple of {entry.size}")
+        self._buf: mmap.mmap | bytes = b""
+        if size:
+            with open(path, "rb") as f:
+                self._buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.entries = size // entry.size
+        self.entries = self._effective_len()
+
+    def _effective_len(self) -> int:
+        """Entries before any preallocated zero tail (an index not trimmed at roll): after the
+        first entry every real entry has a positive relative offset, so zeros mark the end."""
+        n = self.entries
+        if n <= 1 or any(self[n - 1]):
+            return n
+        lo, hi = 1, n - 1  # first all-zero entry is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if any(self[mid]):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def __len__(self) -> int:
+        return self.entries
+
+    def __getitem__(self, i: int) -> tuple:
+        return self._entry.unpack_from(self._buf, i * self._entry.size)
+
+
+class _Column:
+    """One field of every entry, as a sequence ``bisect`` can search in place."""
+
+    def __init__(self, entries: _MappedEntries, field_no: int) -> None:
+        self._entries = entries
+        self._field = field_no
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, i: int) -> int:
+        return self._entries[i][self._field]
+
+
+class MappedOffsetIndex:
+    """Read-only :class:`OffsetIndex` over a file that may come from elsewhere (a remote segment's
+    index): checked as Kafka's ``OffsetIndex.sanityCheck`` does, in O(1) (ends ordered and not
+    negative); a lookup never trusts more than that."""
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self._idx = _MappedEntries(path, OFFSET_ENTRY)
+        self.base_offset = base_offset
+        self._keys = _Column(self._idx, 0)
+        n = len(self._idx)
+        if n:
+            first, last = self._idx[0], self._idx[n - 1]
+            if first[0] < 0 or last[0] < first[0] or first[1] < 0 or last[1] < first[1]:
+                raise CorruptIndexError(f"{path.name}: entries out of order")
+
+    @property
+    def entries(self) -> int:
+        return len(self._idx)
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """As :meth:`OffsetIndex.lookup`: (offset, position) of the last entry at or below the
+        target, else (base offset, 0)."""
+        i = bisect.bisect_right(self._keys, target_offset - self.base_offset)
+        if i == 0:
+            return self.base_offset, 0
+        rel, pos = self._idx[i - 1]
+        return self.base_offset + rel, pos
+
+
+class MappedTimeIndex:
+    """Read-only :class:`TimeIndex`, checked as Kafka's ``TimeIndex.sanityCheck`` (ends ordered,
+    offsets not below the base)."""
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self._idx = _MappedEntries(path, TIME_ENTRY)
+        self.base_offset = base_offset
+        self._keys = _Column(self._idx, 0)
+        n = len(self._idx)
+        if n:
+            (first_ts, first_rel), (last_ts, last_rel) = self._idx[0], self._idx[n - 1]
+            if last_ts < first_ts or first_rel < 0 or last_rel < first_rel:
+                raise CorruptIndexError(f"{path.name}: entries out of order")
+
+    @property
+    def entries(self) -> int:
+        return len(self._idx)
+
+    def lookup(self, target_timestamp: int) -> tuple[int, int]:
+        """As :meth:`TimeIndex.lookup`: (timestamp, offset) of the last entry at or below the
+        target, else (-1, base offset)."""
+        i = bisect.bisect_right(self._keys, target_timestamp)
+        if i == 0:
+            return NO_TIMESTAMP, self.base_offset
+        ts, rel = self._idx[i - 1]
+        return ts, self.base_offset + rel
+
+
+def read_txn_index(path: Path) -> list[AbortedTxn]:
+    """The entries of a transaction index file (read-only)."""
+    return decode_txn_entries(Path(path).read_bytes(), Path(path).name)

@@ -13,20 +13,23 @@ Only one thread fetches a given segment's indexes; the others wait for it.
 
 from __future__ import annotations
 
-import bisect
 import logging
-import mmap
 import os
-import struct
 import threading
 import uuid
 from collections import OrderedDict
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 
 from tieredlog.atomic_file import SourceTooLargeError, atomic_copy, atomic_write
 from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
+from tieredlog.log.index import (
+    AbortedTxn,
+    CorruptIndexError,
+    MappedOffsetIndex,
+    MappedTimeIndex,
+    read_txn_index,
+)
 from tieredlog.rsm.api import (
     IndexType,
     RemoteLogSegmentMetadata,
@@ -41,116 +44,9 @@ OFFSET_SUFFIX = ".index"
 TIME_SUFFIX = ".timeindex"
 TXN_SUFFIX = ".txnindex"
 _SUFFIXES = (OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX)
-_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, file position
-_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
-_TXN_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
 _UNTRIMMED_INDEX_MAX = 32 << 20  # segment.index.bytes is 10 MiB by default
 # tests/test_rlm_units.py still imports this name (that file has another engineer's edits in progress)
 uuid_to_kafka = uuid_to_kafka_str
-
-
-class CorruptIndexError(ValueError):
-    pass
-
-
-class _MappedIndex:
-    """Read-only view of one index file; entries are fixed-size and sorted."""
-
-    def __init__(self, path: Path, entry: struct.Struct) -> None:
-        self.path = path
-        self._entry = entry
-        size = path.stat().st_size
-        if size % entry.size:
-            raise CorruptIndexError(f"{path.name}: size {size} is not a multiple of {entry.size}")
-        self.entries = size // entry.size
-        self._buf: mmap.mmap | bytes = b""
-        if size:
-            with open(path, "rb") as f:
-                self._buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-
-        self.entries = self._effective_len()
-
-    def _effective_len(self) -> int:
-        """Entries before any preallocated zero tail (an index not trimmed at roll): after the
-        first entry every real entry has a positive relative offset, so zeros mark the end."""
-        n = self.entries
-        if n <= 1 or self[n - 1] != (0,) * len(self[n - 1]):
-            return n
-        lo, hi = 1, n - 1  # first all-zero entry is in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self[mid] == (0,) * len(self[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def __len__(self) -> int:
-        return self.entries
-
-    def __getitem__(self, i: int) -> tuple:
-        return self._entry.unpack_from(self._buf, i * self._entry.size)
-
-
-class OffsetIndexView:
-    def __init__(self, path: Path, base_offset: int) -> None:
-        self._idx = _MappedIndex(path, _OFFSET_ENTRY)
-        self.base_offset = base_offset
-        self._keys = _Keys(self._idx, 0)
-        n = len(self._idx)
-        if n:  # sanity check, as Kafka's OffsetIndex.sanityCheck: ends ordered and non-negative
-            first, last = self._idx[0], self._idx[n - 1]
-            if first[0] < 0 or last[0] < first[0] or first[1] < 0 or last[1] < first[1]:
-                raise CorruptIndexError(f"{path.name}: entries out of order")
-
-    def lookup(self, offset: int) -> tuple[int, int]:
-        """(offset, position) of the last entry at or below ``offset``; (base, 0) if none."""
-        i = bisect.bisect_right(self._keys, offset - self.base_offset) - 1
-        if i < 0:
-            return self.base_offset, 0
-        rel, pos = self._idx[i]
-        return self.base_offset + rel, pos
-
-
-class TimeIndexView:
-    def __init__(self, path: Path, base_offset: int) -> None:
-        self._idx = _MappedIndex(path, _TIME_ENTRY)
-        self.base_offset = base_offset
-        self._keys = _Keys(self._idx, 0)
-        n = len(self._idx)
-        if n:  # sanity check, as Kafka's TimeIndex.sanityCheck: ends ordered, offsets not below the base
-            (first_ts, first_rel), (last_ts, last_rel) = self._idx[0], self._idx[n - 1]
-            if last_ts < first_ts or first_rel < 0 or last_rel < first_rel:
-                raise CorruptIndexError(f"{path.name}: entries out of order")
-
-    def lookup(self, timestamp: int) -> int:
-        """Offset of the last entry whose timestamp is at or below ``timestamp`` (base if none)."""
-        i = bisect.bisect_right(self._keys, timestamp) - 1
-        if i < 0:
-            return self.base_offset
-        return self.base_offset + self._idx[i][1]
-
-
-class _Keys:
-    """A lazy sequence of one field of an index, so bisect works on the mapped file."""
-
-    def __init__(self, idx: _MappedIndex, field_no: int) -> None:
-        self._idx = idx
-        self._field = field_no
-
-    def __len__(self) -> int:
-        return len(self._idx)
-
-    def __getitem__(self, i: int) -> int:
-        return self._idx[i][self._field]
-
-
-@dataclass(frozen=True)
-class AbortedTxn:
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
 
 
 class Entry:
@@ -158,13 +54,9 @@ class Entry:
         self.key = key
         self.base_offset = base_offset
         self.files = files
-        self.offset_index = OffsetIndexView(files[OFFSET_SUFFIX], base_offset)
-        self.time_index = TimeIndexView(files[TIME_SUFFIX], base_offset)
-        txn = _MappedIndex(files[TXN_SUFFIX], _TXN_ENTRY)
-        entries = [txn[i] for i in range(len(txn))]
-        if any(e[0] != 0 for e in entries):  # Kafka's AbortedTxn refuses any version but 0
-            raise CorruptIndexError(f"{files[TXN_SUFFIX].name}: entry of an unknown version")
-        self.aborted_txns = [AbortedTxn(*e[1:]) for e in entries]
+        self.offset_index = MappedOffsetIndex(files[OFFSET_SUFFIX], base_offset)
+        self.time_index = MappedTimeIndex(files[TIME_SUFFIX], base_offset)
+        self.aborted_txns = read_txn_index(files[TXN_SUFFIX])
         self.weight = sum(p.stat().st_size for p in files.values())
 
     def aborted_in_range(self, start: int, end_exclusive: int) -> list[AbortedTxn]:
@@ -282,7 +174,7 @@ class RemoteIndexCache:
     def lookup_timestamp(self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int) -> int:
         """Position to scan from for the first record with timestamp >= ``timestamp``."""
         entry = self.get_entry(md)
-        offset = max(entry.time_index.lookup(timestamp), starting_offset)
+        offset = max(entry.time_index.lookup(timestamp)[1], starting_offset)
         return entry.offset_index.lookup(offset)[1]
 
     def remove(self, key: uuid.UUID) -> None:

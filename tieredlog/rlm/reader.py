@@ -17,9 +17,10 @@ from concurrent.futures import CancelledError, Future
 from typing import NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
+from tieredlog.log.index import CorruptIndexError
 from tieredlog.records.batch import HEADER_SIZE, LOG_OVERHEAD, peek_size, read_header
 from tieredlog.records.errors import CorruptRecordError
-from tieredlog.rlm.index_cache import CorruptIndexError, RemoteIndexCache
+from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.lineage import as_pairs, epoch_of_offset_in_segment, is_within_lineage
 from tieredlog.rlm.pool import RemoteReaderPool
