@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Protocol
+
+
+class Properties(Protocol):
+    """A key -> value lookup: a dict, or the broker's BrokerConfig."""
+
+    def get(self, key: str, default: Any = None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -17,7 +23,7 @@ class GroupConfig:
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024  # offsets.topic.segment.bytes
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any]) -> "GroupConfig":
+    def from_properties(cls, props: Properties) -> "GroupConfig":
         """Build from a key -> value mapping (values may be strings, as in server.properties)."""
         names = {
             "group.min.session.timeout.ms": "min_session_timeout_ms",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import inspect
 import logging
 import os
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tieredlog.config import BrokerConfig
+from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -27,6 +27,8 @@ from tieredlog.errors import (
 )
 from tieredlog.log.config import ConfigError, LogConfig, validate_topic_config_change
 from tieredlog.log.types import TopicPartition
+from tieredlog.log.unified_log import UnifiedLog
+from tieredlog.server.coordinators import create_group_coordinator
 from tieredlog.server.delayed import PartitionWatchers
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
 
@@ -92,7 +94,7 @@ class Broker:
         self.topics: dict[str, TopicMetadata] = {}
         self.topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
         self.log_manager: Any = None
-        self.group_coordinator: Any = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.remote_log_manager: Any = None  # set by the RLM engineer's start-up hook; None = no remote tier
         self.append_watchers = PartitionWatchers()
         self.cluster_id = ""
@@ -207,26 +209,13 @@ class Broker:
             self._store.save(self.topics)
 
     async def _start_coordinator(self) -> None:
-        try:
-            mod = importlib.import_module("tieredlog.coordinator")
-        except ImportError:
-            return
-        factory = getattr(mod, "create_group_coordinator", None)
-        if factory is None:
-            return
-        self.group_coordinator = factory(self)
-        start = getattr(self.group_coordinator, "start", None)
-        if start is not None:
-            res = start()
-            if inspect.isawaitable(res):
-                await res
+        self.group_coordinator = create_group_coordinator(self)
+        await self.group_coordinator.start()
 
     async def shutdown(self) -> None:
-        if self.group_coordinator is not None and hasattr(self.group_coordinator, "shutdown"):
+        if self.group_coordinator is not None:
             try:
-                res = self.group_coordinator.shutdown()
-                if inspect.isawaitable(res):
-                    await res
+                await self.group_coordinator.shutdown()
             except Exception:
                 log.exception("group coordinator shutdown failed")
         rlm = self.remote_log_manager
@@ -255,7 +244,7 @@ class Broker:
     def get_topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
 
-    def get_partition_log(self, topic: str, partition: int) -> Any:
+    def get_partition_log(self, topic: str, partition: int) -> UnifiedLog | None:
         """The UnifiedLog or None when the topic or partition does not exist."""
         t = self.topics.get(topic)
         if t is None or not 0 <= partition < t.partitions:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,9 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.server.context import Handler, RequestContext
 
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
+
 log = logging.getLogger(__name__)
 
 # DescribeGroups: Kafka's "authorized operations not requested" marker.
@@ -43,27 +46,21 @@ def _ms(value: Any) -> int:
     return int(value)
 
 
-def _coordinator(broker: Any) -> Any:
-    return getattr(broker, "group_coordinator", None)
-
-
-def _partition_exists(broker: Any, topic: str, partition: int) -> bool:
-    get_topic = getattr(broker, "get_topic", None)
-    if get_topic is None:
-        return True
-    meta = get_topic(topic)
+def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
+    meta = broker.get_topic(topic)
     return meta is not None and 0 <= partition < meta.partitions
 
 
-def group_handlers(broker: Any) -> dict[int, Handler]:
+def group_handlers(broker: Broker) -> dict[int, Handler]:
     # -- FindCoordinator ---------------------------------------------------------------------------------
     def coordinator_entry(key: str, key_type: int) -> dict:
         entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none, "error_message": None}
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
             entry["error_code"] = ErrorCode.invalid_request
             entry["error_message"] = f"unknown coordinator key type {key_type}"
-        elif key_type == TRANSACTION_KEY_TYPE and getattr(broker, "transaction_coordinator", None) is None:
+        elif key_type == TRANSACTION_KEY_TYPE:
+            # No transaction coordinator on this broker (InitProducerId refuses transactional ids too).
             entry["error_code"] = ErrorCode.coordinator_not_available
         elif key_type == GROUP_KEY_TYPE and (coordinator is None or not coordinator.active):
             entry["error_code"] = ErrorCode.coordinator_not_available
@@ -85,7 +82,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------------------------
     async def join_group(ctx: RequestContext, req: Any) -> dict:
         v = ctx.api_version
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         session = _ms(req.session_timeout)
         rebalance = _ms(getattr(req, "rebalance_timeout", -1)) if v >= 1 else session
         if coordinator is None:
@@ -125,7 +122,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         }
 
     async def sync_group(ctx: RequestContext, req: Any) -> dict:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "assignment": b""}
         assignments = {a.member_id: bytes(a.assignment) for a in (req.assignments or ())}
@@ -147,7 +144,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         }
 
     async def heartbeat(ctx: RequestContext, req: Any) -> dict:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
         code = coordinator.heartbeat(
@@ -156,7 +153,8 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         return {"throttle_time": 0, "error_code": code}
 
     async def leave_group(ctx: RequestContext, req: Any) -> dict:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
+        leaving: list[tuple[str, str | None]]
         if ctx.api_version < 3:
             leaving = [(req.member_id, None)]
         else:
@@ -179,7 +177,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
 
     # -- offsets -------------------------------------------------------------------------------------------
     async def offset_commit(ctx: RequestContext, req: Any) -> dict:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         requested: dict[tuple[str, int], tuple[int, int, str | None]] = {}
         errors_by_tp: dict[tuple[str, int], int] = {}
         order: list[tuple[str, int]] = []
@@ -206,7 +204,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         return {"throttle_time": 0, "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp[tp]})}
 
     def fetch_group(group_id: str, topics: Any) -> tuple[int, list[dict]]:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         wanted = None
         if topics is not None:
             wanted = [(t.name, int(p)) for t in topics for p in (t.partition_indexes or ())]
@@ -245,7 +243,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         return {"throttle_time": 0, "topics": topics, "error_code": code}
 
     async def offset_delete(ctx: RequestContext, req: Any) -> dict:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         order = [(t.name, p.partition_index) for t in req.topics or () for p in t.partitions or ()]
         errors_by_tp = {tp: ErrorCode.unknown_topic_or_partition for tp in order if not _partition_exists(broker, *tp)}
         if coordinator is None:
@@ -259,7 +257,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
 
     # -- admin ---------------------------------------------------------------------------------------------
     async def describe_groups(ctx: RequestContext, req: Any) -> dict:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         groups = []
         for group_id in req.groups or ():
             if coordinator is None:
@@ -284,7 +282,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         return {"throttle_time": 0, "groups": groups}
 
     async def list_groups(ctx: RequestContext, req: Any) -> dict:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "groups": []}
         types = {t.lower() for t in (getattr(req, "types_filter", None) or ())}
@@ -301,7 +299,7 @@ def group_handlers(broker: Any) -> dict[int, Handler]:
         }
 
     async def delete_groups(ctx: RequestContext, req: Any) -> dict:
-        coordinator = _coordinator(broker)
+        coordinator = broker.group_coordinator
         names = list(req.groups_names or ())
         if coordinator is None:
             results = {name: ErrorCode.coordinator_not_available for name in names}
