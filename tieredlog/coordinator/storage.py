@@ -17,16 +17,15 @@ from tieredlog import errors
 from tieredlog.coordinator.config import GroupConfig
 from tieredlog.coordinator.contracts import CoordinatorBroker, OffsetsTopicLog
 from tieredlog.coordinator.schema import partition_for
-from tieredlog.log.types import FetchIsolation
+from tieredlog.log.batch_reader import LogBatches
 from tieredlog.records.batch import BatchHeader
 from tieredlog.records.errors import RecordError
-from tieredlog.records.record import build_batch, iter_batches_records
+from tieredlog.records.record import build_batch
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 LEADER_EPOCH = 0  # one broker leads every partition forever
-_READ_CHUNK = 1 << 20
 
 
 def offsets_topic_configs(config: GroupConfig) -> dict[str, str]:
@@ -109,42 +108,28 @@ class LogGroupStore:
                 yield from self._replay_partition(partition, plog)
 
     def _replay_partition(self, partition: int, plog: OffsetsTopicLog) -> Iterator[tuple[bytes, bytes | None]]:
-        offset = plog.log_start_offset
         end = plog.log_end_offset
         skipped: list[tuple[int, RecordError]] = []  # (offset near which, why)
         stopped: tuple[int, Exception] | None = None
-        while offset < end:
-            try:
-                info = plog.read(offset, _READ_CHUNK, FetchIsolation.LOG_END, min_one_message=True)
-                data = info.records if isinstance(info.records, (bytes, bytearray, memoryview)) else info.records.read_bytes()
-            except (OSError, errors.KafkaError, RecordError) as exc:
-                # the groups of this partition load up to here; the broker still starts
-                stopped = (offset, exc)
-                break
-            if not data:
-                break
-            last = offset - 1
 
-            def corrupt(pos: int, header: BatchHeader | None, exc: RecordError) -> None:
-                # A bad batch is skipped (Kafka's load would stop there and lose every later commit);
-                # its own offsets move the cursor only when they are plausible for this log.
-                nonlocal last
-                skipped.append((max(offset, last + 1), exc))
-                if header is not None and offset <= header.base_offset <= header.last_offset < end:
-                    last = max(last, header.last_offset)
+        def corrupt(offset: int, header: BatchHeader | None, exc: RecordError) -> None:
+            # A bad batch is skipped (Kafka's load would stop there and lose every later commit).
+            skipped.append((offset, exc))
 
-            for header, records in iter_batches_records(data, stop_at_partial=True, on_corrupt=corrupt):
-                last = header.last_offset
+        batches = LogBatches(plog, plog.log_start_offset, end_offset=end, on_corrupt=corrupt)
+        try:
+            for header, records in batches:
                 if header.is_control:
                     continue
                 for record in records:
-                    if record.offset >= offset and record.key is not None:
+                    if record.key is not None:
                         yield bytes(record.key), None if record.value is None else bytes(record.value)
-            if last < offset:
-                if skipped:
-                    stopped = skipped[-1]
-                break
-            offset = last + 1
+        except (OSError, errors.KafkaError, RecordError) as exc:
+            # the groups of this partition load up to here; the broker still starts
+            stopped = (batches.offset, exc)
+        else:
+            if batches.offset < end and skipped:
+                stopped = skipped[-1]
         if skipped or stopped:
             # one line per partition, however much of it is damaged
             parts = []

@@ -17,7 +17,6 @@ from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
 log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__remote_log_metadata"
-_READ_MAX_BYTES = 1 << 20
 
 
 @runtime_checkable
@@ -113,46 +112,27 @@ class LogMetadataTopic:
 
     def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
         from tieredlog.errors import OffsetOutOfRangeError
-        from tieredlog.log.types import FetchIsolation
+        from tieredlog.log.batch_reader import LogBatches
         from tieredlog.records.errors import RecordError
-        from tieredlog.records.record import iter_batches_records
 
-        plog = self._log(partition)
-        offset = max(from_offset, plog.log_start_offset)
-        while offset < plog.log_end_offset:
-            try:
-                info = plog.read(offset, _READ_MAX_BYTES, FetchIsolation.LOG_END, True)
-                data = info.records.read_bytes() if hasattr(info.records, "read_bytes") else bytes(info.records)
-            except OffsetOutOfRangeError:
-                return
-            except (OSError, RecordError) as exc:
-                # The next catch-up tries again from here: one line per place, not one per query.
-                if self._unreadable.get(partition) != offset:
-                    self._unreadable[partition] = offset
-                    log.error("%s-%d: cannot read at offset %d: %s", METADATA_TOPIC, partition, offset, exc)
-                return
-            if not data:
-                return
-            progressed = False
-            end = plog.log_end_offset
+        def corrupt(offset: int, _header, exc: RecordError) -> None:
+            # A record lost to damage is one line and a gap (Kafka's consumer task logs it and goes
+            # on); failing the load instead would retry it, and fail, forever.
+            log.error("%s-%d: skipping a corrupt batch after offset %d: %s", METADATA_TOPIC, partition, offset - 1, exc)
 
-            def corrupt(pos: int, header, exc: RecordError) -> None:
-                # A record lost to damage is one line and a gap (Kafka's consumer task logs it and
-                # goes on); failing the load instead would retry it, and fail, forever.
-                nonlocal offset, progressed
-                log.error("%s-%d: skipping a corrupt batch after offset %d: %s", METADATA_TOPIC, partition, offset - 1, exc)
-                if header is not None and offset <= header.base_offset <= header.last_offset < end:
-                    offset = header.last_offset + 1
-                    progressed = True
-
-            for header, records in iter_batches_records(data, stop_at_partial=True, on_corrupt=corrupt):
+        batches = LogBatches(self._log(partition), from_offset, on_corrupt=corrupt)
+        try:
+            for _header, records in batches:
                 for record in records:
-                    if record.offset >= offset and record.value is not None:
+                    if record.value is not None:
                         yield record.offset, bytes(record.value)
-                offset = max(offset, header.base_offset + header.last_offset_delta + 1)
-                progressed = True
-            if not progressed:
-                return
+        except OffsetOutOfRangeError:
+            return
+        except (OSError, RecordError) as exc:
+            # The next catch-up tries again from here: one line per place, not one per query.
+            if self._unreadable.get(partition) != batches.offset:
+                self._unreadable[partition] = batches.offset
+                log.error("%s-%d: cannot read at offset %d: %s", METADATA_TOPIC, partition, batches.offset, exc)
 
     def end_offset(self, partition: int) -> int:
         return self._log(partition).log_end_offset
