@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import struct
 
 import pytest
+from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as SubscriptionV3
+from kio.serial import entity_writer
 
 from tieredlog.coordinator.config import GroupConfig
 from tieredlog.coordinator.group import GroupState
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.coordinator.storage import MemoryGroupStore
 from tieredlog.coordinator.timer import ManualScheduler
+from tieredlog.server.consumer_protocol import subscribed_topics
 
 SESSION = 10_000
 REBALANCE = 30_000
@@ -49,7 +53,8 @@ class Harness:
         settings.update(config)
         self.clock = ManualScheduler()
         self.store = store or MemoryGroupStore()
-        self.coord = GroupCoordinator(GroupConfig(**settings), self.clock, self.store)
+        self.coord = GroupCoordinator(GroupConfig(**settings), self.clock, self.store,
+                                      subscriptions=subscribed_topics)
 
     async def start(self) -> "Harness":
         await self.coord.start()
@@ -441,11 +446,26 @@ async def test_requests_before_start_are_refused_as_coordinator_not_available():
     assert h.join().result().error == 15
 
 
-@pytest.mark.parametrize("bad", [b"", b"\x00", b"\x00\x00\x7f\xff\xff\xff", b"\x00\x00\x00\x00\x00\x01\x00\x09ab"])
+@pytest.mark.parametrize("bad", [
+    b"", b"\x00", b"\x00\x00\x7f\xff\xff\xff", b"\x00\x00\x00\x00\x00\x01\x00\x09ab",
+    b"\xff\xff" + _subscription("t")[2:],  # a negative version
+    # v1: no topics, null user data, then owned partitions claiming 2^31-1 entries (kio's native reader
+    # would try to allocate them all; the guard refuses first)
+    b"\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff\x7f\xff\xff\xff",
+])
 def test_malformed_subscription_metadata_is_not_an_error(bad):
-    from tieredlog.coordinator.group import parse_subscription_topics
+    assert subscribed_topics(bad) is None
 
-    assert parse_subscription_topics(bad) is None
+
+def test_subscriptions_of_every_version_and_newer_ones_are_read():
+    assert subscribed_topics(_subscription("a", "b")) == ("a", "b")
+    v3 = io.BytesIO()
+    entity_writer(SubscriptionV3)(v3, SubscriptionV3(topics=("x",), user_data=b"u", owned_partitions=(),
+                                                     generation_id=4, rack_id="r"))
+    body = v3.getvalue()
+    assert subscribed_topics(struct.pack(">h", 3) + body) == ("x",)
+    # A newer version than kio knows is read as the newest one, as Kafka's ConsumerProtocol does.
+    assert subscribed_topics(struct.pack(">h", 9) + body + b"later fields") == ("x",)
 
 
 class FailingStore(MemoryGroupStore):

@@ -18,6 +18,7 @@ from tieredlog.log.types import FetchIsolation
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import CRC_OFFSET, HEADER_SIZE, compute_crc, peek_size
 from tieredlog.records.record import build_batch, iter_batches_records
+from tieredlog.server.consumer_protocol import subscribed_topics
 
 PARTITIONS = 3
 
@@ -30,7 +31,7 @@ def open_logs(root: Path) -> dict[int, UnifiedLog]:
 
 def coordinator_on(logs: dict[int, UnifiedLog], clock: ManualScheduler) -> GroupCoordinator:
     config = GroupConfig(min_session_timeout_ms=1000, initial_rebalance_delay_ms=0)
-    return GroupCoordinator(config, clock, LogGroupStore(logs.get, PARTITIONS))
+    return GroupCoordinator(config, clock, LogGroupStore(logs.get, PARTITIONS), subscriptions=subscribed_topics)
 
 
 def test_offsets_and_groups_survive_reopening_the_logs(tmp_path: Path):

@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from tieredlog.coordinator.contracts import SubscribedTopics
+
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -198,42 +200,14 @@ class GroupMetadata:
                 return choice
         raise AssertionError("unreachable")
 
-    def subscribed_topics(self) -> set[str] | None:
+    def subscribed_topics(self, decode: SubscribedTopics) -> set[str] | None:
         """Topics named by consumer-protocol subscriptions, or None when they cannot be known."""
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
             return None
         topics: set[str] = set()
         for member in self.members.values():
-            parsed = parse_subscription_topics(member.metadata_for(self.protocol_name))
+            parsed = decode(member.metadata_for(self.protocol_name))
             if parsed is None:
                 return None
             topics.update(parsed)
         return topics
-
-    def is_subscribed_to(self, topic: str) -> bool:
-        topics = self.subscribed_topics()
-        return True if topics is None else topic in topics
-
-
-def parse_subscription_topics(data: bytes) -> list[str] | None:
-    """Topics of a ConsumerProtocolSubscription (every version starts: int16 version, [string] topics)."""
-    try:
-        if len(data) < 6:
-            return None
-        count = int.from_bytes(data[2:6], "big", signed=True)
-        pos = 6
-        if count < 0 or count > len(data):
-            return None
-        topics = []
-        for _ in range(count):
-            if pos + 2 > len(data):
-                return None
-            length = int.from_bytes(data[pos : pos + 2], "big", signed=True)
-            pos += 2
-            if length < 0 or pos + length > len(data):
-                return None
-            topics.append(data[pos : pos + length].decode("utf-8"))
-            pos += length
-        return topics
-    except UnicodeDecodeError:
-        return None

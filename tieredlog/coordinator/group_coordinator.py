@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from tieredlog.coordinator.admin import GroupAdmin
 from tieredlog.coordinator.config import GroupConfig
+from tieredlog.coordinator.contracts import SubscribedTopics
 from tieredlog.coordinator.group import GroupMetadata
 from tieredlog.coordinator.loader import load_groups
 from tieredlog.coordinator.membership import GroupMembership
@@ -23,10 +24,15 @@ from tieredlog.coordinator.timer import Scheduler
 
 
 class GroupCoordinator:
-    def __init__(self, config: GroupConfig, scheduler: Scheduler, store: GroupStore | None = None):
+    def __init__(
+        self, config: GroupConfig, scheduler: Scheduler, store: GroupStore | None = None, *,
+        subscriptions: SubscribedTopics,
+    ):
+        """`subscriptions` reads the topics of a consumer member's JoinGroup metadata (OffsetDelete
+        refuses to delete offsets of topics a live consumer group is subscribed to)."""
         self.state = CoordinatorState(config, scheduler, store if store is not None else MemoryGroupStore())
         self.membership = GroupMembership(self.state)
-        self.offsets = CommittedOffsets(self.state, self.membership)
+        self.offsets = CommittedOffsets(self.state, self.membership, subscriptions)
         self.admin = GroupAdmin(self.state)
         self.join_group = self.membership.join_group
         self.sync_group = self.membership.sync_group

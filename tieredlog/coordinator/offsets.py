@@ -11,7 +11,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from tieredlog.coordinator import schema
-from tieredlog.coordinator.group import GroupMetadata, GroupState, OffsetAndMetadata
+from tieredlog.coordinator.contracts import SubscribedTopics
+from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState, OffsetAndMetadata
 from tieredlog.coordinator.membership import GroupMembership
 from tieredlog.coordinator.state import CoordinatorState, valid_group_id
 from tieredlog.coordinator.storage import store_error_code
@@ -22,9 +23,10 @@ OffsetCommit = tuple[int, int, "str | None"]
 
 
 class CommittedOffsets:
-    def __init__(self, state: CoordinatorState, membership: GroupMembership) -> None:
+    def __init__(self, state: CoordinatorState, membership: GroupMembership, subscriptions: SubscribedTopics) -> None:
         self.state = state
         self.membership = membership
+        self.subscriptions = subscriptions
 
     def commit_offsets(
         self,
@@ -116,9 +118,11 @@ class CommittedOffsets:
         deletable: list[TopicPartition] = []
         if group.is_state(GroupState.EMPTY):
             deletable = list(partitions)
-        elif group.protocol_type == "consumer":
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            # None: some member's subscription cannot be read, so every topic counts as subscribed.
+            subscribed = group.subscribed_topics(self.subscriptions)
             for tp in partitions:
-                if group.is_subscribed_to(tp[0]):
+                if subscribed is None or tp[0] in subscribed:
                     result[tp] = ErrorCode.group_subscribed_to_topic
                 else:
                     deletable.append(tp)

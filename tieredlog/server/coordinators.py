@@ -6,6 +6,8 @@ built and handed to each other).
   configs when missing, an existing topic keeps its partition count). The Broker is what the
   coordinator's `CoordinatorBroker` protocol asks for.
 - Timers: the asyncio loop (`LoopScheduler`), no threads.
+- Consumer-protocol subscriptions: `consumer_protocol.subscribed_topics` (kio's schemas behind the
+  request guard).
 The Broker then awaits `start()` (loads the store) and, on stop, `shutdown()`.
 """
 
@@ -17,6 +19,7 @@ from tieredlog.coordinator.config import GroupConfig
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.coordinator.storage import LogGroupStore
 from tieredlog.coordinator.timer import LoopScheduler
+from tieredlog.server.consumer_protocol import subscribed_topics
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -24,4 +27,4 @@ if TYPE_CHECKING:
 
 def create_group_coordinator(broker: Broker) -> GroupCoordinator:
     config = GroupConfig.from_properties(broker.config)
-    return GroupCoordinator(config, LoopScheduler(), LogGroupStore.open(broker, config))
+    return GroupCoordinator(config, LoopScheduler(), LogGroupStore.open(broker, config), subscriptions=subscribed_topics)
