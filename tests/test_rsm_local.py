@@ -289,3 +289,21 @@ def test_an_unreadable_manifest_is_not_listed_and_logged_once(rsm, tmp_path, cap
     assert [m["start_offset"] for m in listed] == [0, 20]
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1 and lines[0].startswith(f"ignoring unreadable manifest {bad}"), lines
+
+
+def test_same_files_and_manifest_bytes_as_the_object_store_backends(tmp_path):
+    # One key layout and one manifest schema for every backend: a broker-less reader sees one shape.
+    from tieredlog.rsm.fsspec_rsm import FsspecRemoteStorageManager
+    from tieredlog.rsm.testing import make_segment
+
+    seg = make_segment(tmp_path / "local", size=300, topic="t", partition=2, start_offset=7)
+    local = LocalTieredStorage(tmp_path / "a")
+    local.copy_log_segment_data(seg.metadata, seg.data)
+    other = FsspecRemoteStorageManager()
+    other.configure({"storage.fsspec.url": f"file://{tmp_path}/b"})
+    other.copy_log_segment_data(seg.metadata, seg.data)
+    files_a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
+    files_b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    assert files_a == files_b and len(files_a) == 7
+    assert local.list_manifests(seg.metadata.topic_id_partition) == [
+        json.loads(v) for k, v in files_b.items() if k.suffix == ".manifest"]

@@ -106,13 +106,21 @@ def partition_prefix(key_prefix: str, tp: TopicIdPartition) -> str:
     return f"{key_prefix}{tp.topic}-{uuid_to_base64(tp.topic_id)}/{tp.partition}/"
 
 
+def segment_stem(metadata: RemoteLogSegmentMetadata) -> str:
+    """``<20-digit start offset>-<segment id>``: every object of a segment is named this plus a suffix."""
+    return f"{metadata.start_offset:020d}-{uuid_to_base64(metadata.remote_log_segment_id.id)}"
+
+
 def segment_key(key_prefix: str, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
     if suffix not in ALL_SUFFIXES:
         raise InvalidKeyError(f"unknown object suffix {suffix!r}")
     validate_offset(metadata.start_offset)
-    segment_id = uuid_to_base64(metadata.remote_log_segment_id.id)
-    base = partition_prefix(key_prefix, metadata.topic_id_partition)
-    return f"{base}{metadata.start_offset:020d}-{segment_id}.{suffix}"
+    return f"{partition_prefix(key_prefix, metadata.topic_id_partition)}{segment_stem(metadata)}.{suffix}"
+
+
+def is_segment_file_name(name: str) -> bool:
+    """Whether ``name`` (the last part of a key) has the form :func:`segment_key` gives it."""
+    return _FILE_RE.fullmatch(name) is not None
 
 
 def segment_keys(key_prefix: str, metadata: RemoteLogSegmentMetadata) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """LocalTieredStorage: the built-in RemoteStorageManager that keeps remote segments in a local folder.
 
-Key layout (the same one the object-store backends use, so the Spark reader sees one shape)::
+Key layout and manifest (the object-store backends', from the same code in ``keys.py`` and
+``objectstore.py``, so a broker-less reader sees one shape)::
 
     <dir>/<topic>-<topicId>/<partition>/<20-digit start offset>-<segment id>.<suffix>
 
@@ -17,10 +18,8 @@ half-written object, and concurrent attempts never write into each other's tempo
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Mapping
 
 from tieredlog.atomic_file import atomic_copy, fsync_dir
+from tieredlog.rsm import keys
 from tieredlog.rsm.api import (
     CustomMetadata,
     IndexType,
@@ -41,73 +41,38 @@ from tieredlog.rsm.api import (
     TopicIdPartition,
 )
 from tieredlog.rsm.keys import uuid_from_base64, uuid_to_base64  # noqa: F401 - tools import them from here
+from tieredlog.rsm.objectstore import MAX_MANIFEST_BYTES, build_manifest, check_positions, parse_manifest
 
 log = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 1
-LOG_SUFFIX = ".log"
-MANIFEST_SUFFIX = ".manifest"
-# IndexType -> file suffix, as Kafka's LocalTieredStorage names them.
-INDEX_SUFFIXES: dict[IndexType, str] = {
-    IndexType.OFFSET: ".index",
-    IndexType.TIMESTAMP: ".timeindex",
-    IndexType.TRANSACTION: ".txnindex",
-    IndexType.LEADER_EPOCH: ".leader_epoch_checkpoint",
-    IndexType.PRODUCER_SNAPSHOT: ".snapshot",
-}
+# The object-store backends' layout and manifest (tieredlog.rsm.keys, .objectstore) with a dot
+# before each suffix, as Kafka's LocalTieredStorage names its files.
+LOG_SUFFIX = "." + keys.LOG_SUFFIX
+MANIFEST_SUFFIX = "." + keys.MANIFEST_SUFFIX
+INDEX_SUFFIXES: dict[IndexType, str] = {t: "." + s for t, s in keys.INDEX_SUFFIXES.items()}
 # Order of the copy, as Kafka's: data first, then indexes; the manifest comes after all of them.
 COPY_ORDER = (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", ".leader_epoch_checkpoint", ".snapshot")
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_SEGMENT_FILE = re.compile(r"^(\d{20})-([a-zA-Z0-9_-]{22})(\.[a-z_]+)$")
-_MAX_MANIFEST_BYTES = 1 << 20  # a manifest is about 1 KiB
 
-
-def validate_topic_name(topic: str) -> str:
-    """Kafka's legal topic names; anything else must never become part of a path."""
-    if not isinstance(topic, str) or topic in (".", "..") or not _LEGAL_TOPIC.match(topic):
-        raise RemoteStorageException(f"illegal topic name {topic!r}")
-    return topic
+def _checked(build: Callable[..., str], *args) -> str:
+    try:
+        return build(*args)
+    except keys.InvalidKeyError as exc:  # a name that must never become part of a path
+        raise RemoteStorageException(str(exc)) from None
 
 
 def partition_key_prefix(tp: TopicIdPartition) -> str:
-    """``<topic>-<topicId>/<partition>``: the folder (or key prefix) of one partition's segments."""
-    validate_topic_name(tp.topic)
-    if not isinstance(tp.partition, int) or isinstance(tp.partition, bool) or tp.partition < 0:
-        raise RemoteStorageException(f"illegal partition {tp.partition!r}")
-    return f"{tp.topic}-{uuid_to_base64(tp.topic_id)}/{tp.partition}"
+    """``<topic>-<topicId>/<partition>``: the folder of one partition's segments."""
+    return _checked(keys.partition_prefix, "", tp).rstrip("/")
 
 
 def segment_file_stem(md: RemoteLogSegmentMetadata) -> str:
-    return f"{md.start_offset:020d}-{uuid_to_base64(md.remote_log_segment_id.id)}"
+    return keys.segment_stem(md)
 
 
 def segment_key(md: RemoteLogSegmentMetadata, suffix: str) -> str:
-    """The object key of one file of a segment, relative to the storage root."""
-    return f"{partition_key_prefix(md.topic_id_partition)}/{segment_file_stem(md)}{suffix}"
-
-
-def build_manifest(md: RemoteLogSegmentMetadata, files: Mapping[str, int]) -> dict:
-    """The commit marker: what a reader needs to use the segment without the metadata topic.
-    ``files`` maps suffix -> size in bytes of every object written for the segment."""
-    tp = md.topic_id_partition
-    stem = segment_file_stem(md)
-    return {
-        "version": MANIFEST_VERSION,
-        "topic": tp.topic,
-        "topic_id": uuid_to_base64(tp.topic_id),
-        "partition": tp.partition,
-        "segment_id": uuid_to_base64(md.remote_log_segment_id.id),
-        "start_offset": md.start_offset,
-        "end_offset": md.end_offset,
-        "max_timestamp_ms": md.max_timestamp_ms,
-        "broker_id": md.broker_id,
-        "event_timestamp_ms": md.event_timestamp_ms,
-        "segment_size_in_bytes": md.segment_size_in_bytes,
-        "segment_leader_epochs": [[e, o] for e, o in sorted(md.segment_leader_epochs.items())],
-        "tx_index_present": ".txnindex" in files,
-        "files": {suffix.lstrip("."): {"name": stem + suffix, "size": size} for suffix, size in files.items()},
-    }
+    """The object key of one file of a segment, relative to the storage root (``suffix`` with its dot)."""
+    return _checked(keys.segment_key, "", md, suffix[1:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,7 +188,7 @@ class LocalTieredStorage(RemoteStorageManager):
                 dest = self.segment_path(md, suffix)
                 sizes[suffix] = _atomic_write(dest, sources[suffix])
                 written.append(dest)
-            manifest = json.dumps(build_manifest(md, sizes), sort_keys=True).encode()
+            manifest = build_manifest(md, {suffix[1:]: size for suffix, size in sizes.items()})
             dest = self.segment_path(md, MANIFEST_SUFFIX)
             _atomic_write(dest, manifest)
             written.append(dest)
@@ -245,10 +210,7 @@ class LocalTieredStorage(RemoteStorageManager):
         end_position: int | None = None,
     ) -> BinaryIO:
         md = remote_log_segment_metadata
-        if start_position < 0:
-            raise ValueError(f"start_position {start_position} must be >= 0")
-        if end_position is not None and end_position < start_position:
-            raise ValueError(f"end_position {end_position} must be >= start_position {start_position}")
+        check_positions(start_position, end_position)
         f = self._open(self.segment_path(md, LOG_SUFFIX))
         try:
             f.seek(start_position)
@@ -301,15 +263,13 @@ class LocalTieredStorage(RemoteStorageManager):
         pdir = self.partition_dir(tp)
         out = []
         for path in sorted(pdir.glob("*" + MANIFEST_SUFFIX)) if pdir.is_dir() else ():
-            if not _SEGMENT_FILE.match(path.name):
+            if not keys.is_segment_file_name(path.name):
                 continue
             try:
-                if path.stat().st_size > _MAX_MANIFEST_BYTES:
-                    raise ValueError(f"over {_MAX_MANIFEST_BYTES} bytes")
-                body = json.loads(path.read_bytes())
-                if not isinstance(body, dict):
-                    raise ValueError("not a JSON object")
-            except (OSError, ValueError, RecursionError) as exc:
+                if path.stat().st_size > MAX_MANIFEST_BYTES:  # never read a huge file to refuse it
+                    raise RemoteStorageException(f"segment manifest is over {MAX_MANIFEST_BYTES} bytes")
+                body = parse_manifest(path.read_bytes())
+            except (OSError, RemoteStorageException) as exc:
                 # a damaged commit marker: that segment is not listed as committed
                 log.warning("ignoring unreadable manifest %s: %s", path, exc)
                 continue
@@ -321,7 +281,7 @@ class LocalTieredStorage(RemoteStorageManager):
         os.walk, not rglob: a folder removed by a concurrent delete is skipped, not an error."""
         for folder, _dirs, files in os.walk(self.root):
             for name in files:
-                if _SEGMENT_FILE.match(name):
+                if keys.is_segment_file_name(name):
                     yield Path(folder) / name
 
     # -- helpers -------------------------------------------------------------------------------

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Mapping
 
 from tieredlog.rsm.api import (
+    CustomMetadata,
     IndexType,
     LogSegmentData,
     RemoteLogSegmentMetadata,
     RemoteStorageException,
     RemoteStorageManager,
     TopicIdPartition,
-    CustomMetadata,
 )
 from tieredlog.rsm.keys import (
     INDEX_SUFFIXES,
@@ -33,6 +33,7 @@ from tieredlog.rsm.keys import (
     parse_segment_key,
     partition_prefix,
     segment_keys,
+    segment_stem,
     uuid_to_base64,
     validate_key_prefix,
 )
@@ -123,7 +124,7 @@ def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str
     """The commit marker: everything a broker-less reader needs to use the segment's objects. The
     schema is the one ``LocalTieredStorage`` writes (``object_sizes`` maps suffix -> bytes)."""
     tp = metadata.topic_id_partition
-    stem = f"{metadata.start_offset:020d}-{uuid_to_base64(metadata.remote_log_segment_id.id)}"
+    stem = segment_stem(metadata)
     body = {
         "version": MANIFEST_VERSION,
         "topic": tp.topic,
