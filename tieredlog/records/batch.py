@@ -29,6 +29,8 @@ MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 PARTITION_LEADER_EPOCH_OFFSET = 12
+BATCH_LENGTH_OFFSET = 8
+LAST_OFFSET_DELTA_OFFSET = 23
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -134,6 +136,12 @@ def peek_size(buf, pos: int = 0) -> int:
         raise CorruptRecordError(f"batch length prefix truncated at byte {pos}", position=pos)
     _, length = _PREFIX.unpack_from(buf, pos)
     return length + LOG_OVERHEAD
+
+
+def next_offset_at(buf, pos: int = 0) -> int:
+    """The offset after the v2 batch at ``pos``, from two header fields (no checks: for a caller that
+    has already measured the whole batch, where parsing all 61 bytes would be wasted)."""
+    return _I64.unpack_from(buf, pos)[0] + _I32.unpack_from(buf, pos + LAST_OFFSET_DELTA_OFFSET)[0] + 1
 
 
 def compute_crc(buf, pos: int, size: int) -> int:
