@@ -327,3 +327,43 @@ def test_an_unreadable_transaction_index_is_emptied_not_fatal(tmp_path, clean, c
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(lines) == 1 and "transaction index" in lines[0], lines
     again.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_corrupt_control_batch_does_not_fail_the_load(tmp_path, clean, caplog):
+    """Replaying producer state reads each transaction marker's control record. One damaged on disk (a
+    clean shutdown's load checks no CRC) used to raise ValueError out of the load, and the broker did
+    not start. Now it is one line and the marker counts as no control record (Kafka's default: commit)."""
+    import logging
+
+    from tieredlog.log.types import AppendOrigin
+    from tieredlog.records.record import build_control_batch
+
+    d = tmp_path / "t-0"
+    cfg = LogConfig(segment_bytes=1 << 20)
+    plog = UnifiedLog(d, cfg)
+    txn = build_batch([(None, b"v")], producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True)
+    plog.append_as_leader(txn, 0)
+    plog.append_as_leader(build_control_batch(0, 9, 0, 0, TS), 0, origin=AppendOrigin.COORDINATOR)  # ABORT
+    marker_pos, marker = [(p, h) for p, h in plog.active_segment.iter_headers(0) if h.is_control][0]
+    plog.roll()  # after an unclean shutdown only segments past the recovery point are re-validated
+    plog.append_as_leader(build_batch([(None, b"after")]), 0)
+    plog.flush()
+    end, recovery_point = plog.log_end_offset, plog.recovery_point
+    if clean:
+        plog.close()
+    else:
+        crash(plog)
+    for snap in d.glob("*.snapshot"):
+        snap.unlink()  # replay the markers from the log
+    with open(d / "00000000000000000000.log", "r+b") as f:
+        f.seek(marker_pos + 61 + 1 + 1 + 1 + 1)  # record length, attributes, timestamp and offset deltas
+        f.write(b"\x7f")  # key length: 63 bytes, past the batch
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        again = UnifiedLog(d, cfg, recovery_point=recovery_point, had_clean_shutdown=clean)
+    assert again.log_end_offset == end
+    assert again.producer_state.first_undecided_offset() is None  # the transaction is not left open
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "control" in lines[0] and str(marker.base_offset) in lines[0], lines
+    again.close()

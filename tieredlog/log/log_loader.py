@@ -15,9 +15,10 @@ from tieredlog.log.index import AbortedTxn, CorruptIndexError
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.local_log import LocalLog
 from tieredlog.log.producer_state import ProducerStateManager, read_control_record
-from tieredlog.log.segment import DELETED_SUFFIX, LOG_SUFFIX, offset_from_filename
-from tieredlog.records.batch import BatchHeader
+from tieredlog.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, offset_from_filename
+from tieredlog.records.batch import BatchHeader, validate_batch
 from tieredlog.records.errors import RecordError
+from tieredlog.records.record import ControlRecord
 
 log = logging.getLogger(__name__)
 
@@ -179,12 +180,25 @@ def rebuild_producer_state(
         for pos, h in seg.iter_headers(0 if base >= start else seg.offset_index.lookup(start)[1]):
             if h.last_offset < start or not h.has_producer_id:
                 continue
-            control = None
-            if h.is_control:
-                control = read_control_record(seg.read_bytes(pos, h.size))
+            control = _read_control(seg, pos, h) if h.is_control else None
             done = ps.update(h, h.base_offset, h.max_timestamp, control)
             if done is not None and done.is_aborted and rebuild_txn_from is not None and done.last_offset >= rebuild_txn_from:
                 seg.txn_index.append(
                     AbortedTxn(done.producer_id, done.first_offset, done.last_offset, ps.last_stable_offset(done))
                 )
     ps.map_end_offset = end
+
+
+def _read_control(seg: LogSegment, pos: int, h: BatchHeader) -> ControlRecord | None:
+    """The marker's control record, or None (one line) when the batch is damaged: a segment below the
+    recovery point is not re-validated at load, and a marker that cannot be read must not fail the
+    partition's load, and with it the broker's start. Without its record the marker counts as a
+    commit, as ``ProducerStateManager.update`` documents."""
+    data = seg.read_bytes(pos, h.size)
+    try:
+        validate_batch(data, 0, check_records=False)
+        return read_control_record(data)
+    except (RecordError, ValueError) as e:
+        log.warning("%s: unreadable transaction marker at offset %d (read as no control record): %s",
+                    seg.log_path, h.base_offset, e)
+        return None
