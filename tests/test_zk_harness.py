@@ -7,7 +7,6 @@ from typing import Callable
 
 import pytest
 from kazoo.client import KazooClient
-
 from zk_harness import ZooKeeperNotAvailable, ZooKeeperServer, four_letter_word, zookeeper_classpath, zookeeper_factory  # noqa: F401
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,9 @@
     zk.stop()              # SIGTERM, then SIGKILL; idempotent
     zk.log_text()          # the server's log (attach it to assertion messages)
 
-Fixtures (import them into a test module): ``zookeeper`` (one server per module) and
-``zookeeper_factory`` (servers for one test). Every server binds 127.0.0.1 on a free port, runs with a
+Fixtures (import them into a test module): ``zookeeper`` (one server per module), ``zk_connect`` (that
+server with a chroot per test) and ``zookeeper_factory`` (servers for one test). Helpers:
+``expire_session`` (what a long GC pause or partition does to a session), ``wait_until``. Every server binds 127.0.0.1 on a free port, runs with a
 128 MiB heap, and is stopped when its fixture ends, also when the test fails; an atexit hook kills any
 server a crashed run left behind. A missing jar or JVM fails the test with one line saying what to
 install: ZooKeeper is a test dependency (`make system-deps`), never a reason to skip.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import signal
 import socket
@@ -219,6 +221,27 @@ class ZooKeeperServer:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
 
+def expire_session(connect: str, client_id: tuple[int, bytes]) -> None:
+    """Expire a live session the way ZooKeeper's own tests do: attach a second client to it, then
+    close that one. The server deletes the session's ephemeral znodes at once; the first client learns
+    of the expiry when it reconnects."""
+    from kazoo.client import KazooClient
+
+    other = KazooClient(hosts=connect, client_id=client_id, timeout=10.0)
+    other.start(timeout=10)
+    other.stop()
+    other.close()
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, message: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")
+
+
 @atexit.register
 def _kill_leftovers() -> None:
     for proc in list(_RUNNING):
@@ -241,6 +264,14 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
         yield _start_or_fail(server)
     finally:
         server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperServer, request: pytest.FixtureRequest) -> str:
+    """``zookeeper.connect`` for this test: the module's server with a chroot of the test's own, so
+    tests sharing the server never see each other's znodes."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", request.node.name)
+    return f"{zookeeper.connect}/tests/{name}"
 
 
 @pytest.fixture

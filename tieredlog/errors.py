@@ -156,6 +156,10 @@ class NotControllerError(KafkaError):
     code = ErrorCode.not_controller
 
 
+class StaleControllerEpochError(KafkaError):
+    code = ErrorCode.stale_controller_epoch
+
+
 class InvalidRequestError(KafkaError):
     code = ErrorCode.invalid_request
 
