@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -24,6 +24,9 @@ from tieredlog.server.config_apis import topic_config_entries
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.produce_api import error_code_of
 
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
+
 log = logging.getLogger(__name__)
 
 
@@ -34,7 +37,7 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 
 
-def _check_assignments(broker: Any, assignments: Any) -> int:
+def _check_assignments(broker: Broker, assignments: Any) -> int:
     """Manual assignments name replicas; on one broker they must all be this node."""
     n = 0
     for a in assignments:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tieredlog.config import BrokerConfig
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
@@ -26,11 +25,15 @@ from tieredlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from tieredlog.log.config import ConfigError, LogConfig, validate_topic_config_change
+from tieredlog.log.log_manager import LogManager
 from tieredlog.log.types import TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.server.coordinators import create_group_coordinator
 from tieredlog.server.delayed import PartitionWatchers
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
+
+if TYPE_CHECKING:
+    from tieredlog.rlm.manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +98,7 @@ class Broker:
         self.topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
         self.log_manager: Any = None
         self.group_coordinator: GroupCoordinator | None = None
-        self.remote_log_manager: Any = None  # set by the RLM engineer's start-up hook; None = no remote tier
+        self.remote_log_manager: RemoteLogManager | None = None  # None = no remote tier
         self.append_watchers = PartitionWatchers()
         self.cluster_id = ""
         self.producer_ids: ProducerIdManager | None = None
@@ -147,20 +150,15 @@ class Broker:
             start_metrics_server(port, self.config.get("metrics.host") or "127.0.0.1")
         self.remote_log_manager = create_remote_log_manager(self)
 
-    def _make_log_manager(self) -> Any:
-        from tieredlog.log.log_manager import LogManager
-
-        params = inspect.signature(LogManager).parameters
-        kwargs: dict[str, Any] = {}
-        if "producer_id_expiration_ms" in params:
-            kwargs["producer_id_expiration_ms"] = self.config["producer.id.expiration.ms"]
-        if "topic_configs" in params:
-            kwargs["topic_configs"] = self._topic_config_for
-        if "num_recovery_threads_per_data_dir" in params:
-            kwargs["num_recovery_threads_per_data_dir"] = self.config["num.recovery.threads.per.data.dir"]
-        if "background_threads" in params:
-            kwargs["background_threads"] = self.config["background.threads"]
-        return LogManager(self.log_dirs, self.default_log_config, **kwargs)
+    def _make_log_manager(self) -> LogManager:
+        return LogManager(
+            self.log_dirs,
+            self.default_log_config,
+            topic_configs=self._topic_config_for,
+            producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
+            num_recovery_threads_per_data_dir=self.config["num.recovery.threads.per.data.dir"],
+            background_threads=self.config["background.threads"],
+        )
 
     def _topic_config_for(self, topic: str) -> LogConfig:
         t = self.topics.get(topic)
@@ -194,7 +192,7 @@ class Broker:
         for plog in self.log_manager.all_logs():
             tp = plog.topic_partition
             counts[tp.topic] = max(counts.get(tp.topic, 0), tp.partition + 1)
-            if getattr(plog, "topic_id", None):
+            if plog.topic_id is not None:
                 ids[tp.topic] = plog.topic_id
         changed = False
         for name, n in counts.items():
@@ -219,7 +217,7 @@ class Broker:
             except Exception:
                 log.exception("group coordinator shutdown failed")
         rlm = self.remote_log_manager
-        if rlm is not None and hasattr(rlm, "close"):
+        if rlm is not None:
             try:
                 rlm.close()
             except Exception:
@@ -237,7 +235,7 @@ class Broker:
         except ConfigError as exc:
             raise InvalidConfigError(str(exc)) from None
 
-    def _ensure_log(self, t: TopicMetadata, partition: int) -> Any:
+    def _ensure_log(self, t: TopicMetadata, partition: int) -> UnifiedLog:
         tp = TopicPartition(t.name, partition)
         return self.log_manager.get_or_create_log(tp, t.topic_id, self._effective_log_config(t.configs))
 
@@ -348,11 +346,7 @@ class Broker:
             if plog is None:
                 continue
             logs.append(plog)
-            update = getattr(plog, "update_config", None)
-            if update is not None:
-                update(cfg)
-            else:
-                plog.config = cfg
+            plog.config = cfg
         if was_remote_enabled and not cfg.remote_storage_enable and cfg.remote_log_delete_on_disable:
             self._remote_storage_disabled(name, logs)
 

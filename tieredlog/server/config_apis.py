@@ -7,7 +7,7 @@ Altered topic configs are persisted by the Broker and survive restarts. Broker c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +20,9 @@ from tieredlog.protocol.api import (
     INCREMENTAL_ALTER_CONFIGS,
 )
 from tieredlog.server.context import Handler, RequestContext
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
 
 TOPIC = 2
 BROKER = 4
@@ -43,7 +46,7 @@ def _fmt(value: Any) -> str | None:
     return str(value)
 
 
-def topic_config_entries(broker: Any, overrides: dict[str, str], keys: Any = None, synonyms: bool = False) -> list[dict]:
+def topic_config_entries(broker: Broker, overrides: dict[str, str], keys: Any = None, synonyms: bool = False) -> list[dict]:
     cfg = broker.log_config_for(overrides)
     out = []
     for d in TOPIC_CONFIGS:
@@ -79,9 +82,9 @@ def topic_config_entries(broker: Any, overrides: dict[str, str], keys: Any = Non
     return out
 
 
-def broker_config_entries(broker: Any, keys: Any = None) -> list[dict]:
+def broker_config_entries(broker: Broker, keys: Any = None) -> list[dict]:
     cfg = broker.config
-    out = []
+    out: list[dict] = []
     for name, d in sorted(BROKER_CONFIG_DEFS.items()):
         if keys is not None and name not in keys:
             continue
@@ -98,7 +101,7 @@ def broker_config_entries(broker: Any, keys: Any = None) -> list[dict]:
             "config_type": _TYPES.get(d.kind, 2),
             "documentation": d.doc or None,
         })
-    for name, value in sorted(cfg.passthrough.items()):
+    for name in sorted(cfg.passthrough):
         if keys is None or name in keys:
             out.append({"name": name, "value": None, "read_only": True, "config_source": STATIC_BROKER_CONFIG,
                         "is_default": False, "is_sensitive": True, "synonyms": [], "config_type": 2, "documentation": None})
@@ -130,7 +133,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "results": results}
 
 
-def _apply(broker: Any, r: Any, overrides: dict[str, str], validate_only: bool) -> dict:
+def _apply(broker: Broker, r: Any, overrides: dict[str, str], validate_only: bool) -> dict:
     res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type, "resource_name": r.resource_name}
     try:
         if r.resource_type == BROKER:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tieredlog.protocol.api import API_VERSIONS, CORE_VERSIONS, GROUP_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW
+from tieredlog.protocol.api import API_VERSIONS, CORE_VERSIONS, GROUP_VERSIONS, PRODUCE_REJECTED_BELOW
 from tieredlog.protocol.codec import encode_response
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
 from tieredlog.server.network import RawResponse
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -18,30 +20,24 @@ UNSUPPORTED_VERSION = 35
 
 
 class Dispatcher:
-    def __init__(self, broker: Any) -> None:
-        from tieredlog.server import admin_apis, config_apis, fetch_api, metadata_apis, offset_apis, produce_api
+    def __init__(self, broker: Broker) -> None:
+        from tieredlog.server import (
+            admin_apis,
+            config_apis,
+            fetch_api,
+            group_apis,
+            metadata_apis,
+            offset_apis,
+            produce_api,
+        )
 
         self.broker = broker
         self.handlers: dict[int, Handler] = {API_VERSIONS: self.api_versions}
         for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis):
             self.handlers.update(mod.handlers())
-        self.versions: dict[int, tuple[int, int]] = dict(CORE_VERSIONS)
-        self._load_group_apis()
-        self.versions = {k: v for k, v in self.versions.items() if k in self.handlers}
-
-    def _load_group_apis(self) -> None:
-        try:
-            mod = importlib.import_module("tieredlog.server.group_apis")
-        except ImportError as exc:
-            log.info("group APIs not available (%s)", exc)
-            return
-        group = mod.group_handlers(self.broker)
-        versions = dict(GROUP_VERSIONS)
-        versions.update(getattr(mod, "API_VERSIONS", {}))
-        for key, handler in group.items():
-            self.handlers[key] = handler
-            if key in versions:
-                self.versions[key] = versions[key]
+        self.handlers.update(group_apis.group_handlers(broker))
+        versions = {**CORE_VERSIONS, **GROUP_VERSIONS}
+        self.versions: dict[int, tuple[int, int]] = {k: v for k, v in versions.items() if k in self.handlers}
 
     def handler_for(self, api_key: int, version: int) -> Handler | None:
         rng = self.versions.get(api_key)

@@ -9,26 +9,26 @@ sending full fetches.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 import uuid
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
-from tieredlog.errors import OffsetOutOfRangeError
-from tieredlog.log.types import FetchIsolation, TopicPartition
+from tieredlog.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError
+from tieredlog.log.types import FetchDataInfo, FetchIsolation, TopicPartition
 from tieredlog.protocol.api import FETCH
 from tieredlog.protocol.fetch_encoder import FetchPartitionData, FetchTopicData, encode_fetch_response
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.network import OpenRegion, RawResponse
 from tieredlog.server.produce_api import error_code_of
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from tieredlog.log.unified_log import UnifiedLog
+    from tieredlog.server.broker import Broker
 
-try:  # the log package defines it; older checkouts may not have it yet
-    from tieredlog.errors import OffsetMovedToTieredStorageError  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover
-    class OffsetMovedToTieredStorageError(Exception):  # type: ignore[no-redef]
-        code = 109
+log = logging.getLogger(__name__)
 
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -39,8 +39,8 @@ INVALID_FETCH_SESSION_EPOCH = 71
 READ_COMMITTED = 1
 
 
-def _ms(value: Any) -> float:
-    return value.total_seconds() * 1000 if hasattr(value, "total_seconds") else float(value)
+def _ms(value: datetime.timedelta) -> float:
+    return value.total_seconds() * 1000
 
 
 def _records_size(records: Any) -> int:
@@ -51,17 +51,10 @@ def _records_size(records: Any) -> int:
     return int(records.size)
 
 
-def _aborted(info: Any) -> list[tuple[int, int]] | None:
-    items = getattr(info, "aborted_transactions", None)
-    if items is None:
+def _aborted(info: FetchDataInfo) -> list[tuple[int, int]] | None:
+    if info.aborted_transactions is None:
         return None
-    out = []
-    for a in items:
-        if isinstance(a, tuple):
-            out.append((int(a[0]), int(a[1])))
-        else:
-            out.append((int(a.producer_id), int(a.first_offset)))
-    return out
+    return [(a.producer_id, a.first_offset) for a in info.aborted_transactions]
 
 
 class _PartitionRead:
@@ -76,13 +69,13 @@ class _PartitionRead:
         self.remote = False
 
 
-def _fill_offsets(d: FetchPartitionData, plog: Any) -> None:
+def _fill_offsets(d: FetchPartitionData, plog: UnifiedLog) -> None:
     d.high_watermark = plog.high_watermark
     d.last_stable_offset = plog.last_stable_offset
     d.log_start_offset = plog.log_start_offset
 
 
-def _read_local(broker: Any, pr: _PartitionRead, isolation: FetchIsolation, budget: int, first: bool, follower: bool) -> int:
+def _read_local(broker: Broker, pr: _PartitionRead, isolation: FetchIsolation, budget: int, first: bool, follower: bool) -> int:
     """Read one partition into ``pr.data``; returns the bytes it adds to the response."""
     d = pr.data
     d.records = b""
@@ -118,11 +111,12 @@ def _read_local(broker: Any, pr: _PartitionRead, isolation: FetchIsolation, budg
     return _records_size(info.records)
 
 
-def _start_remote(broker: Any, pr: _PartitionRead, max_bytes: int, min_one: bool) -> Any:
+def _start_remote(broker: Broker, pr: _PartitionRead, max_bytes: int, min_one: bool) -> Future | None:
     """Start the KIP-405 consumer read of ``pr`` below the local log start, of at most
     ``max_bytes`` (at least one batch when ``min_one``): the RLM's future, or None when the RLM
     answered at once (bytes a sequential reader had read ahead into memory, a throttled fetch, a
     full reader queue), already put in ``pr.data``."""
+    assert broker.remote_log_manager is not None  # only partitions _read_local marked remote get here
     try:
         fut = broker.remote_log_manager.read_async(
             TopicPartition(pr.topic, pr.partition), pr.fetch_offset, max_bytes, min_one_message=min_one
@@ -163,7 +157,7 @@ def _remote_budgets(
     return out
 
 
-async def _read_remote(broker: Any, pr: _PartitionRead, fut: Any) -> None:
+async def _read_remote(broker: Broker, pr: _PartitionRead, fut: Future) -> None:
     """Wait for the remote read ``fut`` of ``pr``, bounded by remote.fetch.max.wait.ms. On timeout
     the partition comes back empty without an error, so the client simply fetches again."""
     d = pr.data
@@ -191,8 +185,7 @@ def _open_regions(topics: list[FetchTopicData]) -> None:
                 d.records = b""
                 continue
             try:
-                fobj = r.open() if hasattr(r, "open") else open(r.path, "rb", buffering=0)
-                d.records = OpenRegion(fobj, r.position, r.size)
+                d.records = OpenRegion(r.open(), r.position, r.size)
             except OSError:
                 d.records = r.read_bytes()
 
@@ -269,7 +262,7 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
                 await asyncio.gather(*(_read_remote(broker, pr, fut) for pr, fut in waits))
             break
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or errors or not reads or remaining <= 0 or getattr(broker, "stopping", False):
+        if total >= min_bytes or errors or not reads or remaining <= 0 or broker.stopping:
             break
         await broker.append_watchers.wait(keys, remaining)
     _open_regions(topics)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -11,14 +11,17 @@ from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import TopicMetadata
 
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
+
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def _broker_entry(broker: Any) -> dict:
+def _broker_entry(broker: Broker) -> dict:
     return {"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.advertised_port, "rack": broker.config["broker.rack"]}
 
 
-def topic_entry(broker: Any, t: TopicMetadata) -> dict:
+def topic_entry(broker: Broker, t: TopicMetadata) -> dict:
     node = broker.node_id
     return {
         "error_code": 0,

@@ -13,11 +13,15 @@ import logging
 import os
 import struct
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
 from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request, peek_header, warm_up
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
+    from tieredlog.server.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +254,7 @@ def _sendfile_nonblocking(out_fd: int, in_fd: int, offset: int, count: int) -> i
 
 
 class KafkaServer:
-    def __init__(self, broker: Any, dispatcher: Any) -> None:
+    def __init__(self, broker: Broker, dispatcher: Dispatcher) -> None:
         self.broker = broker
         self.dispatcher = dispatcher
         self.servers: list[asyncio.base_events.Server] = []
@@ -270,7 +274,7 @@ class KafkaServer:
             for sock in srv.sockets:
                 bound.append(sock.getsockname()[:2])
         # load the kio codecs clients will ask for off the loop, so no first request pays for it
-        versions = dict(getattr(self.dispatcher, "versions", {}))
+        versions = dict(self.dispatcher.versions)
         threading.Thread(target=self._warm_up, args=(versions,), name="protocol-warm-up", daemon=True).start()
         return bound
 

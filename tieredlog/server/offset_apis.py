@@ -5,15 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import RequestTimedOutError
-from tieredlog.log.types import TopicPartition
+from tieredlog.log.types import TimestampAndOffset, TopicPartition
 from tieredlog.protocol.api import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.produce_api import error_code_of
+
+if TYPE_CHECKING:
+    from tieredlog.log.unified_log import UnifiedLog
+    from tieredlog.rlm.reader import OffsetAndTimestamp
 
 log = logging.getLogger(__name__)
 
@@ -25,20 +29,19 @@ LATEST_TIERED = -5
 READ_COMMITTED = 1
 
 
-def _epoch_for(plog: Any, offset: int) -> int:
-    cache = getattr(plog, "leader_epoch_cache", None)
-    if cache is None or offset < 0:
+def _epoch_for(plog: UnifiedLog, offset: int) -> int:
+    if offset < 0:
         return -1
     try:
-        e = cache.epoch_for_offset(offset)
+        e = plog.leader_epoch_cache.epoch_for_offset(offset)
     except Exception:  # noqa: BLE001 - epoch is advisory in this response
         return -1
     return -1 if e is None else e
 
 
-def _unpack(found: Any) -> tuple[int, int, int]:
-    """(offset, timestamp, epoch) from a TimestampAndOffset(timestamp, offset, leader_epoch)."""
-    epoch = getattr(found, "leader_epoch", None)
+def _unpack(found: TimestampAndOffset | OffsetAndTimestamp) -> tuple[int, int, int]:
+    """(offset, timestamp, epoch) from the local log's TimestampAndOffset or the RLM's OffsetAndTimestamp."""
+    epoch = found.leader_epoch
     return int(found.offset), int(found.timestamp), -1 if epoch is None else int(epoch)
 
 
@@ -56,7 +59,7 @@ async def _remote_lookup(ctx: RequestContext, fut: Future, tp: TopicPartition) -
         ) from None
 
 
-async def _offset_for(ctx: RequestContext, plog: Any, tp: TopicPartition, ts: int, isolation: int) -> tuple[int, int, int]:
+async def _offset_for(ctx: RequestContext, plog: UnifiedLog, tp: TopicPartition, ts: int, isolation: int) -> tuple[int, int, int]:
     """(offset, timestamp, leader_epoch) for one ListOffsets partition."""
     if ts == LATEST:
         off = plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark

@@ -8,12 +8,15 @@ both satisfied once the append returns; the high watermark moves and parked fetc
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tieredlog.errors import InvalidTopicError, KafkaError
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +44,7 @@ def error_code_of(exc: BaseException) -> int:
     return UNKNOWN_SERVER_ERROR
 
 
-def _append(broker: Any, topic: str, partition: int, records: bytes | None) -> dict:
+def _append(broker: Broker, topic: str, partition: int, records: bytes | None) -> dict:
     out: dict[str, Any] = {"index": partition, "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
     plog = broker.get_partition_log(topic, partition)
     if plog is None:
@@ -66,16 +69,16 @@ def _append(broker: Any, topic: str, partition: int, records: bytes | None) -> d
         out["error_message"] = str(exc)
         out["log_start_offset"] = plog.log_start_offset
         if code == INVALID_RECORD:
-            out["record_errors"] = [{"batch_index": getattr(exc, "batch_index", 0), "batch_index_error_message": str(exc)}]
+            # The log's errors do not say which record failed: Kafka's batch_index names the first.
+            out["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
         return out
     # one replica: acks=all is satisfied as soon as the leader has the data
     plog.update_high_watermark(plog.log_end_offset)
     broker.append_watchers.notify((topic, partition))
     out["error_code"] = 0
     out["base_offset"] = info.first_offset
-    append_time = getattr(info, "log_append_time", -1)
-    out["log_append_time"] = append_time if append_time is not None else -1
-    out["log_start_offset"] = getattr(info, "log_start_offset", plog.log_start_offset)
+    out["log_append_time"] = info.log_append_time
+    out["log_start_offset"] = info.log_start_offset
     return out
 
 
