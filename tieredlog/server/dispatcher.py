@@ -6,6 +6,8 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.protocol.api import API_VERSIONS, CORE_VERSIONS, GROUP_VERSIONS, PRODUCE_REJECTED_BELOW
 from tieredlog.protocol.codec import encode_response
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
@@ -15,8 +17,6 @@ if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
-
-UNSUPPORTED_VERSION = 35
 
 
 class Dispatcher:
@@ -55,13 +55,13 @@ class Dispatcher:
         return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(self.versions.items())]
 
     async def api_versions(self, ctx: RequestContext, req: Any) -> dict:
-        return {"error_code": 0, "api_keys": self.api_keys(), "throttle_time": 0}
+        return {"error_code": ErrorCode.none, "api_keys": self.api_keys(), "throttle_time": 0}
 
     def unsupported_api_versions(self, correlation_id: int) -> bytes:
         """ApiVersions v0 response with UNSUPPORTED_VERSION and the table (Kafka's answer to a version
         it does not know, so the client can retry with one it does)."""
         return encode_response(
-            API_VERSIONS, 0, correlation_id, {"error_code": UNSUPPORTED_VERSION, "api_keys": self.api_keys()}
+            API_VERSIONS, 0, correlation_id, {"error_code": ErrorCode.unsupported_version, "api_keys": self.api_keys()}
         )
 
     def reject_old_produce(self, payload: bytes, version: int, correlation_id: int) -> bytes:
@@ -85,7 +85,7 @@ class Dispatcher:
             for _ in range(nparts):
                 index, rlen = struct.unpack_from(">ii", payload, pos)
                 pos += 8 + max(rlen, 0)
-                out += struct.pack(">ihq", index, UNSUPPORTED_VERSION, -1)
+                out += struct.pack(">ihq", index, ErrorCode.unsupported_version, -1)
                 if version >= 2:
                     out += struct.pack(">q", -1)  # log_append_time
         if version >= 1:

@@ -16,6 +16,8 @@ import uuid
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError
 from tieredlog.log.types import FetchDataInfo, FetchIsolation, TopicPartition
 from tieredlog.protocol.api import FETCH
@@ -30,12 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
-OFFSET_MOVED_TO_TIERED_STORAGE = 109
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
 READ_COMMITTED = 1
 
 
@@ -81,7 +77,7 @@ def _read_local(broker: Broker, pr: _PartitionRead, isolation: FetchIsolation, b
     d.records = b""
     plog = broker.get_partition_log(pr.topic, pr.partition)
     if plog is None:
-        d.error_code = UNKNOWN_TOPIC_OR_PARTITION
+        d.error_code = ErrorCode.unknown_topic_or_partition
         return 0
     _fill_offsets(d, plog)
     max_bytes = min(pr.max_bytes, budget)
@@ -91,21 +87,21 @@ def _read_local(broker: Broker, pr: _PartitionRead, isolation: FetchIsolation, b
         info = plog.read(pr.fetch_offset, max(max_bytes, 0), isolation, min_one_message=first)
     except OffsetMovedToTieredStorageError:
         if follower:
-            d.error_code = OFFSET_MOVED_TO_TIERED_STORAGE
+            d.error_code = ErrorCode.offset_moved_to_tiered_storage
         elif broker.remote_log_manager is not None:
             pr.remote = True
         else:
-            d.error_code = OFFSET_OUT_OF_RANGE
+            d.error_code = ErrorCode.offset_out_of_range
         return 0
     except OffsetOutOfRangeError:
-        d.error_code = OFFSET_OUT_OF_RANGE
+        d.error_code = ErrorCode.offset_out_of_range
         return 0
     except Exception as exc:  # noqa: BLE001
         d.error_code = error_code_of(exc)
-        if d.error_code == -1:
+        if d.error_code == ErrorCode.unknown_server_error:
             log.exception("read of %s-%d at %d failed", pr.topic, pr.partition, pr.fetch_offset)
         return 0
-    d.error_code = 0
+    d.error_code = ErrorCode.none
     d.records = info.records
     d.aborted_transactions = _aborted(info) if isolation is FetchIsolation.TXN_COMMITTED else None
     return _records_size(info.records)
@@ -136,7 +132,7 @@ def _start_remote(broker: Broker, pr: _PartitionRead, max_bytes: int, min_one: b
 def _remote_failed(pr: _PartitionRead, exc: BaseException) -> None:
     d = pr.data
     d.error_code = error_code_of(exc)
-    if d.error_code == -1:
+    if d.error_code == ErrorCode.unknown_server_error:
         log.warning("remote read of %s-%d at %d failed: %r", pr.topic, pr.partition, pr.fetch_offset, exc)
     d.records = b""
 
@@ -208,10 +204,10 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
 
     if session_id != 0:
         # we never hand out sessions, so any id the client names is unknown
-        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=FETCH_SESSION_ID_NOT_FOUND)
+        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=ErrorCode.fetch_session_id_not_found)
         return RawResponse(parts, size)
     if session_epoch > 0:
-        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=INVALID_FETCH_SESSION_EPOCH)
+        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=ErrorCode.invalid_fetch_session_epoch)
         return RawResponse(parts, size)
 
     topics: list[FetchTopicData] = []
@@ -230,7 +226,7 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         for fp in ft.partitions:
             pr = _PartitionRead(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes)
             if meta is None:
-                pr.data.error_code = UNKNOWN_TOPIC_ID if version >= 13 else UNKNOWN_TOPIC_OR_PARTITION
+                pr.data.error_code = ErrorCode.unknown_topic_id if version >= 13 else ErrorCode.unknown_topic_or_partition
             else:
                 reads.append(pr)
             td.partitions.append(pr.data)
@@ -247,7 +243,7 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         for pr in reads:
             pr.remote = False
             total += _read_local(broker, pr, isolation, response_max - total, total == 0, follower)
-            errors = errors or pr.data.error_code != 0
+            errors = errors or pr.data.error_code != ErrorCode.none
         remote = [pr for pr in reads if pr.remote]
         if remote:
             # several partitions of one fetch are read from the remote tier in parallel; those

@@ -113,7 +113,7 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
             out.update(offset=off, timestamp=ts, leader_epoch=epoch)
         except Exception as exc:  # noqa: BLE001
             out["error_code"] = error_code_of(exc)
-            if out["error_code"] == -1:
+            if out["error_code"] == ErrorCode.unknown_server_error:
                 log.exception("ListOffsets %s-%d failed", name, p.partition_index)
         return out
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.errors import InvalidTopicError, KafkaError
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
@@ -20,35 +22,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUIRED_ACKS = 21
-CORRUPT_MESSAGE = 2
-INVALID_RECORD = 87
-UNKNOWN_SERVER_ERROR = -1
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-KAFKA_STORAGE_ERROR = 56
 LEADER_EPOCH = 0  # single broker: the leader epoch never changes
 
 
-def error_code_of(exc: BaseException) -> int:
+def error_code_of(exc: BaseException) -> ErrorCode:
     if isinstance(exc, KafkaError):
         return exc.code
     if isinstance(exc, OSError):
         # The log turns write failures into KafkaStorageError itself; anything else from the disk is
         # still a storage error (retriable), not an unknown one.
-        return KAFKA_STORAGE_ERROR
+        return ErrorCode.kafka_storage_error
     if isinstance(exc, CorruptRecordError):
-        return CORRUPT_MESSAGE
+        return ErrorCode.corrupt_message
     if isinstance(exc, InvalidRecordError):
-        return INVALID_RECORD
-    return UNKNOWN_SERVER_ERROR
+        return ErrorCode.invalid_record
+    return ErrorCode.unknown_server_error
 
 
 def _append(broker: Broker, topic: str, partition: int, records: bytes | None) -> dict:
     out: dict[str, Any] = {"index": partition, "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
     plog = broker.get_partition_log(topic, partition)
     if plog is None:
-        out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        out["error_code"] = ErrorCode.unknown_topic_or_partition
         return out
     try:
         meta = broker.get_topic(topic)
@@ -61,21 +56,21 @@ def _append(broker: Broker, topic: str, partition: int, records: bytes | None) -
         info = plog.append_as_leader(records, LEADER_EPOCH)
     except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
         code = error_code_of(exc)
-        if code == UNKNOWN_SERVER_ERROR:
+        if code == ErrorCode.unknown_server_error:
             log.exception("append to %s-%d failed", topic, partition)
         elif isinstance(exc, OSError):
             log.error("append to %s-%d failed: %s", topic, partition, exc)
         out["error_code"] = code
         out["error_message"] = str(exc)
         out["log_start_offset"] = plog.log_start_offset
-        if code == INVALID_RECORD:
+        if code == ErrorCode.invalid_record:
             # The log's errors do not say which record failed: Kafka's batch_index names the first.
             out["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
         return out
     # one replica: acks=all is satisfied as soon as the leader has the data
     plog.update_high_watermark(plog.log_end_offset)
     broker.append_watchers.notify((topic, partition))
-    out["error_code"] = 0
+    out["error_code"] = ErrorCode.none
     out["base_offset"] = info.first_offset
     out["log_append_time"] = info.log_append_time
     out["log_start_offset"] = info.log_start_offset
@@ -91,11 +86,11 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
         parts = []
         for pd in td.partition_data:
             if acks not in (0, 1, -1):
-                parts.append({"index": pd.index, "error_code": INVALID_REQUIRED_ACKS, "base_offset": -1})
+                parts.append({"index": pd.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1})
                 any_error = True
                 continue
             res = _append(broker, td.name, pd.index, pd.records)
-            any_error = any_error or res["error_code"] != 0
+            any_error = any_error or res["error_code"] != ErrorCode.none
             parts.append(res)
         responses.append({"name": td.name, "partition_responses": parts})
     if acks == 0:
@@ -107,7 +102,7 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict:
     if req.transactional_id is not None:
         # no transaction coordinator on this broker
-        return {"error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
+        return {"error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < 32766:
