@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tieredlog.atomic_file import atomic_write
 from tieredlog.config import BrokerConfig
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.errors import (
@@ -41,15 +41,6 @@ PRODUCER_ID_BLOCK = 1000
 _PID_FILE = "tieredlog-producer-id-block"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 class ProducerIdManager:
     """Hands out producer ids that never repeat across restarts: a block of ids is reserved on disk
     before any id of it is used, and a restart starts at the next block."""
@@ -65,7 +56,7 @@ class ProducerIdManager:
     def allocate(self) -> int:
         if self._next >= self._block_end:
             self._block_end = self._next + PRODUCER_ID_BLOCK
-            _atomic_write(self.path, f"{self._block_end}\n")
+            atomic_write(self.path, f"{self._block_end}\n".encode())
         pid = self._next
         self._next += 1
         return pid
@@ -81,7 +72,7 @@ def _load_cluster_id(log_dir: Path, node_id: int, configured: str | None) -> str
     import base64
 
     cid = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    _atomic_write(meta, f"version=1\ncluster.id={cid}\nnode.id={node_id}\n")
+    atomic_write(meta, f"version=1\ncluster.id={cid}\nnode.id={node_id}\n".encode())
     return cid
 
 

@@ -1,19 +1,19 @@
 """Topic metadata of a single broker: names, ids, partition counts and topic config overrides.
 
-Persisted as one JSON file in the first log dir, replaced atomically (tmp + fsync + rename), so a
-topic's id and its altered configs survive a restart. Partition dirs carry their own
+Persisted as one JSON file in the first log dir, replaced atomically (``tieredlog.atomic_file``), so
+a topic's id and its altered configs survive a restart. Partition dirs carry their own
 ``partition.metadata`` (written by the log); on start-up both must agree.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tieredlog.atomic_file import atomic_write
 from tieredlog.errors import InvalidTopicError
 
 MAX_NAME_LENGTH = 249
@@ -72,14 +72,4 @@ class TopicStore:
 
     def save(self, topics: dict[str, TopicMetadata]) -> None:
         data = json.dumps({"version": 1, "topics": {n: t.to_json() for n, t in sorted(topics.items())}}, indent=1)
-        tmp = self.path.with_suffix(".json.tmp")
-        with open(tmp, "w") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write(self.path, data.encode())
