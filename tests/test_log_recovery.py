@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from tieredlog.log.checkpoints import LeaderEpochCheckpointFile
 from tieredlog.log.config import LogConfig
 from tieredlog.log.index import _SparseIndex
 from tieredlog.log.segment import LogSegment
@@ -278,10 +279,13 @@ def test_a_tail_batch_length_that_cannot_be_is_cut_without_reading_what_it_claim
     recovered.close()
 
 
-@pytest.mark.parametrize("damage", [b"\0" * 12, b"0\n2\n1 0\n", b"garbage"])
-def test_torn_leader_epoch_checkpoint_is_rebuilt_from_the_log(tmp_path, damage):
+@pytest.mark.parametrize("recovered_from", ["start", "last segment", "nothing: clean"])
+@pytest.mark.parametrize("damage", [b"\0" * 12, b"0\n2\n1 0\n", b"garbage", b"0\n1\n-4 0\n"],
+                         ids=["zeros", "short-count", "garbage", "negative-epoch"])
+def test_torn_leader_epoch_checkpoint_is_rebuilt_from_the_log(tmp_path, damage, recovered_from):
     """The append path writes the checkpoint without waiting for its fsync: after a machine crash it can
-    be torn. The log still loads, with the epochs its batches carry."""
+    be torn. The log still loads, with the epochs its batches carry, also those of the segments below
+    the recovery point (recovery re-reads only the ones after it), and the checkpoint is written again."""
     d = tmp_path / "t-0"
     cfg = LogConfig(segment_bytes=4096)
     plog = UnifiedLog(d, cfg)
@@ -290,11 +294,15 @@ def test_torn_leader_epoch_checkpoint_is_rebuilt_from_the_log(tmp_path, damage):
             plog.append_as_leader(build_batch([(b"k", b"v" * 300)]), epoch)
     expected = plog.leader_epoch_cache.epoch_entries()
     assert [e.epoch for e in expected] == [1, 2, 3] and plog.num_segments > 1
-    crash(plog)
+    plog.flush()
+    rp = {"start": 0, "last segment": plog.segments[-1].base_offset, "nothing: clean": plog.log_end_offset}
+    clean = recovered_from.endswith("clean")
+    plog.close() if clean else crash(plog)
     (d / "leader-epoch-checkpoint").write_bytes(damage)
-    again = UnifiedLog(d, cfg, had_clean_shutdown=False)
+    again = UnifiedLog(d, cfg, recovery_point=rp[recovered_from], had_clean_shutdown=clean)
     assert again.leader_epoch_cache.epoch_entries() == expected
     assert again.log_end_offset == 20
+    assert LeaderEpochCheckpointFile(d / "leader-epoch-checkpoint").read() == expected
 
 
 @pytest.mark.parametrize("clean", [True, False])

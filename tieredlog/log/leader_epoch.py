@@ -18,7 +18,7 @@ import logging
 import threading
 from typing import Iterable
 
-from tieredlog.log.checkpoints import LeaderEpochCheckpointFile, leader_epoch_checkpoint_bytes
+from tieredlog.log.checkpoints import CorruptCheckpointError, LeaderEpochCheckpointFile, leader_epoch_checkpoint_bytes
 from tieredlog.log.types import EpochEntry
 
 __all__ = ["EpochEntry", "LeaderEpochFileCache", "checkpoint_bytes", "UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET"]
@@ -63,7 +63,10 @@ class LeaderEpochFileCache:
         if checkpoint is not None:
             # Re-assign rather than trust the file, so a hand-edited or stale file is made monotonic.
             for e in checkpoint.read():
-                self._assign(e)
+                try:
+                    self._assign(e)
+                except ValueError as exc:  # an entry no leader writes (a negative epoch or offset)
+                    raise CorruptCheckpointError(str(checkpoint.path), None, str(exc)) from None
 
     # -- writes --------------------------------------------------------------------------------
 

@@ -125,9 +125,10 @@ class LogLoader:
         return bases
 
     def _rebuild_leader_epochs(self) -> None:
-        """The checkpoint was unreadable: the epochs of every local batch, from the start (headers only)."""
-        cache = self.leader_epoch_cache
-        latest = cache.latest_epoch
+        """The checkpoint was unreadable: the epochs of every local batch, from the start (headers
+        only), replace whatever recovery assigned (it saw only the segments past the recovery
+        point), and the checkpoint is written again."""
+        latest = None
         entries = []
         for seg in self.local_log.segments:
             for _, h in seg.iter_headers(0):
@@ -135,7 +136,9 @@ class LogLoader:
                 if epoch >= 0 and (latest is None or epoch > latest):
                     entries.append((epoch, h.base_offset))
                     latest = epoch
-        cache.assign_all(entries)
+        cache = self.leader_epoch_cache
+        cache.clear()
+        cache.assign_all(entries)  # writes the checkpoint
 
     def _recover_unflushed(self) -> None:
         """Unclean shutdown: re-validate every batch past the recovery point, cut torn or garbage tails."""
