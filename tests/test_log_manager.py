@@ -185,3 +185,29 @@ def test_partition_in_two_dirs_fails_before_loading(tmp_path):
     with pytest.raises(errors.KafkaStorageError):
         LogManager([tmp_path / "a", tmp_path / "b"], LogConfig(), num_recovery_threads_per_data_dir=2)
     assert list((tmp_path / "a" / "t-0").iterdir()) == []  # nothing was created in it
+
+
+@pytest.mark.parametrize("damage", [b"version: 0\ntopic_id: AAAA\n", b"version: 7\ntopic_id: x\n", b"\xff", b""])
+def test_a_damaged_partition_metadata_is_rewritten_from_the_topic_id(tmp_path, caplog, damage):
+    # The LogManager loads partitions before it knows their topics' ids: the damaged file is one line,
+    # the log loads, and the id the broker passes in later is written back.
+    import uuid
+
+    from tieredlog.log.checkpoints import PartitionMetadataFile
+
+    tid = uuid.uuid4()
+    mgr = LogManager([tmp_path], LogConfig())
+    mgr.get_or_create_log(TopicPartition("t", 0), tid).append_as_leader(batch(), 1)
+    mgr.shutdown()
+    meta = PartitionMetadataFile(tmp_path / "t-0" / "partition.metadata")
+    meta.path.write_bytes(damage)
+    with caplog.at_level(logging.WARNING):
+        mgr2 = LogManager([tmp_path], LogConfig())
+        assert mgr2.get_log(TopicPartition("t", 0)).topic_id is None
+        plog = mgr2.get_or_create_log(TopicPartition("t", 0), tid)
+    assert plog.topic_id == tid and meta.read() == tid and plog.log_end_offset == 2
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "partition.metadata" in lines[0], lines
+    with pytest.raises(errors.InconsistentTopicIdError):
+        mgr2.get_or_create_log(TopicPartition("t", 0), uuid.uuid4())
+    mgr2.shutdown()

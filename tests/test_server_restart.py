@@ -152,3 +152,36 @@ def test_sigterm_with_open_connections_logs_no_traceback(broker_factory):
         assert s.recv(1) == b""  # closed by the broker
         s.close()
     consumer.close()
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("partition.metadata", b"version: 0\ntopic_id: not-a-uuid\n"),
+    ("partition.metadata", b"\xff\xfe garbage"),
+    ("leader-epoch-checkpoint", b"garbage"),
+    ("leader-epoch-checkpoint", b"0\n1\n-4 0\n"),
+], ids=["metadata-bad-id", "metadata-binary", "epochs-garbage", "epochs-negative"])
+def test_a_damaged_partition_file_does_not_stop_the_broker(broker_factory, name, damage):
+    """Hostile or torn files in a partition dir must not keep the broker down: it starts, serves the
+    partition, says so in one line, and writes the file again from what it knows."""
+    from tieredlog.log.checkpoints import LeaderEpochCheckpointFile, PartitionMetadataFile
+
+    b = broker_factory(SMALL_INTERNAL)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("scarred", 1, 1)])["scarred"].result(30)
+    values = [b"s%d" % i for i in range(200)]
+    _produce(b.bootstrap, "scarred", values)
+    tid = _topic_id(b.bootstrap, "scarred")
+    pdir = b.data_dir / "scarred-0"
+    epochs = LeaderEpochCheckpointFile(pdir / "leader-epoch-checkpoint").read()
+    assert epochs
+    b.kill9()
+    (pdir / name).write_bytes(damage)
+    seen = len(b.log_text())
+    b.start()
+    assert _consume_all(b.bootstrap, "scarred", 200) == values
+    assert _topic_id(b.bootstrap, "scarred") == tid
+    assert _produce(b.bootstrap, "scarred", [b"after"]) == [200]
+    lines = [line for line in b.log_text()[seen:].splitlines() if name in line]
+    assert len(lines) == 1 and "WARNING" in lines[0], lines
+    assert PartitionMetadataFile(pdir / "partition.metadata").read() == tid  # rewritten
+    assert LeaderEpochCheckpointFile(pdir / "leader-epoch-checkpoint").read() == epochs

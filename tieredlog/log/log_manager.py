@@ -236,6 +236,8 @@ class LogManager:
             if existing is not None:
                 if topic_id is not None and existing.topic_id is not None and existing.topic_id != topic_id:
                     raise errors.InconsistentTopicIdError(f"{tp} has topic id {existing.topic_id}, not {topic_id}")
+                if topic_id is not None and existing.topic_id is None:
+                    existing.assign_topic_id(topic_id)  # loaded without a readable partition.metadata
                 return existing
             d = self._next_log_dir() / str(tp)
             plog = UnifiedLog(

@@ -115,7 +115,15 @@ class UnifiedLog:
 
     def _init_topic_id(self, topic_id: uuid.UUID | None) -> uuid.UUID | None:
         meta = PartitionMetadataFile(self.dir / PARTITION_METADATA_FILE)
-        stored = meta.read() if meta.exists() else None
+        try:
+            stored = meta.read()
+        except CorruptCheckpointError as e:
+            # Only the topic id lives there, and the broker knows it (its topic store): a damaged file
+            # must not keep the partition, and the broker, from loading. It is written again now, or
+            # by assign_topic_id once the LogManager passes the id in.
+            log.warning("partition %s: %s; %s", self.dir.name, e,
+                        f"rewriting it with topic id {topic_id}" if topic_id else "it is rewritten when the topic id is assigned")
+            stored = None
         if stored is not None and topic_id is not None and stored != topic_id:
             raise errors.InconsistentTopicIdError(
                 f"partition {self.dir.name} has topic id {stored} on disk but {topic_id} was requested"
@@ -123,6 +131,18 @@ class UnifiedLog:
         if stored is None and topic_id is not None:
             meta.write(topic_id)
         return stored or topic_id
+
+    def assign_topic_id(self, topic_id: uuid.UUID) -> None:
+        """Kafka's assignTopicId: a log loaded without a readable topic id (a missing or damaged
+        ``partition.metadata``) gets the one its topic has, and the file is written."""
+        if self.topic_id == topic_id:
+            return
+        if self.topic_id is not None:
+            raise errors.InconsistentTopicIdError(
+                f"partition {self.dir.name} has topic id {self.topic_id} but {topic_id} was requested"
+            )
+        PartitionMetadataFile(self.dir / PARTITION_METADATA_FILE).write(topic_id)
+        self.topic_id = topic_id
 
     # ---- accessors --------------------------------------------------------------------------------
     @property
