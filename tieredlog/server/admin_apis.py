@@ -59,6 +59,7 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
         len(t.assignments) if t.assignments else (default if t.num_partitions == -1 else max(t.num_partitions, 0))
         for t in req.topics
     )
+    created: list[dict[str, Any]] = []
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
@@ -82,6 +83,7 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
             else:
                 meta = broker.create_topic(t.name, partitions, rf, configs)
                 entry["topic_id"] = meta.topic_id
+                created.append(entry)
             entry.update(num_partitions=partitions, replication_factor=rf)
             entry["configs"] = [
                 {"name": e["name"], "value": e["value"], "read_only": e["read_only"], "config_source": e["config_source"],
@@ -94,6 +96,13 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
             log.exception("CreateTopics %s failed", t.name)
             entry.update(error_code=error_code_of(exc), error_message=str(exc))
         out.append(entry)
+    if created:
+        try:
+            await broker.topics_durable()
+        except Exception as exc:  # noqa: BLE001 - the topics exist, but a restart may not know them
+            log.error("CreateTopics: the topics file could not be written: %s", exc)
+            for entry in created:
+                entry.update(error_code=error_code_of(exc), error_message=str(exc))
     return {"throttle_time": 0, "topics": out}
 
 
@@ -125,6 +134,7 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
             except KafkaError as exc:
                 entry.update(error_code=exc.code, error_message=str(exc))
         out.append(entry)
+    await broker.topics_durable()
     return {"throttle_time": 0, "responses": out}
 
 
@@ -149,6 +159,8 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
         except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=str(exc))
         out.append(entry)
+    if not req.validate_only:
+        await broker.topics_durable()
     return {"throttle_time": 0, "results": out}
 
 

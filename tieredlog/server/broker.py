@@ -93,7 +93,7 @@ class Broker:
         self.append_watchers = PartitionWatchers()
         self.cluster_id = ""
         self.producer_ids: ProducerIdManager | None = None
-        self._store: TopicStore | None = None
+        self._store = TopicStore(self.log_dirs[0])
         self.stopping = False  # set on SIGTERM; parked fetches return at once
 
     # ---- lifecycle --------------------------------------------------------------------------------
@@ -104,7 +104,6 @@ class Broker:
         first = self.log_dirs[0]
         self.cluster_id = _load_cluster_id(first, self.node_id, self.config["cluster.id"])
         self.producer_ids = ProducerIdManager(first / _PID_FILE)
-        self._store = TopicStore(first)
         self.topics = self._store.load()  # before the logs load, so they get their topic configs
         if not self.remote_storage_system_enabled:
             for t in self.topics.values():
@@ -264,6 +263,16 @@ class Broker:
         self._validate_topic_configs(cfg, was_remote_enabled=False)
         return cfg
 
+    # create_topic, delete_topic, create_partitions and alter_topic_configs apply a change at once (topic
+    # table, logs) and stage the topics file; `await topics_durable()` writes it. A request handler makes
+    # all of its changes before its first await, so the connection's next request sees them, and answers
+    # only after topics_durable: the fsyncs run on an executor thread, never on the event loop.
+
+    async def topics_durable(self) -> None:
+        """Return once every topic change made so far is on disk."""
+        version = self._store.staged_version
+        await asyncio.get_running_loop().run_in_executor(None, self._store.sync, version)
+
     def create_topic(
         self, name: str, partitions: int, replication_factor: int = 1, configs: dict[str, str] | None = None
     ) -> TopicMetadata:
@@ -272,18 +281,21 @@ class Broker:
         t = TopicMetadata(name, uuid.uuid4(), partitions, configs)
         self.topics[name] = t
         self.topics_by_id[t.topic_id] = t
-        self._store.save(self.topics)
+        self._store.stage(self.topics)
         for p in range(partitions):
             self._ensure_log(t, p)
         log.info("created topic %s with %d partition(s), id %s", name, partitions, t.topic_id)
         return t
 
     def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicMetadata:
-        """Create ``name`` if missing (idempotent); used by the coordinator and the RLMM."""
+        """Create ``name`` if missing (idempotent) and durable; used at start-up by the coordinator and the
+        RLMM, before any request is served, so the write is inline."""
         t = self.topics.get(name)
         if t is not None:
             return t
-        return self.create_topic(name, partitions, 1, configs)
+        t = self.create_topic(name, partitions, 1, configs)
+        self._store.sync()
+        return t
 
     def delete_topic(self, name: str) -> None:
         t = self.topics.get(name)
@@ -294,7 +306,7 @@ class Broker:
             self.remote_log_manager.on_topic_deleted([TopicPartition(name, p) for p in range(t.partitions)])
         del self.topics[name]
         self.topics_by_id.pop(t.topic_id, None)
-        self._store.save(self.topics)
+        self._store.stage(self.topics)
         for p in range(t.partitions):
             tp = TopicPartition(name, p)
             self.append_watchers.notify(tp)
@@ -314,12 +326,13 @@ class Broker:
             return
         old = t.partitions
         t.partitions = count
-        self._store.save(self.topics)
+        self._store.stage(self.topics)
         for p in range(old, count):
             self._ensure_log(t, p)
 
     def alter_topic_configs(self, name: str, overrides: dict[str, str], validate_only: bool = False) -> None:
-        """Replace the topic's overrides; validated as a whole, persisted, then pushed to its logs."""
+        """Replace the topic's overrides; validated as a whole, staged for the topics file, then pushed to
+        its logs."""
         t = self.topics.get(name)
         if t is None:
             raise UnknownTopicOrPartitionError(f"Topic {name} not found")
@@ -329,7 +342,7 @@ class Broker:
         if validate_only:
             return
         t.configs = dict(overrides)
-        self._store.save(self.topics)
+        self._store.stage(self.topics)
         cfg = self._effective_log_config(overrides)
         logs = []
         for p in range(t.partitions):

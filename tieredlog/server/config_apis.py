@@ -2,7 +2,8 @@
 
 Topic configs are resolved like Kafka: a topic override (DYNAMIC_TOPIC_CONFIG), else the broker's
 synonym when the operator set it (STATIC_BROKER_CONFIG), else the default (DEFAULT_CONFIG).
-Altered topic configs are persisted by the Broker and survive restarts. Broker configs are static.
+Altered topic configs are persisted by the Broker (the response waits until they are on disk) and
+survive restarts. Broker configs are static.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict:
     for r in req.resources:
         overrides = {c.name: c.value for c in r.configs if c.value is not None}
         out.append(_apply(ctx.broker, r, overrides, req.validate_only))
+    if not req.validate_only:
+        await ctx.broker.topics_durable()
     return {"throttle_time": 0, "responses": out}
 
 
@@ -193,6 +196,8 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dic
             out.append({"resource_type": r.resource_type, "resource_name": r.resource_name, **error})
             continue
         out.append(_apply(broker, r, overrides, req.validate_only))
+    if not req.validate_only:
+        await broker.topics_durable()
     return {"throttle_time": 0, "responses": out}
 
 

@@ -53,6 +53,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
     allow_auto = getattr(req, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
     topics_out = []
+    created = False
     # v0: an empty list means all topics; v1+: null means all, empty means none
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
         topics_out = [topic_entry(broker, t) for t in sorted(broker.topics.values(), key=lambda t: t.name)]
@@ -74,10 +75,13 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
                     t = broker.create_topic(
                         name, broker.config["num.partitions"], broker.config["default.replication.factor"]
                     )
+                    created = True
                 except KafkaError as exc:
                     topics_out.append(_error_topic(name, exc.code))
                     continue
             topics_out.append(topic_entry(broker, t) if t else _error_topic(name, ErrorCode.unknown_topic_or_partition))
+    if created:
+        await broker.topics_durable()
     return {
         "throttle_time": 0,
         "brokers": [_broker_entry(broker)],

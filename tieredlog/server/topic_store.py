@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,8 +58,17 @@ class TopicMetadata:
 
 
 class TopicStore:
+    """The topics file. A change is staged where it is made (``stage``: the JSON text, no I/O) and made
+    durable by ``sync`` on any thread: the broker's request handlers run ``sync`` in an executor, so
+    the fsyncs never block the event loop. Writes are serialised by a lock the event loop never takes;
+    each writes the newest staged snapshot, so an older one never replaces a newer one on disk and a
+    waiter whose change a later write already carried returns at once."""
+
     def __init__(self, log_dir: Path) -> None:
         self.path = Path(log_dir) / STORE_FILE
+        self._staged: tuple[int, bytes] = (0, b"")  # (version, JSON); replaced whole, so read without the lock
+        self._durable = 0  # the version on disk
+        self._write_lock = threading.Lock()
 
     def load(self) -> dict[str, TopicMetadata]:
         try:
@@ -70,6 +80,25 @@ class TopicStore:
             for name, t in raw.get("topics", {}).items()
         }
 
-    def save(self, topics: dict[str, TopicMetadata]) -> None:
+    @property
+    def staged_version(self) -> int:
+        return self._staged[0]
+
+    def stage(self, topics: dict[str, TopicMetadata]) -> int:
+        """Snapshot ``topics`` as the next version to write; call it from the thread that changes them."""
         data = json.dumps({"version": 1, "topics": {n: t.to_json() for n, t in sorted(topics.items())}}, indent=1)
-        atomic_write(self.path, data.encode())
+        version = self._staged[0] + 1
+        self._staged = (version, data.encode())
+        return version
+
+    def sync(self, version: int | None = None) -> None:
+        """Return once ``version`` (default: the newest staged one), or a newer one, is on disk."""
+        with self._write_lock:
+            newest, data = self._staged
+            if self._durable >= (newest if version is None else version):
+                return
+            atomic_write(self.path, data)
+            self._durable = newest
+
+    def save(self, topics: dict[str, TopicMetadata]) -> None:
+        self.sync(self.stage(topics))
