@@ -32,6 +32,7 @@ from tieredlog.records.record import (
     parse_control_record,
     read_uvarint,
     read_varint,
+    record_at_or_after,
     varint_size,
     zigzag_decode,
     zigzag_encode,
@@ -455,3 +456,18 @@ def test_on_corrupt_skips_bad_batches_and_stops_where_lengths_cannot_be_trusted(
     assert seen == [(p1, 1, "CorruptRecordError"), (p2, 2, "CorruptRecordError"), (p4, 3, "CorruptRecordError")]
     with pytest.raises(CorruptRecordError):
         list(iter_batches_records(buf))
+
+
+def test_record_at_or_after_a_timestamp_inside_one_batch():
+    buf = b"x" * 7 + build_batch([(None, b"a", [], 500), (None, b"b", [], 100), (None, b"c", [], 600)], base_offset=10,
+                                 codec=3)
+    assert record_at_or_after(buf, 7, 450, 0) == (10, 500)
+    assert record_at_or_after(buf, 7, 450, 11) == (12, 600)  # offsets below the start do not count
+    assert record_at_or_after(buf, 7, 550, 10) == (12, 600)
+    assert record_at_or_after(buf, 7, 500, 13) is None and record_at_or_after(buf, 7, 601, 0) is None
+    # LogAppendTime: every record has the batch's max timestamp; nothing is decoded
+    lat = bytearray(build_batch([(None, b"a"), (None, b"b")], base_offset=10))
+    patch_log_append_time(lat, 0, 9_000)
+    lat[HEADER_SIZE:] = bytes(len(lat) - HEADER_SIZE)  # the records would not even decode
+    assert record_at_or_after(lat, 0, 8_000, 11) == (11, 9_000)
+    assert record_at_or_after(lat, 0, 9_001, 0) is None

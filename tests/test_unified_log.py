@@ -425,3 +425,135 @@ def test_non_transactional_batch_after_transactional_one_in_the_same_request(tmp
     txn2 = batch(1, producer_id=8, producer_epoch=0, base_sequence=2, is_transactional=True)
     assert plog.append_as_leader(txn + txn2, 0).last_offset == 2
     assert plog.producer_state.first_unstable_offset() == 0
+
+
+def test_list_offsets_by_timestamp_from_other_threads_while_the_log_moves(tmp_path):
+    """The server runs ListOffsets by timestamp off the event loop (it decodes a batch): concurrent
+    appends, rolls, retention and physical deletes must never make it fail or answer a record that
+    does not exist; every answer is the first record at or after the timestamp among the live ones."""
+    import random
+    import threading
+    import time
+
+    from tieredlog.records.batch import COMPRESSION_LZ4
+
+    ts0 = 1_700_000_000_000
+    plog = make_log(tmp_path, segment_bytes=3000, retention_bytes=9000, file_delete_delay_ms=0)
+    failures: list[BaseException] = []
+    answers = 0
+    stop = threading.Event()
+
+    def lookups(seed: int) -> None:
+        nonlocal answers
+        rng = random.Random(seed)
+        while not stop.is_set():
+            end = plog.log_end_offset
+            if end == 0:
+                continue
+            target = ts0 + rng.randrange(end)
+            try:
+                found = plog.fetch_offset_by_timestamp(target)
+                if found is not None:
+                    assert found.timestamp == ts0 + found.offset >= target, (target, found)
+                    answers += 1
+            except BaseException as e:  # noqa: BLE001 - reported below
+                failures.append(e)
+                return
+
+    threads = [threading.Thread(target=lookups, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    offset = 0
+    deadline = time.monotonic() + 2.0
+    try:
+        while time.monotonic() < deadline and not failures:
+            recs = [(None, os.urandom(40), [], ts0 + offset + i) for i in range(5)]
+            plog.append_as_leader(build_batch(recs, codec=COMPRESSION_LZ4), 0)
+            offset += 5
+            plog.update_high_watermark(plog.log_end_offset)
+            plog.delete_old_segments()
+            plog.delete_expired_files()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert failures == [] and answers > 100 and plog.log_start_offset > 0
+
+
+def test_list_offsets_decodes_without_the_log_lock(tmp_path, monkeypatch):
+    # A ListOffsets decompressing a big batch must not stall produce and fetch on the same partition.
+    import threading
+
+    import tieredlog.log.unified_log as ul
+
+    plog = make_log(tmp_path)
+    plog.append_as_leader(batch(5, ts=1_000), 0)
+    decoding, release = threading.Event(), threading.Event()
+    real = ul.record_at_or_after
+
+    def slow(*args):
+        decoding.set()
+        assert release.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(ul, "record_at_or_after", slow)
+    result = []
+    lookup = threading.Thread(target=lambda: result.append(plog.fetch_offset_by_timestamp(1_002)))
+    lookup.start()
+    assert decoding.wait(10)
+    plog.append_as_leader(batch(1, ts=2_000), 0)  # would wait for the lock if the decode held it
+    release.set()
+    lookup.join()
+    assert result[0].offset == 2 and result[0].timestamp == 1_002 and plog.log_end_offset == 6
+
+
+def test_list_offsets_by_timestamp_is_safe_against_a_concurrent_delete(tmp_path, monkeypatch):
+    # Deterministic version of the race: while a lookup searches the first segment, another thread
+    # moves the log start past it and deletes it (DeleteRecords, retention, file.delete.delay.ms=0).
+    # The lookup must finish on the segment it found, not fail on a deleted file.
+    import threading
+
+    from tieredlog.log.segment import LogSegment
+
+    TS0 = Clock().now  # not expired by retention.ms
+    plog = make_log(tmp_path, segment_bytes=600, file_delete_delay_ms=0)
+    for i in range(12):
+        plog.append_as_leader(batch(3, ts=TS0 + 3 * i), 0)
+    plog.update_high_watermark(plog.log_end_offset)
+    first, second = plog.segments[0], plog.segments[1]
+    assert first.next_offset >= 3
+
+    def delete_first_segment() -> None:
+        plog.maybe_increment_log_start_offset(second.base_offset)
+        plog.delete_old_segments()
+        plog.delete_expired_files(plog._clock() + 1)
+
+    deleter = threading.Thread(target=delete_first_segment)
+    real = LogSegment.find_offset_by_timestamp
+
+    def racing(seg, *args):
+        if seg is first and not deleter.is_alive() and deleter.ident is None:
+            deleter.start()
+            deleter.join(0.5)  # done at once unless the lookup holds the log's lock
+        return real(seg, *args)
+
+    monkeypatch.setattr(LogSegment, "find_offset_by_timestamp", racing)
+    found = plog.fetch_offset_by_timestamp(TS0 + 1)
+    deleter.join()
+    assert (found.offset, found.timestamp) == (1, TS0 + 1)
+    assert not first.log_path.exists() and plog.log_start_offset == second.base_offset
+
+
+def test_list_offsets_goes_on_past_a_batch_whose_matching_records_are_below_the_start(tmp_path):
+    # Kafka's LogSegment.findOffsetByTimestamp: a batch reaches the timestamp only with records
+    # below the log start (DeleteRecords cut it): the answer is in a later batch. It used to be the
+    # batch's last offset with the max timestamp of an earlier, deleted record.
+    t = Clock().now
+    plog = make_log(tmp_path)
+    plog.append_as_leader(build_batch([(None, b"a", [], t + 50), (None, b"b", [], t + 1), (None, b"c", [], t + 2)]), 0)
+    plog.append_as_leader(build_batch([(None, b"d", [], t + 60)]), 0)
+    plog.update_high_watermark(plog.log_end_offset)
+    plog.maybe_increment_log_start_offset(1)
+    found = plog.fetch_offset_by_timestamp(t + 50)
+    assert (found.offset, found.timestamp) == (3, t + 60)
+    assert plog.fetch_offset_by_timestamp(t + 61) is None

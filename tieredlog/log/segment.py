@@ -289,6 +289,12 @@ class LogSegment:
     def read_bytes(self, position: int, size: int) -> bytes:
         return self._log.read(position, size)
 
+    def open_file(self) -> BinaryIO:
+        """A new file object on the ``.log`` file (a dup of the segment's descriptor) that the caller
+        closes: it stays valid when the segment is closed, renamed or deleted meanwhile, so it can be
+        read outside the log's lock."""
+        return os.fdopen(os.dup(self._log.fd()), "rb")
+
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, BatchHeader] | None:
         """The first batch at or after ``starting_offset`` whose max timestamp is >= ``timestamp``."""
         _, ts_offset = self.time_index.lookup(timestamp)

@@ -14,6 +14,7 @@ the LogValidator's (``log_validator.py``), loading the LogLoader's (``log_loader
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
@@ -46,6 +47,7 @@ from tieredlog.log.types import (
     TopicPartition,
 )
 from tieredlog.records.batch import BatchHeader
+from tieredlog.records.record import record_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -404,6 +406,9 @@ class UnifiedLog:
         return LocalLog.collect_aborted(self.local_log.segments_from(start_offset), start_offset, upper_bound_offset)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets. A real timestamp returns the exact record, which decodes (maybe decompresses,
+        up to 64 MiB) one batch: call it off the event loop. Thread-safe: the lock is held to find
+        the batch and to dup the segment's descriptor, never while the batch is read or decoded."""
         cache = self.leader_epoch_cache
         with self._lock:
             if timestamp == EARLIEST_TIMESTAMP:
@@ -416,46 +421,53 @@ class UnifiedLog:
             if timestamp == LATEST_TIERED_TIMESTAMP:
                 o = self.highest_offset_in_remote_storage
                 return TimestampAndOffset(-1, o, cache.epoch_for_offset(o) if o >= 0 else None)
-            segs = self.segments
-        if timestamp == MAX_TIMESTAMP:
-            best: LogSegment | None = None
-            for seg in segs:
-                if seg.size and (best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far):
-                    best = seg
-            if best is None:
-                return None
-            o = best.offset_of_max_timestamp_so_far
-            return TimestampAndOffset(best.max_timestamp_so_far, o, cache.epoch_for_offset(o))
+            if timestamp == MAX_TIMESTAMP:
+                best: LogSegment | None = None
+                for seg in self.segments:
+                    if seg.size and (best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far):
+                        best = seg
+                if best is None:
+                    return None
+                o = best.offset_of_max_timestamp_so_far
+                return TimestampAndOffset(best.max_timestamp_so_far, o, cache.epoch_for_offset(o))
+            start = self.local_log_start_offset
         if timestamp < 0:
             raise errors.InvalidRequestError(f"unsupported ListOffsets timestamp {timestamp}")
-        start = self.local_log_start_offset
-        for seg in segs:
+        short_reads = 0
+        while True:
+            with self._lock:
+                found = self._batch_by_timestamp(timestamp, start)
+                if found is None:
+                    return None
+                seg, pos, h = found
+                f = seg.open_file()
+            with f:
+                data = os.pread(f.fileno(), h.size, pos)
+            if len(data) < h.size:
+                # truncated since the lock was released: look again in what is left, once
+                short_reads += 1
+                if short_reads > 1:
+                    raise errors.KafkaStorageError(f"{seg.log_path}: {len(data)} of {h.size} bytes at {pos}")
+                continue
+            hit = record_at_or_after(data, 0, timestamp, start)
+            if hit is None:
+                # every record of the batch at or after the timestamp lies below the start: Kafka
+                # goes on with the next batch
+                start = h.last_offset + 1
+                continue
+            offset, ts = hit
+            epoch = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else cache.epoch_for_offset(offset)
+            return TimestampAndOffset(ts, offset, epoch)
+
+    def _batch_by_timestamp(self, timestamp: int, start: int) -> tuple[LogSegment, int, BatchHeader] | None:
+        """The first batch at or after ``start`` whose max timestamp reaches ``timestamp`` (under the lock)."""
+        for seg in self.segments:
             if seg.size == 0 or seg.largest_timestamp < timestamp:
                 continue
             found = seg.find_offset_by_timestamp(timestamp, start)
-            if found is None:
-                continue
-            pos, h = found
-            offset, ts = self._first_record_at_or_after(seg, pos, h, timestamp, start)
-            epoch = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else cache.epoch_for_offset(offset)
-            return TimestampAndOffset(ts, offset, epoch)
+            if found is not None:
+                return seg, found[0], found[1]
         return None
-
-    @staticmethod
-    def _first_record_at_or_after(
-        seg: LogSegment, pos: int, h: BatchHeader, timestamp: int, start: int
-    ) -> tuple[int, int]:
-        """The exact record inside the matching batch. ListOffsets is not a hot path, so decoding this
-        one batch is fine; with LogAppendTime every record carries the batch's max timestamp."""
-        if h.timestamp_type == 1:
-            return max(h.base_offset, start), h.max_timestamp
-        from tieredlog.records.record import decode_batch
-
-        _, records = decode_batch(seg.read_bytes(pos, h.size))
-        for r in records:
-            if r.timestamp >= timestamp and r.offset >= start:
-                return r.offset, r.timestamp
-        return h.last_offset, h.max_timestamp
 
     # ---- offsets ----------------------------------------------------------------------------------
     def update_high_watermark(self, offset: int) -> int:

@@ -50,6 +50,7 @@ __all__ = [
     "CONTROL_COMMIT",
     "decode_batch",
     "iter_batches_records",
+    "record_at_or_after",
     "build_batch",
     "build_control_batch",
     "parse_control_record",
@@ -218,6 +219,24 @@ def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True) -> tuple[BatchHe
             data, 0, len(data), count, header.base_offset, header.base_timestamp, log_append_time, pos, pos
         )
     return header, records
+
+
+def record_at_or_after(buf, pos: int, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of the batch at ``pos`` with a timestamp at or after
+    ``timestamp`` and an offset at or after ``start_offset``, or None when no record of this batch
+    qualifies (the search goes on with the next batch), as Kafka's LogSegment.findOffsetByTimestamp
+    looks inside a batch. ListOffsets by timestamp, local and remote; decompresses, so never on
+    the event loop. A LogAppendTime batch gives every record its max timestamp: nothing to decode."""
+    h = read_header(buf, pos)
+    if h.timestamp_type == 1:
+        if h.max_timestamp >= timestamp and h.last_offset >= start_offset:
+            return max(h.base_offset, start_offset), h.max_timestamp
+        return None
+    _, records = decode_batch(buf, pos)
+    for r in records:
+        if r.timestamp >= timestamp and r.offset >= start_offset:
+            return r.offset, r.timestamp
+    return None
 
 
 def iter_batches_records(

@@ -27,6 +27,7 @@ from tieredlog.records.batch import (
     read_header,
 )
 from tieredlog.records.errors import CorruptRecordError
+from tieredlog.records.record import record_at_or_after  # decompresses: only for timestamp lookups
 from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.lineage import as_pairs, epoch_of_offset_in_segment, is_within_lineage
@@ -588,10 +589,11 @@ class RemoteReadPath:
                 p = 0
                 continue
             h = read_header(buf, p)
-            size = h.size
             if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
-                return _record_at_or_after(buf, p, h, timestamp, starting_offset)
-            p += size
+                hit = record_at_or_after(buf, p, timestamp, starting_offset)
+                if hit is not None:
+                    return OffsetAndTimestamp(hit[0], hit[1], h.partition_leader_epoch)
+            p += h.size
 
 
 def _name(s: _Stream) -> str:
@@ -657,19 +659,6 @@ def _cut(s: _Stream, limit: int) -> tuple[bytes | memoryview, int, int] | None:
     # a view, not a copy: it keeps the chunk alive until the response carrying it is sent
     data = memoryview(buf)[p:end] if (p or end != n) else buf
     return data, end, next_offset
-
-
-def _record_at_or_after(buf, pos: int, h, timestamp: int, starting_offset: int) -> tuple[int, int, int]:
-    """The first record of the batch with timestamp >= target (Kafka scans inside the batch)."""
-    if h.timestamp_type == 1:  # LogAppendTime: every record carries the batch's max timestamp
-        return OffsetAndTimestamp(max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch)
-    from tieredlog.records.record import decode_batch  # decompresses; only for this rare lookup
-
-    _, records = decode_batch(bytes(buf[pos : pos + h.size]))
-    for r in records:
-        if r.offset >= starting_offset and r.timestamp >= timestamp:
-            return OffsetAndTimestamp(r.offset, r.timestamp, h.partition_leader_epoch)
-    return OffsetAndTimestamp(max(h.base_offset, starting_offset), h.max_timestamp, h.partition_leader_epoch)
 
 
 __all__ = ["RemoteReadPath", "PrefetchCache", "OffsetAndTimestamp", "SLACK_BYTES", "CHUNK_MIN", "READ_AHEAD_CHUNKS"]
