@@ -8,6 +8,7 @@ survive restarts. Broker configs are static.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -48,7 +49,7 @@ def _fmt(value: Any) -> str | None:
 
 
 def topic_config_entries(broker: Broker, overrides: dict[str, str], keys: Any = None, synonyms: bool = False) -> list[dict]:
-    cfg = broker.log_config_for(overrides)
+    values = dataclasses.asdict(broker.log_config_for(overrides))
     out = []
     for d in TOPIC_CONFIGS:
         if keys is not None and d.name not in keys:
@@ -65,13 +66,13 @@ def topic_config_entries(broker: Broker, overrides: dict[str, str], keys: Any = 
         syn = []
         if synonyms:
             if d.name in overrides:
-                syn.append({"name": d.name, "value": _fmt(getattr(cfg, d.attr)), "source": DYNAMIC_TOPIC_CONFIG})
+                syn.append({"name": d.name, "value": _fmt(values[d.attr]), "source": DYNAMIC_TOPIC_CONFIG})
             if broker_explicit:
                 syn.append({"name": d.broker_synonym, "value": _fmt(broker_value), "source": STATIC_BROKER_CONFIG})
             syn.append({"name": d.broker_synonym or d.name, "value": _fmt(d.default), "source": DEFAULT_CONFIG})
         out.append({
             "name": d.name,
-            "value": _fmt(getattr(cfg, d.attr)),
+            "value": _fmt(values[d.attr]),
             "read_only": False,
             "config_source": source,
             "is_default": source == DEFAULT_CONFIG,
@@ -181,7 +182,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dic
                     error = {"error_code": InvalidConfigError.code,
                              "error_message": f"Config {c.name} is not a list; APPEND/SUBTRACT do not apply"}
                     break
-                current = overrides.get(c.name, _fmt(broker.log_config_for({}).__getattribute__(d.attr)) or "")
+                current = overrides.get(c.name, _fmt(dataclasses.asdict(broker.log_config_for({}))[d.attr]) or "")
                 items = [x for x in current.split(",") if x]
                 delta = [x.strip() for x in (c.value or "").split(",") if x.strip()]
                 if op == APPEND:
