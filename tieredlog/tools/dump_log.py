@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import argparse
 import mmap
-import os
 import re
 import struct
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
-
-from tieredlog.tools import run_tool
 
 from tieredlog.log.producer_state import CorruptSnapshotError, decode_snapshot
 from tieredlog.records.batch import (
@@ -34,6 +31,7 @@ from tieredlog.records.batch import (
 from tieredlog.records.errors import RecordError
 from tieredlog.records.legacy import iter_legacy_messages
 from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, decode_batch, parse_control_record
+from tieredlog.tools import run_tool
 
 _PREFIX = struct.Struct(">qi")
 _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position

@@ -10,6 +10,8 @@ import argparse
 import sys
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from tieredlog.protocol.api import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, METADATA
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.tools import run_tool
@@ -28,12 +30,10 @@ def _kv(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _err(code: Any, message: str | None = None) -> str | None:
-    value = getattr(code, "value", code)
-    if value == 0:
+def _err(code: ErrorCode, message: str | None = None) -> str | None:
+    if code == ErrorCode.none:
         return None
-    name = getattr(code, "name", str(value))
-    return f"{name} ({value})" + (f": {message}" if message else "")
+    return f"{code.name} ({code.value})" + (f": {message}" if message else "")
 
 
 def cmd_create(c: KafkaClient, a: argparse.Namespace) -> int:
