@@ -259,12 +259,12 @@ def _dump_snapshot(path: Path, out: _Out, print_data: bool) -> None:
         entries = decode_snapshot(data)
     except CorruptSnapshotError as e:
         raise Corrupt(e.position, str(e)) from None
-    for e in entries:
-        b = e.batches[-1] if e.batches else None
+    for entry in entries:
+        b = entry.batches[-1] if entry.batches else None
         out(
-            f"producerId: {e.producer_id} producerEpoch: {e.producer_epoch} coordinatorEpoch: {e.coordinator_epoch} "
-            f"currentTxnFirstOffset: {-1 if e.current_txn_first_offset is None else e.current_txn_first_offset} "
-            f"lastTimestamp: {e.last_timestamp} "
+            f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} coordinatorEpoch: {entry.coordinator_epoch} "
+            f"currentTxnFirstOffset: {-1 if entry.current_txn_first_offset is None else entry.current_txn_first_offset} "
+            f"lastTimestamp: {entry.last_timestamp} "
             + (
                 f"firstSequence: {b.first_seq} lastSequence: {b.last_seq} lastOffset: {b.last_offset} "
                 f"offsetDelta: {b.offset_delta} timestamp: {b.timestamp}"
