@@ -4,7 +4,7 @@ import pytest
 
 from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
 from tieredlog.log.checkpoints import PartitionMetadataFile
-from tieredlog.rlm import index_cache, pending_deletes
+from tieredlog.rlm import pending_deletes
 from tieredlog.rsm import keys, local
 
 
@@ -43,4 +43,3 @@ def test_every_user_shares_the_one_implementation(tmp_path):
     tip = keys.TopicIdPartition(u, "t", 3)
     journal.add(tip)
     assert journal.path.read_text() == f"{text} 3 t\n" and journal.read() == [tip]
-    assert index_cache.uuid_to_kafka_str is uuid_to_kafka_str

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import FakeClock, Logs
+from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.log.segment import LogSegment
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import build_batch
-from tieredlog.rlm.index_cache import DIR_NAME, RemoteIndexCache, uuid_to_kafka
+from tieredlog.rlm.index_cache import DIR_NAME, RemoteIndexCache
 from tieredlog.rlm.lineage import (
     checkpoint_text,
     highest_remote_offset,
@@ -256,7 +257,7 @@ def test_index_cache_evicts_lru_and_deletes_files_and_survives_restart(tmp_path,
     assert mds[1].remote_log_segment_id.id not in cache
     assert mds[0].remote_log_segment_id.id in cache and mds[2].remote_log_segment_id.id in cache
     names = {p.name.split(".")[0] for p in (cache_dir / DIR_NAME).iterdir()}
-    assert names == {f"{m.start_offset}_{uuid_to_kafka(m.remote_log_segment_id.id)}" for m in (mds[0], mds[2])}
+    assert names == {f"{m.start_offset}_{uuid_to_kafka_str(m.remote_log_segment_id.id)}" for m in (mds[0], mds[2])}
     assert cache.evictions == 1
     # leftovers of a crash: a temp file and an incomplete triple are removed at start-up
     (cache_dir / DIR_NAME / "5_garbage.index.tmp").write_bytes(b"x")

@@ -45,8 +45,6 @@ TIME_SUFFIX = ".timeindex"
 TXN_SUFFIX = ".txnindex"
 _SUFFIXES = (OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX)
 _UNTRIMMED_INDEX_MAX = 32 << 20  # segment.index.bytes is 10 MiB by default
-# tests/test_rlm_units.py still imports this name (that file has another engineer's edits in progress)
-uuid_to_kafka = uuid_to_kafka_str
 
 
 class Entry:
