@@ -11,7 +11,6 @@ committed (manifest) copies of everything below the first local segment.
 
 from __future__ import annotations
 
-import base64
 import random
 import re
 import shutil
@@ -41,6 +40,7 @@ from tests.s3servers import (  # noqa: F401  (fixtures)
     wait_for_bucket,
     write_seaweed_identity,
 )
+from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.protocol.api import LIST_OFFSETS, METADATA
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import iter_batches_records
@@ -174,10 +174,6 @@ def local_bases(data: Path, topic: str) -> list[int]:
     return sorted(int(p.name[:20]) for p in (data / f"{topic}-0").glob("*.log"))
 
 
-def kafka_uuid(u) -> str:
-    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
-
-
 # -- what is in the bucket -------------------------------------------------------------------------
 
 class Bucket:
@@ -285,7 +281,7 @@ def test_tiering_into_s3_and_consuming_from_zero(any_s3, brokers):
     described = admin.describe_topics(TopicCollection([topic]))[topic].result(30)
     with KafkaClient(b.bootstrap) as c:
         md = c.request(METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
-    topic_id = kafka_uuid(md.topics[0].topic_id)
+    topic_id = uuid_to_kafka_str(md.topics[0].topic_id)
     # librdkafka prints ids in standard base64 ('+', '/'), Kafka in URL-safe: compare the 128 bits
     bits = ((described.topic_id.get_most_significant_bits() % 2**64) << 64) | (
         described.topic_id.get_least_significant_bits() % 2**64)
