@@ -15,7 +15,15 @@ from tieredlog.log.index import AbortedTxn, CorruptIndexError
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.local_log import LocalLog
 from tieredlog.log.producer_state import ProducerStateManager, read_control_record
-from tieredlog.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, offset_from_filename
+from tieredlog.log.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+    offset_from_filename,
+)
 from tieredlog.records.batch import BatchHeader, validate_batch
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import ControlRecord
@@ -24,7 +32,7 @@ log = logging.getLogger(__name__)
 
 # Leftovers of an interrupted delete, compaction or atomic write: never data to load.
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
-_INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ import crc32c as _crc32c
 
 from tieredlog.atomic_file import atomic_write
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
+from tieredlog.log.segment import SNAPSHOT_SUFFIX, filename_prefix
 from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, peek_size
 from tieredlog.records.errors import CorruptRecordError
 from tieredlog.records.record import CONTROL_ABORT, ControlRecord, read_varint
@@ -38,7 +39,6 @@ from tieredlog.records.record import CONTROL_ABORT, ControlRecord, read_varint
 log = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
-SNAPSHOT_SUFFIX = ".snapshot"
 # Kafka keeps the metadata of this many recent batches per producer for duplicate detection.
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = (1 << 31) - 1
@@ -144,7 +144,7 @@ def _decrement_sequence(seq: int, delta: int) -> int:
 
 
 def snapshot_path(directory: str | os.PathLike, offset: int) -> Path:
-    return Path(directory) / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+    return Path(directory) / f"{filename_prefix(offset)}{SNAPSHOT_SUFFIX}"
 
 
 def snapshot_offset_of(path: str | os.PathLike) -> int | None:

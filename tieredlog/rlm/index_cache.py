@@ -30,6 +30,7 @@ from tieredlog.log.index import (
     MappedTimeIndex,
     read_txn_index,
 )
+from tieredlog.log.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from tieredlog.rsm.api import (
     IndexType,
     RemoteLogSegmentMetadata,
@@ -40,9 +41,8 @@ from tieredlog.rsm.api import (
 log = logging.getLogger(__name__)
 
 DIR_NAME = "remote-log-index-cache"
-OFFSET_SUFFIX = ".index"
-TIME_SUFFIX = ".timeindex"
-TXN_SUFFIX = ".txnindex"
+# Kafka's cache names its files as a segment's indexes
+OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX = INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 _SUFFIXES = (OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX)
 _UNTRIMMED_INDEX_MAX = 32 << 20  # segment.index.bytes is 10 MiB by default
 
