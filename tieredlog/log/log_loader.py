@@ -24,6 +24,7 @@ from tieredlog.log.segment import (
     LogSegment,
     offset_from_filename,
 )
+from tieredlog.log.types import EpochEntry
 from tieredlog.records.batch import BatchHeader, validate_batch
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import ControlRecord
@@ -137,12 +138,12 @@ class LogLoader:
         only), replace whatever recovery assigned (it saw only the segments past the recovery
         point), and the checkpoint is written again."""
         latest = None
-        entries = []
+        entries: list[EpochEntry] = []
         for seg in self.local_log.segments:
             for _, h in seg.iter_headers(0):
                 epoch = h.partition_leader_epoch
                 if epoch >= 0 and (latest is None or epoch > latest):
-                    entries.append((epoch, h.base_offset))
+                    entries.append(EpochEntry(epoch, h.base_offset))
                     latest = epoch
         cache = self.leader_epoch_cache
         cache.clear()
