@@ -24,6 +24,7 @@ from tieredlog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.log.config import ConfigError, LogConfig, validate_topic_config_change
 from tieredlog.log.log_manager import LogManager
 from tieredlog.log.types import TopicPartition
@@ -69,9 +70,8 @@ def _load_cluster_id(log_dir: Path, node_id: int, configured: str | None) -> str
         for line in meta.read_text().splitlines():
             if line.startswith("cluster.id="):
                 return line.split("=", 1)[1].strip()
-    import base64
 
-    cid = configured or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cid = configured or uuid_to_kafka_str(uuid.uuid4())
     atomic_write(meta, f"version=1\ncluster.id={cid}\nnode.id={node_id}\n".encode())
     return cid
 

@@ -77,7 +77,7 @@ async def _offset_for(ctx: RequestContext, plog: UnifiedLog, tp: TopicPartition,
         # late records with old offsets). Kafka looks at local segments only; the remote tier's
         # segment metadata answers here as well, and on a tie the remote (earlier) offset wins.
         remote = await _remote_lookup(ctx, rlm.find_max_timestamp_async(tp), tp)
-        local = plog.fetch_offset_by_timestamp(ts)
+        local = await asyncio.to_thread(plog.fetch_offset_by_timestamp, ts)
         if remote is not None and (local is None or _unpack(remote)[1] >= _unpack(local)[1]):
             return _unpack(remote)
         if local is None:
@@ -88,7 +88,8 @@ async def _offset_for(ctx: RequestContext, plog: UnifiedLog, tp: TopicPartition,
         found = await _remote_lookup(ctx, rlm.find_offset_by_timestamp_async(tp, ts), tp)
         if found is not None:
             return _unpack(found)
-    found = plog.fetch_offset_by_timestamp(ts)
+    # reads a time index and may decode (decompress) a batch: never on the event loop
+    found = await asyncio.to_thread(plog.fetch_offset_by_timestamp, ts)
     if found is None:
         return -1, -1, -1
     off, found_ts, epoch = _unpack(found)

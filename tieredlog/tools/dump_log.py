@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
+from tieredlog.log.index import OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY
 from tieredlog.log.producer_state import CorruptSnapshotError, decode_snapshot
 from tieredlog.records.batch import (
     COMPRESSION_NAMES,
@@ -34,9 +35,6 @@ from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, decode_batch
 from tieredlog.tools import run_tool
 
 _PREFIX = struct.Struct(">qi")
-_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
-_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
-_TXN_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
 _LEGACY_MIN_LENGTH = {0: 14, 1: 22}
 _BASE_OFFSET = re.compile(r"^(\d+)")
 
@@ -214,7 +212,7 @@ def _dump_offset_index(path: Path, out: _Out, print_data: bool) -> None:
     base = _base_offset(path)
     prev = None
     with _mapped(path) as buf:
-        for pos, (rel, position) in _fixed_entries(buf, _OFFSET_ENTRY):
+        for pos, (rel, position) in _fixed_entries(buf, OFFSET_ENTRY):
             if pos and rel == 0 and position == 0:
                 return  # the zero-filled, preallocated tail of an active segment's index
             if prev is not None and (rel <= prev[0] or position < prev[1]):
@@ -228,7 +226,7 @@ def _dump_time_index(path: Path, out: _Out, print_data: bool) -> None:
     base = _base_offset(path)
     prev = None
     with _mapped(path) as buf:
-        for pos, (ts, rel) in _fixed_entries(buf, _TIME_ENTRY):
+        for pos, (ts, rel) in _fixed_entries(buf, TIME_ENTRY):
             if pos and ts == 0 and rel == 0:
                 return
             if prev is not None and (ts < prev[0] or rel < prev[1]):
@@ -240,7 +238,7 @@ def _dump_time_index(path: Path, out: _Out, print_data: bool) -> None:
 
 def _dump_txn_index(path: Path, out: _Out, print_data: bool) -> None:
     with _mapped(path) as buf:
-        for pos, (version, pid, first, last, lso) in _fixed_entries(buf, _TXN_ENTRY):
+        for pos, (version, pid, first, last, lso) in _fixed_entries(buf, TXN_ENTRY):
             if version != 0:
                 raise Corrupt(pos, f"unknown transaction index entry version {version}")
             out(f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} lastStableOffset: {lso}")

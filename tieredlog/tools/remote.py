@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
+from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.rlmm import serde
 from tieredlog.rlmm.cache import RemotePartitionMetadataStore
 from tieredlog.rlmm.snapshot import SNAPSHOT_DIR, SnapshotError, load_snapshot, snapshot_path
@@ -24,7 +25,6 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
 )
-from tieredlog.rsm.local import uuid_to_base64
 from tieredlog.tools import run_tool
 
 DEFAULT_LOG_DIR = "./data"
@@ -66,7 +66,7 @@ def render(md) -> str:
     if isinstance(md, RemotePartitionDeleteMetadata):
         tp = md.topic_id_partition
         return (
-            f"RemotePartitionDeleteMetadata{{topicPartition={uuid_to_base64(tp.topic_id)}:{tp}, "
+            f"RemotePartitionDeleteMetadata{{topicPartition={uuid_to_kafka_str(tp.topic_id)}:{tp}, "
             f"state={md.state.name}, eventTimestampMs={md.event_timestamp_ms}, brokerId={md.broker_id}}}"
         )
     return repr(md)
@@ -75,7 +75,7 @@ def render(md) -> str:
 def _sid(md) -> str:
     sid = md.remote_log_segment_id
     tp = sid.topic_id_partition
-    return f"RemoteLogSegmentId{{topicIdPartition={uuid_to_base64(tp.topic_id)}:{tp}, id={uuid_to_base64(sid.id)}}}"
+    return f"RemoteLogSegmentId{{topicIdPartition={uuid_to_kafka_str(tp.topic_id)}:{tp}, id={uuid_to_kafka_str(sid.id)}}}"
 
 
 def _epochs(md: RemoteLogSegmentMetadata) -> str:
@@ -154,7 +154,7 @@ def cmd_segments(args) -> int:
     print(f"{'PARTITION':>9} {'START':>12} {'END':>12} {'STATE':<22} {'SIZE':>12} {'EPOCHS':<16} SEGMENT ID")
     for partition, md in sorted(rows, key=lambda r: (r[0], r[1].start_offset)):
         print(f"{partition:>9} {md.start_offset:>12} {md.end_offset:>12} {md.state.name:<22} "
-              f"{md.segment_size_in_bytes:>12} {_epochs(md):<16} {uuid_to_base64(md.remote_log_segment_id.id)}")
+              f"{md.segment_size_in_bytes:>12} {_epochs(md):<16} {uuid_to_kafka_str(md.remote_log_segment_id.id)}")
     return 0
 
 
