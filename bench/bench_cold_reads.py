@@ -1,0 +1,219 @@
+"""Produce latency on a quiet partition while a consumer catches up on a topic whose segments are not
+in the page cache, beside the same catch-up with a warm cache.
+
+A real broker (``tieredlog broker`` subprocess, no remote tier). A load process (confluent-kafka)
+writes ``COLD_BENCH_MB`` MiB to a topic of ``COLD_BENCH_PARTITIONS`` partitions. Then, twice in one
+broker, a catch-up consumer (Debian's kcat: librdkafka in C, so the broker is the bottleneck) reads
+the whole topic from offset 0 while a prober sends one small acks=1 Produce at a time to a partition
+of another topic nothing else writes to and times each round trip:
+
+- warm: the segment files are in the page cache (as written);
+- cold: each ``.log`` file is fsynced and dropped from the page cache first
+  (``posix_fadvise(POSIX_FADV_DONTNEED)``; the dirty pages of a file are not dropped, hence the fsync).
+
+The share of the topic's pages that are resident is checked before each run with ``preadv(...,
+RWF_NOWAIT)`` of one byte every MiB (EAGAIN: not cached; such a read never waits for the disk, and
+brings in at most the page it probes: 1/256 of the file) and printed. Printed: p50 / p99 / max of the prober in both runs, the catch-up rate, and the ratio.
+
+    COLD_BENCH_MB=1024 COLD_BENCH_PARTITIONS=4 python -m bench.bench_cold_reads
+
+``COLD_BENCH_MB`` (default 1024), ``COLD_BENCH_PARTITIONS`` (default 4: one Fetch carries a region of
+each), ``COLD_BENCH_VALUE`` (bytes per record, default 16384), ``COLD_BENCH_SEGMENT_MB`` (segment.bytes,
+default 128), ``COLD_BENCH_RUNS`` (warm/cold pairs, default 1). kcat uses librdkafka's fetch defaults
+(max.partition.fetch.bytes 1 MiB, fetch.max.bytes 50 MiB).
+
+When the broker reads uncached pages on its event-loop thread (``sendfile`` of a cold region), every
+other connection waits for the disk: the cold run's max (and p99) rise above the warm run's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+MIB = 1 << 20
+TOTAL_MB = int(os.environ.get("COLD_BENCH_MB", "1024"))
+PARTITIONS = int(os.environ.get("COLD_BENCH_PARTITIONS", "4"))
+VALUE_SIZE = int(os.environ.get("COLD_BENCH_VALUE", "16384"))
+SEGMENT_MB = int(os.environ.get("COLD_BENCH_SEGMENT_MB", "128"))
+RUNS = int(os.environ.get("COLD_BENCH_RUNS", "1"))
+PROBE_INTERVAL_S = 0.005
+SAMPLE_STEP = MIB
+
+
+def _load(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    """Write ``count`` records round-robin over the partitions (its own process: no GIL shared with the prober)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "compression.type": "none", "linger.ms": 5,
+                  "batch.size": 1 << 20, "message.max.bytes": 2 << 20, "queue.buffering.max.kbytes": 256 << 10})
+    values = [os.urandom(VALUE_SIZE) for _ in range(16)]
+    failed = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            failed.append(err)
+
+    for i in range(count):
+        while True:
+            try:
+                p.produce(topic, value=values[i % len(values)], partition=i % partitions, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(300) or failed:
+        raise SystemExit(f"load: {len(failed)} deliveries failed, first: {failed[:1]}")
+
+
+def _probe(bootstrap: str, topic: str, stop: threading.Event, out: list[float]) -> None:
+    from tieredlog.protocol.api import PRODUCE
+    from tieredlog.protocol.client import KafkaClient
+    from tieredlog.records.record import build_batch
+
+    with KafkaClient(bootstrap) as c:
+        while not stop.is_set():
+            body = {"transactional_id": None, "acks": 1, "timeout": 30000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": build_batch([(None, b"probe")])}]}]}
+            t0 = time.perf_counter()
+            r = c.request(PRODUCE, body, version=9).responses[0].partition_responses[0]
+            out.append((time.perf_counter() - t0) * 1000)
+            if r.error_code.value != 0:
+                raise RuntimeError(f"probe produce failed: {r.error_code}")
+            time.sleep(PROBE_INTERVAL_S)
+
+
+def _log_files(data: Path, topic: str) -> list[Path]:
+    return sorted(data.glob(f"{topic}-*/*.log"))
+
+
+def resident_share(paths: list[Path]) -> float:
+    """Share of sampled pages (one every MiB) in the page cache: ``preadv`` with RWF_NOWAIT fails
+    with EAGAIN instead of waiting for the disk."""
+    buf = bytearray(1)
+    hit = total = 0
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            for off in range(0, size, SAMPLE_STEP):
+                total += 1
+                try:
+                    os.preadv(fd, [buf], off, os.RWF_NOWAIT)
+                    hit += 1
+                except BlockingIOError:
+                    pass
+        finally:
+            os.close(fd)
+    return hit / total if total else 0.0
+
+
+def evict(paths: list[Path]) -> None:
+    """fsync each file (DONTNEED drops only clean pages), then drop it from the page cache."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _kcat(bootstrap: str, topic: str, records: int) -> float:
+    """Seconds for kcat to read every partition from offset 0 to the end; checks the record count."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(["kcat", "-C", "-q", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-f", "%o\\n"],
+                          capture_output=True, timeout=900)
+    t = time.perf_counter() - t0
+    got = proc.stdout.count(b"\n")
+    if proc.returncode != 0 or got != records:
+        raise SystemExit(f"kcat on {topic} read {got} of {records} records (rc {proc.returncode}): {proc.stderr[-500:]!r}")
+    return t
+
+
+def run(bootstrap: str, topic: str, quiet: str, records: int) -> tuple[list[float], float]:
+    lat: list[float] = []
+    stop = threading.Event()
+    prober = threading.Thread(target=_probe, args=(bootstrap, quiet, stop, lat), daemon=True)
+    prober.start()
+    time.sleep(0.5)
+    first = len(lat)
+    try:
+        secs = _kcat(bootstrap, topic, records)
+    finally:
+        stop.set()
+        prober.join(30)
+    return lat[first:], secs
+
+
+def _stats(lat: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(lat, n=100)
+    return q[49], q[98], max(lat)
+
+
+def main() -> None:
+    from broker_harness import BrokerProcess
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if shutil.which("kcat") is None:
+        raise SystemExit("bench_cold_reads needs kcat (Debian package kcat; `make bench` installs it)")
+    if not hasattr(os, "RWF_NOWAIT"):
+        raise SystemExit("bench_cold_reads needs os.RWF_NOWAIT (Linux 4.14+) to check page-cache residency")
+    records = (TOTAL_MB * MIB) // VALUE_SIZE
+    with tempfile.TemporaryDirectory() as d:
+        data = Path(d) / "data"
+        b = BrokerProcess(data, {"offsets.topic.num.partitions": "1", "remote.log.storage.system.enable": "false",
+                                 "message.max.bytes": str(2 << 20)}).start()
+        try:
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            topics = [NewTopic("quiet", 1, 1),
+                      NewTopic("catchup", PARTITIONS, 1, config={"segment.bytes": str(SEGMENT_MB * MIB)})]
+            for f in admin.create_topics(topics).values():
+                f.result(30)
+            del admin  # its background thread would log every reconnect after the broker stops
+            t0 = time.perf_counter()
+            loader = multiprocessing.Process(target=_load, args=(b.bootstrap, "catchup", records, PARTITIONS))
+            loader.start()
+            loader.join(900)
+            if loader.exitcode != 0:
+                raise RuntimeError(f"the load process failed ({loader.exitcode})")
+            files = _log_files(data, "catchup")
+            size = sum(f.stat().st_size for f in files)
+            print(f"{size / MIB:.0f} MiB in {len(files)} segment files over {PARTITIONS} partition(s), "
+                  f"{VALUE_SIZE >> 10} KiB values, written in {time.perf_counter() - t0:.1f} s; "
+                  f"catch-up with kcat from offset 0")
+            print(f"{'quiet partition produce':<24}{'resident':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+                  f"{'probes':>8}{'catch-up MiB/s':>16}")
+            results: dict[str, list[tuple[float, float, float, float]]] = {"warm": [], "cold": []}
+            for _ in range(RUNS):
+                for label in ("warm", "cold"):
+                    if label == "cold":
+                        evict(files)
+                    share = resident_share(files)
+                    lat, secs = run(b.bootstrap, "catchup", "quiet", records)
+                    p50, p99, mx = _stats(lat)
+                    rate = size / MIB / secs
+                    results[label].append((p50, p99, mx, rate))
+                    print(f"{label:<24}{share:9.0%}{p50:9.1f}{p99:9.1f}{mx:9.1f}{len(lat):8d}{rate:16.1f}")
+            (w50, w99, wmax, wrate), (c50, c99, cmax, crate) = (
+                tuple(statistics.median(r[i] for r in results[k]) for i in range(4)) for k in ("warm", "cold"))
+            print(f"cold / warm: p50 {c50 / w50:.2f}x, p99 {c99 / w99:.2f}x, max {cmax / wmax:.2f}x, "
+                  f"catch-up rate {crate / wrate:.2f}x")
+        finally:
+            b.stop()
+
+
+if __name__ == "__main__":
+    main()
