@@ -14,9 +14,10 @@ Layout (big-endian), offsets in bytes:
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, TypeAlias
 
 import crc32c as _crc32c
 
@@ -31,6 +32,9 @@ ATTRIBUTES_OFFSET = 21
 PARTITION_LEADER_EPOCH_OFFSET = 12
 BATCH_LENGTH_OFFSET = 8
 LAST_OFFSET_DELTA_OFFSET = 23
+
+# What the readers here accept: anything that indexes to ints and slices, including a mapped segment.
+BytesLike: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -120,7 +124,7 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
-def read_header(buf, pos: int = 0) -> BatchHeader:
+def read_header(buf: BytesLike, pos: int = 0) -> BatchHeader:
     """Parse the v2 header at ``pos``. Raises CorruptRecordError if it does not fit."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecordError(f"batch header truncated at byte {pos}", position=pos)
@@ -130,25 +134,28 @@ def read_header(buf, pos: int = 0) -> BatchHeader:
     return h
 
 
-def peek_size(buf, pos: int = 0) -> int:
+def peek_size(buf: BytesLike, pos: int = 0) -> int:
     """Size in bytes of the batch (any magic) starting at ``pos``, from its length prefix."""
     if len(buf) - pos < LOG_OVERHEAD:
         raise CorruptRecordError(f"batch length prefix truncated at byte {pos}", position=pos)
-    _, length = _PREFIX.unpack_from(buf, pos)
+    length: int = _PREFIX.unpack_from(buf, pos)[1]
     return length + LOG_OVERHEAD
 
 
-def next_offset_at(buf, pos: int = 0) -> int:
+def next_offset_at(buf: BytesLike, pos: int = 0) -> int:
     """The offset after the v2 batch at ``pos``, from two header fields (no checks: for a caller that
     has already measured the whole batch, where parsing all 61 bytes would be wasted)."""
-    return _I64.unpack_from(buf, pos)[0] + _I32.unpack_from(buf, pos + LAST_OFFSET_DELTA_OFFSET)[0] + 1
+    base_offset: int = _I64.unpack_from(buf, pos)[0]
+    last_offset_delta: int = _I32.unpack_from(buf, pos + LAST_OFFSET_DELTA_OFFSET)[0]
+    return base_offset + last_offset_delta + 1
 
 
-def compute_crc(buf, pos: int, size: int) -> int:
-    return _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+def compute_crc(buf: BytesLike, pos: int, size: int) -> int:
+    crc: int = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
+    return crc
 
 
-def validate_batch(buf, pos: int = 0, max_size: int | None = None, *, check_records: bool = True) -> BatchHeader:
+def validate_batch(buf: BytesLike, pos: int = 0, max_size: int | None = None, *, check_records: bool = True) -> BatchHeader:
     """Read and fully check the v2 batch at ``pos``: sizes, magic, CRC-32C, counts, and (unless
     ``check_records`` is false) what :func:`check_records_section` can tell of the records in
     constant time. Readers that decode the records anyway, and recovery (which, as Kafka's, keeps
@@ -191,7 +198,7 @@ _ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_SKIPPABLE_TAIL = b"\x2a\x4d\x18"  # a skippable frame (0x184D2A5?) may come first
 
 
-def check_records_section(buf, pos: int, h: BatchHeader) -> None:
+def check_records_section(buf: BytesLike, pos: int, h: BatchHeader) -> None:
     """Kafka's produce-time record rules that need no more than a few bytes of the records section,
     so a batch costs the same whatever its record count: a known codec; for an uncompressed batch,
     a record count the bytes can hold and a first record that fits (and, alone, fills the batch);
@@ -240,7 +247,7 @@ def check_records_section(buf, pos: int, h: BatchHeader) -> None:
         )
 
 
-def _first_record_length(buf, start: int, end: int, pos: int) -> tuple[int, int]:
+def _first_record_length(buf: BytesLike, start: int, end: int, pos: int) -> tuple[int, int]:
     """The first record's zigzag length varint and where its body starts, read within the batch."""
     b = buf[start]
     if b < 0x80:  # the one-byte length of records under 64 bytes, without a call
@@ -254,17 +261,20 @@ def _first_record_length(buf, start: int, end: int, pos: int) -> tuple[int, int]
     return length, body
 
 
-def _varint_reader():
+def _varint_reader() -> Callable[[BytesLike, int], tuple[int, int]]:
     global _read_varint
     if _read_varint is None:  # record.py imports this module, so the reader is bound on first use
-        from tieredlog.records.record import read_varint as _read_varint
+        from tieredlog.records.record import read_varint
+
+        _read_varint = read_varint
+        return read_varint
     return _read_varint
 
 
-_read_varint = None
+_read_varint: Callable[[BytesLike, int], tuple[int, int]] | None = None
 
 
-def iter_headers(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+def iter_headers(buf: BytesLike, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
     """Yield (position, header) for each whole v2 batch in ``buf[start:end]`` without CRC checks.
 
     Stops silently at a trailing partial batch (a fetch response may end with one).
@@ -279,9 +289,9 @@ def iter_headers(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[
         pos += size
 
 
-def validate_batches(buf, max_batch_size: int | None = None) -> list[BatchHeader]:
+def validate_batches(buf: BytesLike, max_batch_size: int | None = None) -> list[BatchHeader]:
     """Validate every batch of a produce request's records; the records must be whole batches."""
-    headers = []
+    headers: list[BatchHeader] = []
     pos = 0
     n = len(buf)
     if n == 0:

@@ -92,13 +92,14 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     if codec == COMPRESSION_SNAPPY:
         return _snappy_xerial_compress(data)
     if codec == COMPRESSION_LZ4:
-        return lz4.frame.compress(
+        framed: bytes = lz4.frame.compress(
             data,
             block_size=lz4.frame.BLOCKSIZE_MAX64KB,
             block_linked=False,
             content_checksum=False,
             store_size=False,
         )
+        return framed
     if codec == COMPRESSION_ZSTD:
         return _zstd_compressor.compress(data)
     raise InvalidRecordError(f"unknown compression codec {codec}")
@@ -131,14 +132,14 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int |
     raise InvalidRecordError(f"unknown compression codec {codec}")
 
 
-def _gzip_decompress(data, limit: int) -> bytes:
+def _gzip_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     out = []
     total = 0
     view = memoryview(data)
     # A gzip stream may hold several members; Java's GZIPInputStream reads them all.
     while True:
         d = zlib.decompressobj(31)
-        pending = view
+        pending: memoryview | bytes = view
         while True:
             # Never more than one step, and one byte past the room left: getting that byte means
             # the data is over the limit. (zlib would join a bigger output from blocks, twice its size.)
@@ -159,7 +160,7 @@ def _gzip_decompress(data, limit: int) -> bytes:
     return out[0] if len(out) == 1 else b"".join(out)
 
 
-def _snappy_xerial_compress(data) -> bytes:
+def _snappy_xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
     view = memoryview(data)
     parts = [XERIAL_HEADER]
     for i in range(0, len(view), XERIAL_BLOCK_SIZE):
@@ -183,7 +184,7 @@ def _snappy_raw(block: memoryview, room: int) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
-def _snappy_decompress(data, limit: int) -> bytes:
+def _snappy_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     view = memoryview(data)
     if len(view) < 16 or view[:8] != XERIAL_MAGIC:
         return _snappy_raw(view, limit)
@@ -208,7 +209,7 @@ def _snappy_decompress(data, limit: int) -> bytes:
     return b"".join(out)
 
 
-def _lz4_decompress(data, limit: int) -> bytes:
+def _lz4_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     view = memoryview(data)
     out = []
     total = 0
@@ -297,7 +298,7 @@ def decompress_lz4_legacy(data: bytes | bytearray | memoryview) -> bytes:
     return b"".join(out)
 
 
-def _zstd_decompress(data, limit: int) -> bytes:
+def _zstd_decompress(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     # zstandard's decompressobj has no output bound, and its one-shot decompress allocates the
     # content size a frame header declares; so the frame is fed in slices small enough that one
     # slice cannot overshoot the room left by more than one block.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from tieredlog.records.batch import (
     COMPRESSION_LZ4,
@@ -22,9 +22,10 @@ from tieredlog.records.batch import (
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
+    BytesLike,
 )
 from tieredlog.records.codecs import decompress, decompress_lz4_legacy
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
 
 __all__ = ["LegacyMessage", "iter_legacy_messages", "NO_TIMESTAMP_TYPE"]
 
@@ -64,7 +65,7 @@ class _Entry:
 
 
 def iter_legacy_messages(
-    buf, start: int = 0, *, verify_crc: bool = True, stop_at_partial: bool = False
+    buf: BytesLike, start: int = 0, *, verify_crc: bool = True, stop_at_partial: bool = False
 ) -> Iterator[LegacyMessage]:
     """Yield every message of a magic 0/1 message set, unpacking compressed wrappers.
 
@@ -110,8 +111,8 @@ def _inner_messages(wrapper: _Entry, codec: int, ts_type: int, verify_crc: bool,
             data = decompress_lz4_legacy(wrapper.value)
         else:
             data = decompress(codec, wrapper.value)
-    except (CorruptRecordError, InvalidRecordError) as e:
-        raise type(e)(f"compressed message at byte {pos}: {e}", position=pos) from e
+    except (CorruptRecordError, InvalidRecordError) as exc:
+        raise type(exc)(f"compressed message at byte {pos}: {exc}", position=pos) from exc
     view = memoryview(data)
     n = len(view)
     inner: list[_Entry] = []
@@ -146,7 +147,7 @@ def _read_entry(view: memoryview, pos: int, end: int, verify_crc: bool, wrapper_
     """Parse one entry at ``pos``. Inside a wrapper (``wrapper_pos`` set) positions are in the
     decompressed data, so errors carry the wrapper's position in the buffer instead."""
 
-    def fail(msg: str, at: int, cls: type[Exception] = CorruptRecordError) -> Exception:
+    def fail(msg: str, at: int, cls: type[RecordError] = CorruptRecordError) -> RecordError:
         if wrapper_pos is None:
             return cls(f"{msg} at byte {at}", position=at)
         return cls(
@@ -183,7 +184,9 @@ def _read_entry(view: memoryview, pos: int, end: int, verify_crc: bool, wrapper_
     return _Entry(offset, magic, attributes, timestamp, _bytes(key), value, crc, msg_end)
 
 
-def _read_bytes(view: memoryview, p: int, end: int, fail, what: str) -> tuple[memoryview | None, int]:
+def _read_bytes(
+    view: memoryview, p: int, end: int, fail: Callable[[str, int], RecordError], what: str
+) -> tuple[memoryview | None, int]:
     (length,) = _I32.unpack_from(view, p)
     p += 4
     if length == -1:

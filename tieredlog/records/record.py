@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from tieredlog.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -35,6 +35,7 @@ from tieredlog.records.batch import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
+    BytesLike,
     compute_crc,
     peek_size,
     read_header,
@@ -66,7 +67,8 @@ __all__ = [
 ]
 
 Header = tuple[str, Union[bytes, None]]
-BytesLike = Union[bytes, bytearray, memoryview]
+# A header as build_batch takes it: the key may also be UTF-8 bytes already.
+HeaderInput = tuple[Union[str, bytes], Union[bytes, None]]
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
@@ -147,7 +149,7 @@ def varint_size(value: int) -> int:
     return size
 
 
-def read_uvarint(buf, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: BytesLike, pos: int) -> tuple[int, int]:
     """Read an unsigned varint at ``pos``; returns (value, position after it)."""
     start = pos
     n = len(buf)
@@ -166,7 +168,7 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
             raise CorruptRecordError(f"varint longer than 10 bytes at byte {start}", position=start)
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
+def read_varint(buf: BytesLike, pos: int) -> tuple[int, int]:
     """Read a zigzag varint/varlong at ``pos``; returns (value, position after it)."""
     if pos < len(buf):
         b = buf[pos]
@@ -180,7 +182,7 @@ def read_varint(buf, pos: int) -> tuple[int, int]:
 # Decoding
 
 
-def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
+def decode_batch(buf: BytesLike, pos: int = 0, *, verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
     """Decode the v2 batch at ``pos`` into its header and records, decompressing as needed.
 
     Checks sizes and (unless ``verify_crc`` is false) the CRC-32C first. Record offsets and
@@ -221,7 +223,7 @@ def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True) -> tuple[BatchHe
     return header, records
 
 
-def record_at_or_after(buf, pos: int, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+def record_at_or_after(buf: BytesLike, pos: int, timestamp: int, start_offset: int) -> tuple[int, int] | None:
     """(offset, timestamp) of the first record of the batch at ``pos`` with a timestamp at or after
     ``timestamp`` and an offset at or after ``start_offset``, or None when no record of this batch
     qualifies (the search goes on with the next batch), as Kafka's LogSegment.findOffsetByTimestamp
@@ -240,7 +242,7 @@ def record_at_or_after(buf, pos: int, timestamp: int, start_offset: int) -> tupl
 
 
 def iter_batches_records(
-    buf,
+    buf: BytesLike,
     start: int = 0,
     *,
     verify_crc: bool = True,
@@ -285,7 +287,7 @@ def iter_batches_records(
 
 
 def _decode_records(
-    data,
+    data: BytesLike,
     pos: int,
     end: int,
     count: int,
@@ -441,7 +443,8 @@ def parse_control_record(record: Record) -> ControlRecord:
 # ---------------------------------------------------------------------------------------------
 # Building
 
-RecordInput = Union[Record, Sequence]
+# A Record, or (key, value[, headers[, timestamp]]) with any of the last two None or left out.
+RecordInput = Union[Record, Sequence[Any]]
 
 
 def build_batch(
@@ -476,6 +479,10 @@ def build_batch(
     base_ts = NO_TIMESTAMP
     max_ts = NO_TIMESTAMP
     last_delta = -1
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[HeaderInput]
+    ts: int | None
     for item in records:
         if isinstance(item, Record):
             delta = item.offset - base_offset
@@ -537,7 +544,14 @@ def build_batch(
     return bytes(out)
 
 
-def _encode_record(out: bytearray, ts_delta: int, offset_delta: int, key, value, headers) -> None:
+def _encode_record(
+    out: bytearray,
+    ts_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[HeaderInput],
+) -> None:
     out.append(0)  # attributes: none are defined for records
     write_varint(out, ts_delta)
     write_varint(out, offset_delta)
@@ -554,7 +568,7 @@ def _encode_record(out: bytearray, ts_delta: int, offset_delta: int, key, value,
         _write_nullable(out, hval, "header value")
 
 
-def _write_nullable(out: bytearray, data, what: str) -> None:
+def _write_nullable(out: bytearray, data: bytes | bytearray | memoryview | None, what: str) -> None:
     if data is None:
         out.append(1)  # zigzag(-1)
         return
