@@ -23,7 +23,7 @@ class SourceTooLargeError(ValueError):
     """``atomic_copy`` read more than ``max_bytes``; nothing was replaced."""
 
 
-def fsync_dir(path: str | os.PathLike) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     """fsync a directory so a rename inside it is durable. No-op where directories cannot be opened."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -37,14 +37,14 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike, data: bytes, sync: bool = True) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` through ``<path>.tmp`` (Kafka's naming; the loaders delete such
     leftovers). ``sync=False``: no fsync at all (the caller makes the file durable later)."""
     _replace(Path(path), lambda out: out.write(data), sync=sync, sync_dir=sync, unique_tmp=False)
 
 
 def atomic_copy(
-    dest: str | os.PathLike,
+    dest: str | os.PathLike[str],
     source: BinaryIO,
     *,
     sync: bool = True,

@@ -93,7 +93,7 @@ def _fields(line: str, n: int) -> list[str]:
 class CheckpointFile(Generic[T]):
     """A version-0 checkpoint of entries of type T, read and written whole."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
 
     def _format_line(self, entry: T) -> str:
@@ -185,7 +185,7 @@ class LeaderEpochCheckpointFile(CheckpointFile[EpochEntry]):
 class PartitionMetadataFile:
     """``partition.metadata``: the topic id a partition directory belongs to."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
 
     def exists(self) -> bool:

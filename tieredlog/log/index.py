@@ -59,8 +59,8 @@ class _SparseIndex:
         self.base_offset = base_offset
         self.max_index_size = max_index_size
         self._max_entries = max(_round_down(max_index_size, self.entry_size) // self.entry_size, 0)
-        self._keys: array | None = None  # search column (relative offsets or timestamps)
-        self._vals: array | None = None  # the other column
+        self._keys: array[int] | None = None  # search column (relative offsets or timestamps)
+        self._vals: array[int] | None = None  # the other column
         self._fd: int | None = None
         if writable:
             self.make_writable()
@@ -76,10 +76,10 @@ class _SparseIndex:
         self._keys, self._vals = keys, vals
         self._file_len = len(data)
 
-    def _decode(self, data: memoryview) -> tuple[array, array]:
+    def _decode(self, data: memoryview) -> tuple[array[int], array[int]]:
         raise NotImplementedError
 
-    def _columns(self) -> tuple[array, array]:
+    def _columns(self) -> tuple[array[int], array[int]]:
         if self._keys is None:
             self._load()
         return self._keys, self._vals  # type: ignore[return-value]
@@ -157,12 +157,12 @@ class _SparseIndex:
         # this returns, so a failure leaves the index as it was; zero the slot so no half entry
         # is ever read back from the file.
         if os.pwrite(self._fd, data, index * self.entry_size) != len(data):
-            self._zero_slot(index)
+            self._zero_slot(self._fd, index)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
 
-    def _zero_slot(self, index: int) -> None:
+    def _zero_slot(self, fd: int, index: int) -> None:
         try:
-            os.pwrite(self._fd, bytes(self.entry_size), index * self.entry_size)
+            os.pwrite(fd, bytes(self.entry_size), index * self.entry_size)
         except OSError:
             pass
 
@@ -200,7 +200,7 @@ class _SparseIndex:
         os.ftruncate(self._fd, 0)
         os.ftruncate(self._fd, self._max_entries * self.entry_size)
 
-    def _empty_columns(self) -> tuple[array, array]:
+    def _empty_columns(self) -> tuple[array[int], array[int]]:
         return self._decode(memoryview(b""))
 
     def file_bytes(self) -> bytes:
@@ -218,7 +218,7 @@ class OffsetIndex(_SparseIndex):
     entry_size = 8
     _entry = OFFSET_ENTRY
 
-    def _decode(self, data: memoryview) -> tuple[array, array]:
+    def _decode(self, data: memoryview) -> tuple[array[int], array[int]]:
         flat = array("i", bytes(data))
         if sys.byteorder == "little":
             flat.byteswap()
@@ -291,7 +291,7 @@ class TimeIndex(_SparseIndex):
     entry_size = 12
     _entry = TIME_ENTRY
 
-    def _decode(self, data: memoryview) -> tuple[array, array]:
+    def _decode(self, data: memoryview) -> tuple[array[int], array[int]]:
         # Split the 12-byte entries into columns with C-level slice copies: a per-entry Python loop
         # costs seconds on a full 10 MiB index. Words 0-1 of each entry are the timestamp, word 2
         # the relative offset (all big-endian).
@@ -376,7 +376,7 @@ class AbortedTxn:
         return TXN_ENTRY.pack(0, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
 
 
-def decode_txn_entries(data, source: str) -> list[AbortedTxn]:
+def decode_txn_entries(data: bytes | bytearray | memoryview, source: str) -> list[AbortedTxn]:
     """The entries of a transaction index file; CorruptIndexError for a partial or unknown entry
     (Kafka's AbortedTxn refuses any version but 0)."""
     if len(data) % TXN_ENTRY.size:
@@ -550,8 +550,9 @@ class _MappedEntries:
     def __len__(self) -> int:
         return self.entries
 
-    def __getitem__(self, i: int) -> tuple:
-        return self._entry.unpack_from(self._buf, i * self._entry.size)
+    def __getitem__(self, i: int) -> tuple[int, ...]:
+        entry: tuple[int, ...] = self._entry.unpack_from(self._buf, i * self._entry.size)
+        return entry
 
 
 class _Column:

@@ -80,7 +80,7 @@ def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
 class LogManager:
     def __init__(
         self,
-        log_dirs: Iterable[str | os.PathLike],
+        log_dirs: Iterable[str | os.PathLike[str]],
         default_config: LogConfig,
         *,
         topic_configs: Mapping[str, LogConfig] | Callable[[str], LogConfig | None] | None = None,

@@ -32,7 +32,7 @@ import crc32c as _crc32c
 from tieredlog.atomic_file import atomic_write
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
 from tieredlog.log.segment import SNAPSHOT_SUFFIX, filename_prefix
-from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, peek_size
+from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, BytesLike, peek_size
 from tieredlog.records.errors import CorruptRecordError
 from tieredlog.records.record import CONTROL_ABORT, ControlRecord, read_varint
 
@@ -143,11 +143,11 @@ def _decrement_sequence(seq: int, delta: int) -> int:
 # snapshot files
 
 
-def snapshot_path(directory: str | os.PathLike, offset: int) -> Path:
+def snapshot_path(directory: str | os.PathLike[str], offset: int) -> Path:
     return Path(directory) / f"{filename_prefix(offset)}{SNAPSHOT_SUFFIX}"
 
 
-def snapshot_offset_of(path: str | os.PathLike) -> int | None:
+def snapshot_offset_of(path: str | os.PathLike[str]) -> int | None:
     m = _SNAPSHOT_NAME.match(Path(path).name)
     return int(m.group(1)) if m else None
 
@@ -199,7 +199,7 @@ def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
     return entries
 
 
-def read_snapshot(path: str | os.PathLike) -> list[ProducerStateEntry]:
+def read_snapshot(path: str | os.PathLike[str]) -> list[ProducerStateEntry]:
     return decode_snapshot(Path(path).read_bytes())
 
 
@@ -207,7 +207,7 @@ def read_snapshot(path: str | os.PathLike) -> list[ProducerStateEntry]:
 # control records
 
 
-def read_control_record(buf, pos: int = 0) -> ControlRecord:
+def read_control_record(buf: BytesLike, pos: int = 0) -> ControlRecord:
     """The control record of the (never compressed) control batch at ``pos``, read in place
     (records.record.parse_control_record needs the batch decoded first). Every length is kept
     within the batch; anything that is not a control record raises ValueError."""
@@ -261,7 +261,7 @@ def _check_next_in_request(prev: BatchHeader, h: BatchHeader, txn_open: bool) ->
 
 
 class ProducerStateManager:
-    def __init__(self, dir: str | os.PathLike, producer_id_expiration_ms: int = 86_400_000):
+    def __init__(self, dir: str | os.PathLike[str], producer_id_expiration_ms: int = 86_400_000):
         self.dir = Path(dir)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}

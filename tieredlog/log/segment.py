@@ -72,7 +72,7 @@ class LogFile:
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self.fd(), size, position)
 
-    def write_at(self, position: int, data) -> None:
+    def write_at(self, position: int, data: bytes | bytearray | memoryview) -> None:
         fd = self.fd()
         view = memoryview(data)
         while view:
@@ -308,7 +308,7 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
 
-    def append(self, records, headers: Sequence[BatchHeader]) -> None:
+    def append(self, records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
         """Append whole batches (offsets already assigned) and maintain the indexes, batch by batch."""
         if not headers:
             return
@@ -366,12 +366,13 @@ class LogSegment:
         self._max_ts, self._offset_of_max_ts = mark.max_ts, mark.offset_of_max_ts
         self._rolling_ts = mark.rolling_ts
         self._bytes_since_last_index = mark.bytes_since_last_index
-        for undo in (
+        undos: tuple[Callable[[], object], ...] = (
             lambda: self.offset_index.truncate_to_entries(mark.offset_entries),
             lambda: self.time_index.truncate_to_entries(mark.time_entries),
             lambda: self.txn_index.truncate_to_entries(mark.txn_entries),
             lambda: self._log.truncate(mark.size) if self._log.file_size() != mark.size else None,
-        ):
+        )
+        for undo in undos:
             try:
                 undo()
             except OSError:
@@ -456,7 +457,7 @@ class LogSegment:
         max_ts, off_max = NO_TIMESTAMP, self.base_offset
         expected = self.base_offset
         first_ts: int | None = None
-        for pos, view in self.iter_batches(0):
+        for _pos, view in self.iter_batches(0):
             if view is None:
                 break
             try:

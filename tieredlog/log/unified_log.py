@@ -244,7 +244,7 @@ class UnifiedLog:
                     raise errors.InvalidRecordError("follower batches are not in offset order")
             return self._append(buf, headers, self._clock(), -1)
 
-    def _append(self, buf, headers: list[BatchHeader], now: int, append_time: int) -> LogAppendInfo:
+    def _append(self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now: int, append_time: int) -> LogAppendInfo:
         first, last = headers[0].base_offset, headers[-1].last_offset
         max_ts = max(h.max_timestamp for h in headers)
         count = sum(h.records_count for h in headers)
@@ -273,7 +273,9 @@ class UnifiedLog:
             ) from e
         return LogAppendInfo(first, last, append_time, self.log_start_offset, count)
 
-    def _append_to_segment(self, seg: LogSegment, buf, headers: list[BatchHeader], append_time: int) -> None:
+    def _append_to_segment(
+        self, seg: LogSegment, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], append_time: int
+    ) -> None:
         """Write the batches, then update the epoch cache, producer state and offsets. Any failure undoes
         every step already made, so no torn batch is visible, recovered later or given an offset."""
         cache = self.leader_epoch_cache
