@@ -11,7 +11,8 @@ import enum
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO, Mapping
+from types import TracebackType
+from typing import BinaryIO, Mapping, Self
 
 
 class RemoteStorageException(Exception):
@@ -202,8 +203,10 @@ class RemoteStorageManager(abc.ABC):
     def close(self) -> None:
         """Release resources."""
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

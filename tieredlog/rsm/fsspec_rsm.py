@@ -100,7 +100,7 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def configure(self, configs: Mapping[str, object]) -> None:
         reader = ConfigReader(configs)
-        self.url = reader.string("storage.fsspec.url")  # type: ignore[assignment]
+        self.url = reader.string("storage.fsspec.url")
         self.key_prefix = validated_prefix(reader)
         options = storage_options(configs)
         protocol = self.url.split("://", 1)[0] if "://" in self.url else "file"

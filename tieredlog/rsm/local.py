@@ -26,7 +26,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Mapping
 
 from tieredlog.atomic_file import atomic_copy, fsync_dir
 from tieredlog.rsm import keys
@@ -41,7 +41,10 @@ from tieredlog.rsm.api import (
     TopicIdPartition,
 )
 from tieredlog.rsm.keys import uuid_from_base64, uuid_to_base64  # noqa: F401 - tools import them from here
-from tieredlog.rsm.objectstore import MAX_MANIFEST_BYTES, build_manifest, check_positions, parse_manifest
+from tieredlog.rsm.objectstore import MAX_MANIFEST_BYTES, build_manifest, check_positions, config_int, parse_manifest
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,7 @@ INDEX_SUFFIXES: dict[IndexType, str] = {t: "." + s for t, s in keys.INDEX_SUFFIX
 COPY_ORDER = (LOG_SUFFIX, ".index", ".timeindex", ".txnindex", ".leader_epoch_checkpoint", ".snapshot")
 
 
-def _checked(build: Callable[..., str], *args) -> str:
+def _checked(build: Callable[..., str], *args: object) -> str:
     try:
         return build(*args)
     except keys.InvalidKeyError as exc:  # a name that must never become part of a path
@@ -91,17 +94,18 @@ class _BoundedReader(io.RawIOBase):
     """Reads at most ``remaining`` bytes of an open file from its current position, so a ranged
     fetch never pulls a whole segment into memory."""
 
-    def __init__(self, f: BinaryIO, remaining: int):
+    def __init__(self, f: io.BufferedReader, remaining: int):
         self._f = f
         self._remaining = max(0, remaining)
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:
+    def readinto(self, b: WriteableBuffer) -> int:
         if self._remaining <= 0:
             return 0
-        view = memoryview(b)[: min(len(b), self._remaining)]
+        view = memoryview(b)
+        view = view[: min(len(view), self._remaining)]
         n = self._f.readinto(view)
         n = n or 0
         self._remaining -= n
@@ -118,7 +122,7 @@ class LocalTieredStorage(RemoteStorageManager):
     a temporary folder when unset, as Kafka does), ``delete.enable`` (true; false keeps the data,
     simulating eventually consistent deletes), ``delete.on.close`` (false), ``broker.id``."""
 
-    def __init__(self, dir: str | os.PathLike | None = None):
+    def __init__(self, dir: str | os.PathLike[str] | None = None):
         self._root: Path | None = Path(dir) if dir is not None else None
         self._delete_enable = True
         self._delete_on_close = False
@@ -134,7 +138,7 @@ class LocalTieredStorage(RemoteStorageManager):
         self._delete_enable = _bool(configs.get("delete.enable", True))
         self._delete_on_close = _bool(configs.get("delete.on.close", False))
         if configs.get("broker.id") is not None:
-            self._broker_id = int(configs["broker.id"])  # type: ignore[arg-type]
+            self._broker_id = config_int(configs["broker.id"])
 
     @property
     def root(self) -> Path:
@@ -220,7 +224,7 @@ class LocalTieredStorage(RemoteStorageManager):
         self._emit("FETCH_SEGMENT", md)
         if end_position is None:
             return f
-        return io.BufferedReader(_BoundedReader(f, end_position - start_position + 1))  # type: ignore[return-value]
+        return io.BufferedReader(_BoundedReader(f, end_position - start_position + 1))
 
     def fetch_index(self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
         md = remote_log_segment_metadata
@@ -258,7 +262,7 @@ class LocalTieredStorage(RemoteStorageManager):
 
     # -- listing (tools, tests) --------------------------------------------------------------
 
-    def list_manifests(self, tp: TopicIdPartition) -> list[dict]:
+    def list_manifests(self, tp: TopicIdPartition) -> list[dict[str, Any]]:
         """The committed segments of a partition (those with a manifest), by start offset."""
         pdir = self.partition_dir(tp)
         out = []
@@ -286,7 +290,7 @@ class LocalTieredStorage(RemoteStorageManager):
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _open(self, path: Path) -> BinaryIO:
+    def _open(self, path: Path) -> io.BufferedReader:
         try:
             return open(path, "rb")
         except FileNotFoundError:

@@ -9,11 +9,23 @@ lists the bucket (Spark, ``tieredlog remote ls``) treats a segment without a man
 from __future__ import annotations
 
 import abc
+import enum
 import io
 import json
 import logging
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, Mapping
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    BinaryIO,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    SupportsIndex,
+    SupportsInt,
+    overload,
+)
 
 from tieredlog.rsm.api import (
     CustomMetadata,
@@ -38,6 +50,9 @@ from tieredlog.rsm.keys import (
     validate_key_prefix,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1
@@ -49,7 +64,19 @@ class RemoteStorageConfigError(RemoteStorageException, ValueError):
     """A bad ``rsm.config.*`` value. The message is one line and never contains a secret."""
 
 
-_REQUIRED = object()
+class _Required(enum.Enum):
+    REQUIRED = enum.auto()
+
+
+_REQUIRED = _Required.REQUIRED
+
+
+def config_int(value: object) -> int:
+    """``int(value)`` for a config value that may be a string or already a number: TypeError (as from
+    ``int()``) for a value that is neither."""
+    if isinstance(value, (str, bytes, bytearray, SupportsInt, SupportsIndex)):
+        return int(value)
+    raise TypeError(f"int() argument must be a string or a number, not {type(value).__name__!r}")
 
 
 class ConfigReader:
@@ -71,12 +98,20 @@ class ConfigReader:
         value = self.configs.get(name)
         return value is not None and value != ""
 
-    def string(self, name: str, default: object = _REQUIRED, *, secret: bool = False) -> str | None:
+    @overload
+    def string(self, name: str, *, secret: bool = False) -> str: ...
+    @overload
+    def string(self, name: str, default: str, *, secret: bool = False) -> str: ...
+    @overload
+    def string(self, name: str, default: str | None, *, secret: bool = False) -> str | None: ...
+
+    def string(self, name: str, default: str | None | _Required = _REQUIRED, *, secret: bool = False) -> str | None:
+        """The stripped value; ``default`` when unset, and without a default an unset value is an error."""
         value = self.configs.get(name)
         if value is None or value == "":
-            if default is _REQUIRED:
+            if isinstance(default, _Required):
                 raise RemoteStorageConfigError(f"missing required config {self._name(name)}")
-            return default  # type: ignore[return-value]
+            return default
         if not isinstance(value, str):
             raise self._error(name, value, "expected a string", secret)
         return value.strip()
@@ -91,6 +126,13 @@ class ConfigReader:
             return value.strip().lower() == "true"
         raise self._error(name, value, "expected true or false")
 
+    @overload
+    def integer(self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int: ...
+    @overload
+    def integer(
+        self, name: str, default: int | None, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int | None: ...
+
     def integer(self, name: str, default: int | None, *, minimum: int | None = None,
                 maximum: int | None = None) -> int | None:
         value = self.configs.get(name)
@@ -99,7 +141,7 @@ class ConfigReader:
         try:
             if isinstance(value, bool):
                 raise ValueError
-            number = int(value.strip()) if isinstance(value, str) else int(value)  # type: ignore[arg-type]
+            number = int(value.strip()) if isinstance(value, str) else config_int(value)
         except (TypeError, ValueError):
             raise self._error(name, value, "expected an integer") from None
         if minimum is not None and number < minimum:
@@ -144,7 +186,7 @@ def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str
     return json.dumps(body, sort_keys=True).encode()
 
 
-def parse_manifest(data: bytes) -> dict:
+def parse_manifest(data: bytes) -> dict[str, Any]:
     if len(data) > MAX_MANIFEST_BYTES:
         raise RemoteStorageException(f"segment manifest is over {MAX_MANIFEST_BYTES} bytes")
     try:
@@ -265,7 +307,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                 log.warning("ignoring object that is not a tieredlog segment key: %s", str(exc)[:300])
         return sorted(found, key=lambda k: (k.topic, k.partition, k.start_offset, k.suffix))
 
-    def read_manifest(self, key: SegmentObjectKey | str) -> dict:
+    def read_manifest(self, key: SegmentObjectKey | str) -> dict[str, Any]:
         name = key.key if isinstance(key, SegmentObjectKey) else key
         parsed = parse_segment_key(name, self.key_prefix)
         if parsed.suffix != MANIFEST_SUFFIX:
@@ -287,7 +329,9 @@ class LimitedReader(io.RawIOBase):
     """Reads at most ``limit`` bytes (``None``: all) from ``raw`` and maps read errors through
     ``on_error``, so a reset in the middle of a body still surfaces as a tieredlog exception."""
 
-    def __init__(self, raw, limit: int | None, on_error=None) -> None:
+    def __init__(
+        self, raw: BinaryIO, limit: int | None, on_error: Callable[[Exception], BaseException] | None = None
+    ) -> None:
         super().__init__()
         self._raw = raw
         self._left = limit
@@ -296,8 +340,9 @@ class LimitedReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
-        want = len(buffer) if self._left is None else min(len(buffer), self._left)
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer)
+        want = len(view) if self._left is None else min(len(view), self._left)
         if want == 0:
             return 0
         try:
@@ -307,7 +352,7 @@ class LimitedReader(io.RawIOBase):
                 raise
             raise self._on_error(exc) from exc
         n = len(data)
-        buffer[:n] = data
+        view[:n] = data
         if self._left is not None:
             self._left -= n
         return n

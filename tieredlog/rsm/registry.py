@@ -60,7 +60,7 @@ def _add_class_path(class_path: str | None) -> None:
             sys.path.insert(0, folder)
 
 
-def resolve_class(class_name: str) -> type:
+def resolve_class(class_name: str) -> type[RemoteStorageManager]:
     """The class for a short name or dotted path (without configuring anything)."""
     eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     if class_name in eps:

@@ -33,7 +33,7 @@ import io
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Mapping, cast
 
 import boto3
 import botocore.exceptions
@@ -50,6 +50,9 @@ from tieredlog.rsm.objectstore import (
     RemoteStorageConfigError,
     validated_prefix,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +111,9 @@ class S3Body(io.RawIOBase):
     exceptions); a body cut short raises instead of returning fewer bytes.
     """
 
-    def __init__(self, body, length: int | None, on_error) -> None:
+    def __init__(
+        self, body: Any, length: int | None, on_error: Callable[[Exception], BaseException]
+    ) -> None:  # body: botocore's StreamingBody
         super().__init__()
         self._body = body
         self._left = length
@@ -121,6 +126,7 @@ class S3Body(io.RawIOBase):
         if self._left == 0:
             return b""
         try:
+            data: bytes
             if size is None or size < 0 or (self._left is not None and size >= self._left):
                 data = self._body.read()  # botocore checks the length against Content-Length
             elif size == 0:
@@ -136,10 +142,11 @@ class S3Body(io.RawIOBase):
     def readall(self) -> bytes:
         return self.read(-1)
 
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer)
+        data = self.read(len(view))
         n = len(data)
-        buffer[:n] = data
+        view[:n] = data
         return n
 
     def close(self) -> None:
@@ -153,7 +160,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
     """Thread safe: one boto3 client (clients are thread safe) shared by every caller."""
 
     def __init__(self) -> None:
-        self._client = None
+        self._client: Any = None  # a boto3 S3 client once configured
         self.bucket = ""
         self.key_prefix = ""
         self.part_size = 25 * MIB
@@ -166,7 +173,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         reader = ConfigReader(configs)
         for unknown in sorted(k for k in configs if k.startswith(("storage.", "key.")) and k not in CONFIG_KEYS):
             log.warning("unknown S3 remote storage config rsm.config.%s ignored", unknown)  # a typo, usually
-        self.bucket = reader.string("storage.s3.bucket.name")  # type: ignore[assignment]
+        self.bucket = reader.string("storage.s3.bucket.name")
         self.key_prefix = validated_prefix(reader)
         endpoint = reader.string("storage.s3.endpoint.url", None)
         if endpoint is not None and not endpoint.startswith(("http://", "https://")):
@@ -175,9 +182,9 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         region = reader.string("storage.s3.region", None)
         path_style = reader.boolean("storage.s3.path.style.access.enabled", False)
         self.part_size = reader.integer("storage.s3.multipart.upload.part.size", 25 * MIB,
-                                        minimum=MIN_PART_SIZE, maximum=5 * 1024 * MIB)  # type: ignore[assignment]
+                                        minimum=MIN_PART_SIZE, maximum=5 * 1024 * MIB)
         self.upload_concurrency = reader.integer("storage.s3.multipart.upload.concurrency", 4,
-                                                 minimum=1, maximum=64)  # type: ignore[assignment]
+                                                 minimum=1, maximum=64)
         checksum_calc = reader.choice("storage.s3.checksum.calculation", "when_required",
                                       ("when_required", "when_supported"))
         checksum_valid = reader.choice("storage.s3.checksum.validation", "when_required",
@@ -252,7 +259,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
                 f"cannot reach S3 bucket {self.bucket!r} {where}: {map_s3_error(exc, 'HeadBucket')}") from None
 
     @property
-    def client(self):
+    def client(self) -> Any:  # a boto3 S3 client (boto3 has no type information)
         if self._client is None:
             raise RemoteStorageException("S3RemoteStorageManager used before configure()")
         return self._client
@@ -279,7 +286,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         try:
             count = -(-size // part_size)
 
-            def upload(number: int) -> dict:
+            def upload(number: int) -> dict[str, Any]:
                 # Each task reads its own part when it runs: at most `concurrency` parts in memory.
                 with path.open("rb") as f:
                     f.seek((number - 1) * part_size)
@@ -306,7 +313,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def _get_range(self, key: str, start: int, end: int | None) -> BinaryIO:
         byte_range = f"bytes={start}-" if end is None else f"bytes={start}-{end}"
-        args = {"Bucket": self.bucket, "Key": key}
+        args: dict[str, str] = {"Bucket": self.bucket, "Key": key}
         if start > 0 or end is not None:
             args["Range"] = byte_range
         try:
@@ -318,7 +325,9 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             raise map_s3_error(exc, f"GetObject {key} {byte_range}") from exc
         except Exception as exc:
             raise map_s3_error(exc, f"GetObject {key} {byte_range}") from exc
-        return S3Body(response["Body"], response.get("ContentLength"), lambda e: map_s3_error(e, f"reading {key}"))
+        body = S3Body(response["Body"], response.get("ContentLength"), lambda e: map_s3_error(e, f"reading {key}"))
+        # A raw binary stream: read, readinto, close and the context manager are what readers use.
+        return cast(BinaryIO, body)
 
     def _delete_keys(self, keys: list[str]) -> None:
         for i in range(0, len(keys), DELETE_BATCH):

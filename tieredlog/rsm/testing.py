@@ -26,6 +26,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 import pytest
 
@@ -115,7 +116,7 @@ def make_segment(
     return SegmentFixture(metadata, data, log, indexes)
 
 
-def read_all(stream) -> bytes:
+def read_all(stream: BinaryIO) -> bytes:
     with stream:
         chunks = []
         while chunk := stream.read(1024 * 1024):
@@ -133,7 +134,7 @@ class RemoteStorageManagerConformance:
         raise NotImplementedError("override make_rsm(self, tmp_path) to return a configured RSM")
 
     @pytest.fixture
-    def rsm(self, tmp_path: Path):
+    def rsm(self, tmp_path: Path) -> Iterator[RemoteStorageManager]:
         manager = self.make_rsm(tmp_path)
         try:
             yield manager
@@ -145,41 +146,41 @@ class RemoteStorageManagerConformance:
         return make_segment(tmp_path / "local-segment", size=self.segment_size)
 
     @pytest.fixture
-    def copied(self, rsm, segment) -> SegmentFixture:
+    def copied(self, rsm: RemoteStorageManager, segment: SegmentFixture) -> SegmentFixture:
         rsm.copy_log_segment_data(segment.metadata, segment.data)
         return segment
 
     # -- copy and fetch -------------------------------------------------------------------------
 
-    def test_fetch_whole_segment(self, rsm, copied):
+    def test_fetch_whole_segment(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
         assert read_all(rsm.fetch_log_segment(copied.metadata, 0)) == copied.log
 
-    def test_fetch_from_start_position(self, rsm, copied):
+    def test_fetch_from_start_position(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
         start = len(copied.log) // 3
         assert read_all(rsm.fetch_log_segment(copied.metadata, start)) == copied.log[start:]
 
-    def test_fetch_range_end_is_inclusive(self, rsm, copied):
+    def test_fetch_range_end_is_inclusive(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
         for start, end in ((0, 0), (5, 5), (10, 4095), (4096, 8191), (len(copied.log) - 1, len(copied.log) - 1)):
             got = read_all(rsm.fetch_log_segment(copied.metadata, start, end))
             assert got == copied.log[start:end + 1], (start, end)
 
-    def test_fetch_end_past_object_is_cut(self, rsm, copied):
+    def test_fetch_end_past_object_is_cut(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
         size = len(copied.log)
         assert read_all(rsm.fetch_log_segment(copied.metadata, size - 10, size + 1000)) == copied.log[-10:]
         assert read_all(rsm.fetch_log_segment(copied.metadata, 0, 10 * size)) == copied.log
 
     @pytest.mark.parametrize("index_type", list(IndexType))
-    def test_fetch_every_index(self, rsm, copied, index_type):
+    def test_fetch_every_index(self, rsm: RemoteStorageManager, copied: SegmentFixture, index_type: IndexType) -> None:
         assert read_all(rsm.fetch_index(copied.metadata, index_type)) == copied.indexes[index_type]
 
-    def test_missing_transaction_index_raises_not_found(self, rsm, tmp_path):
+    def test_missing_transaction_index_raises_not_found(self, rsm: RemoteStorageManager, tmp_path: Path) -> None:
         segment = make_segment(tmp_path / "no-txn", size=4096, with_txn_index=False)
         rsm.copy_log_segment_data(segment.metadata, segment.data)
         with pytest.raises(RemoteResourceNotFoundException):
             read_all(rsm.fetch_index(segment.metadata, IndexType.TRANSACTION))
         assert read_all(rsm.fetch_index(segment.metadata, IndexType.OFFSET)) == segment.indexes[IndexType.OFFSET]
 
-    def test_segments_are_kept_apart(self, rsm, tmp_path):
+    def test_segments_are_kept_apart(self, rsm: RemoteStorageManager, tmp_path: Path) -> None:
         tp_id = uuid.uuid4()
         first = make_segment(tmp_path / "a", size=5000, start_offset=0, topic_id=tp_id)
         second = make_segment(tmp_path / "b", size=7000, start_offset=100, topic_id=tp_id)
@@ -191,7 +192,7 @@ class RemoteStorageManagerConformance:
 
     # -- idempotence ----------------------------------------------------------------------------
 
-    def test_copy_is_idempotent_and_overwrites(self, rsm, copied, tmp_path):
+    def test_copy_is_idempotent_and_overwrites(self, rsm: RemoteStorageManager, copied: SegmentFixture, tmp_path: Path) -> None:
         rsm.copy_log_segment_data(copied.metadata, copied.data)
         assert read_all(rsm.fetch_log_segment(copied.metadata, 0)) == copied.log
         # Same segment id, new content: the second copy wins.
@@ -206,7 +207,7 @@ class RemoteStorageManagerConformance:
         for index_type in IndexType:
             assert read_all(rsm.fetch_index(again.metadata, index_type)) == again.indexes[index_type]
 
-    def test_recopy_without_txn_index_drops_the_old_one(self, rsm, copied, tmp_path):
+    def test_recopy_without_txn_index_drops_the_old_one(self, rsm: RemoteStorageManager, copied: SegmentFixture, tmp_path: Path) -> None:
         # A stale txn index would make readers apply aborted-transaction ranges the segment lacks.
         again = make_segment(tmp_path / "again", size=1000, with_txn_index=False,
                              topic=copied.metadata.topic_id_partition.topic,
@@ -219,7 +220,7 @@ class RemoteStorageManagerConformance:
         with pytest.raises(RemoteResourceNotFoundException):
             read_all(rsm.fetch_index(again.metadata, IndexType.TRANSACTION))
 
-    def test_delete_is_idempotent(self, rsm, copied):
+    def test_delete_is_idempotent(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
         rsm.delete_log_segment_data(copied.metadata)
         rsm.delete_log_segment_data(copied.metadata)
         with pytest.raises(RemoteResourceNotFoundException):
@@ -228,10 +229,10 @@ class RemoteStorageManagerConformance:
             with pytest.raises(RemoteResourceNotFoundException):
                 read_all(rsm.fetch_index(copied.metadata, index_type))
 
-    def test_delete_of_never_copied_segment_is_not_an_error(self, rsm, tmp_path):
+    def test_delete_of_never_copied_segment_is_not_an_error(self, rsm: RemoteStorageManager, tmp_path: Path) -> None:
         rsm.delete_log_segment_data(make_segment(tmp_path / "never", size=10).metadata)
 
-    def test_fetch_of_missing_segment_raises_not_found(self, rsm, tmp_path):
+    def test_fetch_of_missing_segment_raises_not_found(self, rsm: RemoteStorageManager, tmp_path: Path) -> None:
         missing = make_segment(tmp_path / "missing", size=10)
         with pytest.raises(RemoteResourceNotFoundException):
             read_all(rsm.fetch_log_segment(missing.metadata, 0))
@@ -240,7 +241,7 @@ class RemoteStorageManagerConformance:
         with pytest.raises(RemoteResourceNotFoundException):
             read_all(rsm.fetch_index(missing.metadata, IndexType.OFFSET))
 
-    def test_delete_leaves_other_segments(self, rsm, tmp_path):
+    def test_delete_leaves_other_segments(self, rsm: RemoteStorageManager, tmp_path: Path) -> None:
         tp_id = uuid.uuid4()
         keep = make_segment(tmp_path / "keep", size=2000, start_offset=0, topic_id=tp_id)
         drop = make_segment(tmp_path / "drop", size=2000, start_offset=50, topic_id=tp_id)
@@ -252,7 +253,7 @@ class RemoteStorageManagerConformance:
 
     # -- concurrency and size -------------------------------------------------------------------
 
-    def test_concurrent_readers(self, rsm, copied):
+    def test_concurrent_readers(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
         size = len(copied.log)
         errors: list[BaseException] = []
         barrier = threading.Barrier(8)
@@ -282,7 +283,7 @@ class RemoteStorageManagerConformance:
                     errors.append(exc)
         assert not errors, errors
 
-    def test_large_segment(self, rsm, tmp_path):
+    def test_large_segment(self, rsm: RemoteStorageManager, tmp_path: Path) -> None:
         big = make_segment(tmp_path / "big", size=self.large_segment_size, seed=11)
         rsm.copy_log_segment_data(big.metadata, big.data)
         assert read_all(rsm.fetch_log_segment(big.metadata, 0)) == big.log
