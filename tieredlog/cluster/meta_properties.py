@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster.errors import InconsistentBrokerIdError, InconsistentClusterIdError
 from tieredlog.config import read_properties
-from tieredlog.log.checkpoints import atomic_write
 
 META_PROPERTIES = "meta.properties"
 

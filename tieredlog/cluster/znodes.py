@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from tieredlog.cluster.errors import MalformedZnodeError
-from tieredlog.log.checkpoints import kafka_str_to_uuid, uuid_to_kafka_str
+from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
 
 CLUSTER_ID_PATH = "/cluster/id"
 BROKER_IDS_PATH = "/brokers/ids"

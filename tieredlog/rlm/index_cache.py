@@ -137,7 +137,7 @@ class RemoteIndexCache:
                     return entry
                 fut = self._loading.get(key)
                 owner = fut is None
-                if owner:
+                if fut is None:
                     fut = Future()
                     self._loading[key] = fut
                     self.misses += 1

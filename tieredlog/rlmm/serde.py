@@ -345,10 +345,10 @@ def deserialize(value: bytes | bytearray | memoryview) -> RemoteLogMetadata:
             raw_state = r.i8()
             r.tagged()
             try:
-                state = RemotePartitionDeleteState(raw_state)
+                delete_state = RemotePartitionDeleteState(raw_state)
             except ValueError:
                 raise MetadataSerdeError(f"unknown RemotePartitionDeleteState {raw_state}") from None
-            md = RemotePartitionDeleteMetadata(tp, state, ts, broker_id)
+            md = RemotePartitionDeleteMetadata(tp, delete_state, ts, broker_id)
         elif api_key == SEGMENT_METADATA_SNAPSHOT_API_KEY:
             segment_id = r.uuid()
             md = RemoteLogSegmentMetadataSnapshot(segment_id=segment_id, **_read_segment_body(r))

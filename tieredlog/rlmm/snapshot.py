@@ -20,6 +20,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import crc32c
 
@@ -81,7 +82,7 @@ def _segment_row(md: RemoteLogSegmentMetadata) -> list:
 
 def _cache_entry(tp: TopicIdPartition, cache: RemoteLogMetadataCache, delete: RemotePartitionDeleteMetadata | None):
     index: dict[RemoteLogSegmentId, int] = {}
-    segments = []
+    segments: list[list[Any]] = []
     for sid, md in cache.id_to_metadata.items():
         index[sid] = len(segments)
         segments.append(_segment_row(md))

@@ -55,13 +55,14 @@ from tieredlog.rsm.api import (
     RemoteResourceNotFoundException,
     TopicIdPartition,
 )
+from tieredlog.rsm.objectstore import config_int
 
 log = logging.getLogger(__name__)
 
 
 def _int(configs: Mapping[str, object], key: str, default: int) -> int:
     v = configs.get(key)
-    return default if v is None or v == "" else int(v)  # type: ignore[arg-type]
+    return default if v is None or v == "" else config_int(v)
 
 
 def _bool(configs: Mapping[str, object], key: str, default: bool) -> bool:
@@ -291,7 +292,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         with self._lock:
             if md is not None:
                 store = self._stores[p]
-                if p in self._loaded:
+                if p in self._loaded and not isinstance(md, serde.RemoteLogSegmentMetadataSnapshot):
                     # once loaded, an update for an unknown segment is an error, not retention
                     store.cache(md.topic_id_partition).mark_initialized()
                 try:

@@ -108,7 +108,9 @@ async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict:
     if pid >= 0 and 0 <= epoch < 32766:
         # KIP-360: an idempotent producer bumps its own epoch after a fatal sequence error
         return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1, "throttle_time": 0}
-    return {"error_code": 0, "producer_id": ctx.broker.producer_ids.allocate(), "producer_epoch": 0, "throttle_time": 0}
+    producer_ids = ctx.broker.producer_ids
+    assert producer_ids is not None, "the broker serves requests only after start() made its producer id manager"
+    return {"error_code": 0, "producer_id": producer_ids.allocate(), "producer_epoch": 0, "throttle_time": 0}
 
 
 def handlers() -> dict[int, Handler]:
