@@ -18,11 +18,10 @@ from tieredlog.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
-    assign_offsets,
     compute_crc,
-    read_header,
     validate_batch,
 )
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
@@ -32,6 +31,8 @@ LONG_MAX = (1 << 63) - 1
 _MAX_TS_FIELD = struct.Struct(">q")
 _ATTR_FIELD = struct.Struct(">h")
 _CRC_FIELD = struct.Struct(">I")
+_OFFSET_FIELD = struct.Struct(">q")
+_EPOCH_FIELD = struct.Struct(">i")
 _MAX_TIMESTAMP_OFFSET = 35
 
 
@@ -111,22 +112,29 @@ class LogValidator:
         self, buf: bytearray, headers: list[BatchHeader], first_offset: int, leader_epoch: int, now: int
     ) -> list[BatchHeader]:
         """Patch offsets and the leader epoch (and LogAppendTime) into ``buf``; returns the headers as
-        they now read, so offsets and timestamps downstream are the stored ones."""
-        assign_offsets(buf, headers, first_offset, leader_epoch)
-        if self.uses_log_append_time:
-            _set_log_append_time(buf, headers, now)
-        out, pos = [], 0
+        they now read, so offsets and timestamps downstream are the stored ones. The new headers are
+        the old ones with the patched fields replaced: no header is parsed twice."""
+        log_append_time = self.uses_log_append_time
+        out: list[BatchHeader] = []
+        pos = 0
+        offset = first_offset
         for h in headers:
-            out.append(read_header(buf, pos))
-            pos += h.size
+            size = h.batch_length + LOG_OVERHEAD
+            # base offset and partition leader epoch lie outside the CRC
+            _OFFSET_FIELD.pack_into(buf, pos, offset)
+            _EPOCH_FIELD.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+            if log_append_time:
+                # attributes and maxTimestamp lie inside it: recompute it
+                attributes = h.attributes | TIMESTAMP_TYPE_MASK
+                _ATTR_FIELD.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+                _MAX_TS_FIELD.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, now)
+                crc = compute_crc(buf, pos, size)
+                _CRC_FIELD.pack_into(buf, pos + CRC_OFFSET, crc)
+                h = h._replace(base_offset=offset, partition_leader_epoch=leader_epoch, crc=crc,
+                               attributes=attributes, max_timestamp=now)
+            else:
+                h = h._replace(base_offset=offset, partition_leader_epoch=leader_epoch)
+            out.append(h)
+            offset += h.last_offset_delta + 1
+            pos += size
         return out
-
-
-def _set_log_append_time(buf: bytearray, headers: list[BatchHeader], now: int) -> None:
-    """Set the timestamp-type bit and maxTimestamp, then recompute the CRC (both lie inside it)."""
-    pos = 0
-    for h in headers:
-        _ATTR_FIELD.pack_into(buf, pos + ATTRIBUTES_OFFSET, h.attributes | TIMESTAMP_TYPE_MASK)
-        _MAX_TS_FIELD.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, now)
-        _CRC_FIELD.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, h.size))
-        pos += h.size

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Sequence
 
 from tieredlog.log.index import (
     INT32_MAX,
@@ -96,8 +96,9 @@ class LogFile:
             self._fd = None
 
 
-@dataclass(frozen=True, slots=True)
-class AppendMark:
+class AppendMark(NamedTuple):
+    """What ``append_mark()`` saw; ``rollback_to`` restores it."""
+
     size: int
     next_offset: int | None
     max_ts: int | None
@@ -308,8 +309,12 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX
 
-    def append(self, records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]) -> None:
-        """Append whole batches (offsets already assigned) and maintain the indexes, batch by batch."""
+    def append(
+        self, records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], mark: AppendMark | None = None
+    ) -> None:
+        """Append whole batches (offsets already assigned) and maintain the indexes, batch by batch.
+        A failed write is undone back to ``mark``: the ``append_mark()`` a caller took just before
+        this call (the UnifiedLog holds one to undo its own later steps too), else one taken here."""
         if not headers:
             return
         if headers[0].base_offset < self.base_offset or not self.can_convert_to_relative_offset(headers[-1].last_offset):
@@ -317,7 +322,8 @@ class LogSegment:
                 f"offsets {headers[0].base_offset}..{headers[-1].last_offset} do not fit segment {self.base_offset}"
             )
         self._load_max_ts()
-        mark = self.append_mark()
+        if mark is None:
+            mark = self.append_mark()
         if self._size == 0:
             self._rolling_ts = headers[0].max_timestamp
         pos = self._size

@@ -286,7 +286,7 @@ class UnifiedLog:
         mark = seg.append_mark()
         touched_producers = False
         try:
-            seg.append(buf, headers)  # undoes its own partial writes
+            seg.append(buf, headers, mark)  # undoes its own partial writes, back to the same mark
             latest = cache.latest_epoch
             for h in headers:
                 epoch = h.partition_leader_epoch

@@ -14,10 +14,10 @@ Layout (big-endian), offsets in bytes:
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
-from dataclasses import dataclass
-from typing import Callable, Iterator, TypeAlias
+from typing import Callable, Iterator, NamedTuple, TypeAlias
 
 import crc32c as _crc32c
 
@@ -66,8 +66,11 @@ HEADER_STRUCT = _HEADER
 MAX_TIMESTAMP_OFFSET = 35
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """The 13 fields of a v2 header, in wire order: one ``HEADER_STRUCT.unpack_from`` is the whole
+    construction, so a header costs one tuple, not 13 frozen-attribute stores. Immutable; a changed
+    copy is ``h._replace(field=value)``."""
+
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -124,11 +127,16 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) % (1 << 31)
 
 
+# BatchHeader from the 13 values of one unpack, without NamedTuple's keyword handling or length check
+# (the struct always gives 13).
+_make_header: Callable[[tuple[int, ...]], BatchHeader] = functools.partial(tuple.__new__, BatchHeader)
+
+
 def read_header(buf: BytesLike, pos: int = 0) -> BatchHeader:
     """Parse the v2 header at ``pos``. Raises CorruptRecordError if it does not fit."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptRecordError(f"batch header truncated at byte {pos}", position=pos)
-    h = BatchHeader(*_HEADER.unpack_from(buf, pos))
+    h = _make_header(_HEADER.unpack_from(buf, pos))
     if h.magic != 2:
         raise InvalidRecordError(f"unsupported magic {h.magic} at byte {pos}", position=pos)
     return h
