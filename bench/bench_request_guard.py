@@ -18,7 +18,6 @@ import socket
 import struct
 import sys
 import tempfile
-import time
 import timeit
 from pathlib import Path
 

@@ -111,9 +111,8 @@ def _stats(lat: list[float]) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from broker_harness import BrokerProcess
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     total = SEGMENT_MB * SEGMENTS << 20
     seg_bytes = SEGMENT_MB << 20

@@ -115,7 +115,7 @@ def bench_chunked(endpoint: S3Endpoint, workdir: Path) -> None:
         rng = random.Random(4)
         for size in (100, MIB):
             before_f, before_s = rsm.stats.bytes_fetched, rsm.stats.bytes_served
-            t = _timed(lambda: [read_all(rsm.fetch_log_segment(seg.metadata, s, s + size - 1))
+            t = _timed(lambda rsm=rsm, size=size, rng=rng: [read_all(rsm.fetch_log_segment(seg.metadata, s, s + size - 1))
                                 for s in (rng.randrange(SEGMENT - size) for _ in range(RANGED_READS))])
             fetched, served = rsm.stats.bytes_fetched - before_f, rsm.stats.bytes_served - before_s
             warm = ", warm after the sequential pass" if extra else ""

@@ -133,9 +133,8 @@ def _consume(bootstrap: str, topic: str, ends: dict[int, int]) -> tuple[int, int
 
 
 def bench_broker() -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from broker_harness import BrokerProcess
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     total = _env("TIERED_BENCH_MB", 1024) * MIB
     parts = _env("TIERED_BENCH_PARTITIONS", 1)
@@ -277,9 +276,8 @@ def bench_s3() -> None:
     """Catch-up consumers from an S3 server (SeaweedFS, or moto with TIERED_BENCH_S3=moto) vs raw
     boto3 GETs of the same segment objects from the same server, and vs the same records in a
     topic that is only local."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from broker_harness import BrokerProcess
+    from confluent_kafka.admin import AdminClient, NewTopic
     from s3servers import start_moto, start_seaweedfs
 
     if shutil.which("kcat") is None:
@@ -377,12 +375,12 @@ def bench_s3() -> None:
 # 2. in-process: the RLM read path alone, and the copy task
 # ---------------------------------------------------------------------------------------------
 def bench_inproc() -> None:
+    from tests.helpers import Logs
     from tieredlog.log.config import LogConfig
     from tieredlog.log.types import FetchIsolation, TopicPartition
     from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.records.batch import iter_headers
     from tieredlog.records.record import build_batch
-    from tests.helpers import Logs
     from tieredlog.rlm.config import RemoteLogManagerConfig
     from tieredlog.rlm.manager import RemoteLogManager
     from tieredlog.rlm.partition_state import PartitionState

@@ -62,22 +62,23 @@ def test_every_valid_request_is_served(fuzz_broker):
         @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck),
                   phases=[Phase.generate])  # no shrinking: the first failing request is reported as it is
         @given(st.from_type(cls))
+        # one() runs to the end below, before the loop moves on: api_key and version are the current ones.
         def one(body) -> None:
             try:
-                frame = _frame(api_key, version, body)
+                frame = _frame(api_key, version, body)  # noqa: B023
             except (ValueError, OverflowError, TypeError):
                 assume(False)  # a value kio cannot write (e.g. an out-of-range timedelta)
             with open(b.log_path, "rb") as f:
                 start = f.seek(0, 2)
             outcome = probe(b.host, b.port, frame, wait=1.0)
-            assert b.alive(), f"api {api_key} v{version} {frame.hex()} ended the broker"
+            assert b.alive(), f"api {api_key} v{version} {frame.hex()} ended the broker"  # noqa: B023
             with open(b.log_path, "rb") as f:
                 f.seek(start)
                 log = f.read().decode(errors="replace")
-            assert "Traceback" not in log, f"api {api_key} v{version}: {body!r}\n{log[-3000:]}"
+            assert "Traceback" not in log, f"api {api_key} v{version}: {body!r}\n{log[-3000:]}"  # noqa: B023
             # Kafka closes the connection only for acks=0 produce errors; everything else is answered
-            if outcome == "closed" and not (api_key == PRODUCE and getattr(body, "acks", 1) == 0):
-                raise AssertionError(f"api {api_key} v{version} closed the connection: {body!r}\n{log[-2000:]}")
+            if outcome == "closed" and not (api_key == PRODUCE and getattr(body, "acks", 1) == 0):  # noqa: B023
+                raise AssertionError(f"api {api_key} v{version} closed the connection: {body!r}\n{log[-2000:]}")  # noqa: B023
 
         try:
             one()

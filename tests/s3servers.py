@@ -112,9 +112,9 @@ def wait_for_bucket(endpoint: S3Endpoint, timeout: float = 60.0, proc: subproces
 
 
 def start_moto() -> S3Endpoint:
-    from moto.server import ThreadedMotoServer
-
     import logging
+
+    from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
     port = free_port()

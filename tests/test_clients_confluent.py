@@ -4,7 +4,7 @@ byte-identical consume by assignment, and AdminClient topic management."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaException, Producer, Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")]

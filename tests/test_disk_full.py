@@ -14,10 +14,8 @@ import errno
 import logging
 import os
 import resource
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -331,7 +329,8 @@ def _limit_file_size() -> None:  # runs in the broker child before exec
 
 
 def _consume(bootstrap: str, topic: str, n: int) -> list[tuple[int, bytes]]:
-    from confluent_kafka import Consumer, TopicPartition as TP
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as TP
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "disk-full", "enable.auto.commit": False,
                   "fetch.max.bytes": 1 << 20})

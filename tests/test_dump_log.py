@@ -75,7 +75,7 @@ def test_log_batches_and_records(seg):
         f"CreateTime: 1001 size: {len(b1)} magic: 2 compresscodec: none crc: "
     )
     assert batch_lines[0].endswith("isvalid: true")
-    assert f"producerId: 7 producerEpoch: 1 partitionLeaderEpoch: 1 isTransactional: true" in batch_lines[1]
+    assert "producerId: 7 producerEpoch: 1 partitionLeaderEpoch: 1 isTransactional: true" in batch_lines[1]
     assert f"position: {len(b1)} " in batch_lines[1] and "compresscodec: gzip" in batch_lines[1]
     assert "isControl: true" in batch_lines[2]
     assert (

@@ -193,7 +193,8 @@ def test_concurrent_assign_and_read_stay_monotonic():
     assert entries and all(a.epoch < b.epoch and a.start_offset < b.start_offset for a, b in zip(entries, entries[1:]))
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 _ops = st.lists(
     st.one_of(

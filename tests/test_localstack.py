@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.s3servers import S3Endpoint, free_port, wait_for_bucket
 from tieredlog.config import BrokerConfig, read_properties
 from tieredlog.rsm import s3
 from tieredlog.rsm.registry import load_from_broker_config, rsm_configs_from_broker
 from tieredlog.rsm.testing import make_segment, read_all
-from tests.s3servers import S3Endpoint, free_port, wait_for_bucket
 
 HERE = Path(__file__).resolve().parent.parent / "localstack"
 FLAVOURS = {

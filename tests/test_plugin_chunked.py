@@ -3,17 +3,14 @@ folder and over S3 (moto), read cost in bytes fetched per byte served, cache, pr
 encryption and key rotation."""
 
 import base64
-import os
-import random
 
 import pytest
 
+from tests.s3servers import moto_s3, unique_prefix  # noqa: F401  (fixture)
 from tieredlog.rsm.api import IndexType, RemoteStorageException
-from tieredlog.rsm.objectstore import RemoteStorageConfigError
 from tieredlog.rsm.registry import PluginLoadError, load_remote_storage_manager
 from tieredlog.rsm.s3 import MIN_PART_SIZE
 from tieredlog.rsm.testing import RemoteStorageManagerConformance, make_segment, read_all
-from tests.s3servers import moto_s3, unique_prefix  # noqa: F401  (fixture)
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()
 KEY_B = base64.b64encode(bytes(range(100, 132))).decode()

@@ -57,7 +57,7 @@ def _base_batch(rng: random.Random, now: int) -> bytes:
     codec = rng.choice([0, 0, 1, 2, 3, 4])
     n = rng.choice([1, 1, 2, 3, rng.randint(4, 25)])
     recs = []
-    for i in range(n):
+    for _i in range(n):
         key = None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 12))
         value = None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, rng.choice([8, 60, 300])))
         headers = [(f"h{j}", None if rng.random() < 0.2 else rng.randbytes(rng.randint(0, 6)))
@@ -306,7 +306,7 @@ def test_clients_cannot_append_to_internal_topics(broker):
     batch = build_batch([(b"\x00\x01\x00\x01g", b"garbage")])
     with KafkaClient(broker.bootstrap) as c:
         for topic in ("__consumer_offsets", "__remote_log_metadata"):
-            def end() -> int:
+            def end(topic: str = topic) -> int:
                 r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
                     {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}]})
                 p = r.topics[0].partitions[0]

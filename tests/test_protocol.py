@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from tieredlog.errors import InvalidTopicError
 from tieredlog.protocol.api import CORE_VERSIONS, FETCH, METADATA, PRODUCE
 from tieredlog.protocol.codec import (
     InvalidRequest,
@@ -17,7 +18,6 @@ from tieredlog.protocol.codec import (
 )
 from tieredlog.protocol.fetch_encoder import FetchPartitionData, FetchTopicData, encode_fetch_response
 from tieredlog.server.topic_store import validate_topic_name
-from tieredlog.errors import InvalidTopicError
 
 
 class Region:

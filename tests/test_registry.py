@@ -5,6 +5,7 @@ import uuid
 
 import pytest
 
+from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 from tieredlog.rsm.api import RemoteStorageManager
 from tieredlog.rsm.fsspec_rsm import FsspecRemoteStorageManager
 from tieredlog.rsm.local import LocalTieredStorage
@@ -16,7 +17,6 @@ from tieredlog.rsm.registry import (
     rsm_configs_from_broker,
 )
 from tieredlog.rsm.s3 import S3RemoteStorageManager
-from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 
 
 def write_plugin(folder, body: str) -> str:

@@ -190,7 +190,7 @@ def test_corrupt_remote_objects_fail_only_their_partitions_fetch(broker_factory)
             assert time.monotonic() < deadline, "segments were not tiered"
             time.sleep(0.2)
         remote_root = b.data_dir / "remote-storage"
-        for t, (suffix, (corrupt, read_on_fetch)) in zip(topics, CORRUPTIONS.items()):
+        for t, (suffix, (corrupt, _read_on_fetch)) in zip(topics, CORRUPTIONS.items()):
             files = sorted(remote_root.glob(f"{t}-*/0/*{suffix}"))
             assert files, f"no {suffix} object for {t}"
             for f in files:

@@ -51,7 +51,7 @@ def make_log(d: Path, **cfg) -> UnifiedLog:
 
 
 def produce(plog: UnifiedLog, n_batches: int, epoch: int = 0, ts0: int = 1_000_000) -> None:
-    for i in range(n_batches):
+    for _i in range(n_batches):
         off = plog.log_end_offset
         recs = [(b"k%d" % (off + j), b"value-%d-" % (off + j) * 10, [], ts0 + off + j) for j in range(3)]
         plog.append_as_leader(build_batch(recs), epoch)

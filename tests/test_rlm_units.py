@@ -184,7 +184,7 @@ def _write_segment(d: Path, base: int, batches: int, records_per_batch: int = 5)
     seg = LogSegment(d, base, index_interval_bytes=256, active=True)
     offset = base
     out = bytearray()
-    for b in range(batches):
+    for _b in range(batches):
         recs = [(f"k{offset + i}".encode(), (b"v%d-" % (offset + i)) * 20, [], 1_000_000 + offset + i) for i in range(records_per_batch)]
         batch = build_batch(recs, base_offset=offset, partition_leader_epoch=0)
         headers = [h for _, h in iter_headers(batch)]

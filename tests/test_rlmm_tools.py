@@ -9,6 +9,7 @@ from test_rlmm_topic_based import (  # the in-test LogManager slice and helpers
     seg,
     upd,
 )
+
 from tieredlog.cli import main as cli_main
 from tieredlog.rlmm.topic import METADATA_TOPIC
 from tieredlog.rsm import RemoteLogSegmentState

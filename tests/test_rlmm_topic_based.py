@@ -322,8 +322,8 @@ def test_corrupt_or_stale_snapshot_is_ignored(tmp_path):
 # -- over real PartitionLogs ------------------------------------------------------------------------
 
 from tieredlog.log.config import LogConfig  # noqa: E402
-from tieredlog.log.unified_log import UnifiedLog  # noqa: E402
 from tieredlog.log.types import TopicPartition  # noqa: E402
+from tieredlog.log.unified_log import UnifiedLog  # noqa: E402
 from tieredlog.rlmm.topic import METADATA_TOPIC, LogMetadataTopic, iter_partition_dir  # noqa: E402
 
 

@@ -4,12 +4,12 @@ import uuid
 
 import pytest
 
+from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 from tieredlog.rsm.api import RemoteResourceNotFoundException
 from tieredlog.rsm.fsspec_rsm import FsspecRemoteStorageManager, storage_options
 from tieredlog.rsm.keys import uuid_to_base64
 from tieredlog.rsm.objectstore import RemoteStorageConfigError
 from tieredlog.rsm.testing import make_segment, read_all
-from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 
 
 def test_storage_options_nest_on_dots_and_coerce_scalars():

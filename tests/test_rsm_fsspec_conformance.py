@@ -4,9 +4,9 @@ import uuid
 
 import pytest
 
+from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 from tieredlog.rsm.fsspec_rsm import FsspecRemoteStorageManager
 from tieredlog.rsm.testing import RemoteStorageManagerConformance
-from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 
 
 class TestFsspecFile(RemoteStorageManagerConformance):

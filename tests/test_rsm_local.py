@@ -262,7 +262,7 @@ def test_deleting_the_last_segments_removes_the_empty_partition_and_topic_folder
     a, b, c = make_md(tp=p0), make_md(start=100, end=199, tp=p0), make_md(tp=p1)
     for i, md in enumerate((a, b, c)):
         rsm.copy_log_segment_data(md, make_files(tmp_path / f"s{i}", b"x"))
-    pdir0, pdir1 = rsm.partition_dir(p0), rsm.partition_dir(p1)
+    pdir0 = rsm.partition_dir(p0)
     tdir = pdir0.parent
     rsm.delete_log_segment_data(a)
     assert pdir0.is_dir()  # another segment is still there

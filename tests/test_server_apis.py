@@ -10,8 +10,15 @@ import pytest
 from confluent_kafka import Producer
 
 from tieredlog.protocol.api import (
-    API_VERSIONS, CREATE_TOPICS, DELETE_RECORDS, DESCRIBE_CLUSTER, FETCH, INIT_PRODUCER_ID, LIST_OFFSETS,
-    METADATA, OFFSET_FOR_LEADER_EPOCH,
+    API_VERSIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DESCRIBE_CLUSTER,
+    FETCH,
+    INIT_PRODUCER_ID,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
 )
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.protocol.codec import decode_response, encode_request

@@ -3,12 +3,11 @@ disable flow (remote.storage.enable=false with remote.log.delete.on.disable=true
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
-
-import pytest
-
 from test_tiered_integration import FAST, PLUGINS, TS0, create, list_offset, produce, value_of, wait_for
+
 from tieredlog.protocol.api import LIST_OFFSETS
 from tieredlog.protocol.client import KafkaClient
 

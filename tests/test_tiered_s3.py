@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker_harness import BrokerProcess
 from tests.helpers import wait_for as shared_wait_for
 from tests.s3servers import (  # noqa: F401  (fixtures)
     FaultyS3Proxy,
@@ -535,7 +535,7 @@ def _tiered_log_with_local_start_above_zero(tmp_path: Path):
     cfg = LogConfig(segment_bytes=1024, remote_storage_enable=True, local_retention_bytes=1)
     mgr = LogManager([tmp_path], cfg, topic_configs={"t": cfg})
     plog = mgr.get_or_create_log(TP("t", 0), None, cfg)
-    for i in range(20):
+    for _i in range(20):
         plog.append_as_leader(build_batch([(b"k", b"v" * 200)]), 0)
     plog.update_high_watermark(plog.log_end_offset)
     # as after tiering: everything is remote, so local retention deletes the rolled segments

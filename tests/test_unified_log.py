@@ -4,7 +4,6 @@ DeleteRecords, truncation and the idempotent/transactional paths."""
 from __future__ import annotations
 
 import os
-import struct
 
 import pytest
 
@@ -12,8 +11,8 @@ from tieredlog import errors
 from tieredlog.log.config import LogConfig
 from tieredlog.log.types import AppendOrigin, FetchIsolation
 from tieredlog.log.unified_log import UnifiedLog
-from tieredlog.records.batch import compute_crc, iter_headers, read_header, validate_batch
-from tieredlog.records.record import build_batch, build_control_batch, decode_batch
+from tieredlog.records.batch import iter_headers, validate_batch
+from tieredlog.records.record import build_batch, build_control_batch
 
 
 class Clock:

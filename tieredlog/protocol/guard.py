@@ -20,8 +20,8 @@ unsigned varint has at most five bytes.
 from __future__ import annotations
 
 import dataclasses
-import struct
 import itertools
+import struct
 import types
 import typing
 from typing import Any, Callable

@@ -29,7 +29,6 @@ from tieredlog.rsm import (
 )
 from tieredlog.rsm.objectstore import ConfigReader, RemoteStorageConfigError, check_positions
 from tieredlog.rsm.registry import load_remote_storage_manager
-
 from tieredlog_chunked import crypto
 from tieredlog_chunked.cache import DiskChunkCache
 from tieredlog_chunked.format import FIRST_READ, PREAMBLE, ChunkHeader, header_length_from_preamble, parse_header
