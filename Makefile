@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test bench fuzz install install-test system-deps clean
+.PHONY: run test lint bench fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,12 @@ system-deps:
 run: install
 	$(VENV)/bin/tieredlog broker
 
-test: install-test system-deps
+# ruff over the tree, mypy over tieredlog/ (strict for records, rsm, log): pyproject.toml configures both.
+lint: install-test
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: lint system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install-test system-deps
@@ -42,4 +47,4 @@ fuzz: install-test system-deps
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-explore} TIEREDLOG_FUZZ_FRAMES=$${TIEREDLOG_FUZZ_FRAMES:-50000} $(PY) -m pytest -o timeout=0 tests/test_fuzz_frames.py tests/fuzz_deep.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
