@@ -62,6 +62,17 @@ class ZooKeeperNotAvailable(RuntimeError):
     """ZooKeeper or Java is not installed; the message says what is missing."""
 
 
+def _die_with_parent() -> None:
+    # A pytest killed outright (SIGKILL, a CI timeout) runs no fixture teardown and no atexit hook:
+    # the kernel then kills the JVM for us (Linux's PR_SET_PDEATHSIG).
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -162,6 +173,7 @@ class ZooKeeperServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C in the terminal reaches pytest, which stops us in order
+            preexec_fn=_die_with_parent,
         )
         log.close()
         _RUNNING.add(self.proc)

@@ -10,3 +10,41 @@
 Everything here blocks on ZooKeeper: call it from threads, or through the ``*_async`` wrappers,
 never on the asyncio event loop. With no ``zookeeper.connect`` none of it runs.
 """
+
+from tieredlog.cluster.controller_election import ControllerElector, ControllerEpochFence, ControllerState
+from tieredlog.cluster.errors import (
+    BrokerIdInUseError,
+    ClusterError,
+    ControllerMovedError,
+    InconsistentBrokerIdError,
+    InconsistentClusterIdError,
+    ZkConnectionTimeoutError,
+    ZkVersionConflictError,
+)
+from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
+from tieredlog.cluster.registration import BrokerRegistration, resolve_cluster_id
+from tieredlog.cluster.zk import ZkClient, ZkConnectString
+from tieredlog.cluster.znodes import BrokerInfo, EndPoint, LeaderIsrAndControllerEpoch, TopicAssignment
+
+__all__ = [
+    "BrokerIdInUseError",
+    "BrokerInfo",
+    "BrokerRegistration",
+    "ClusterError",
+    "ControllerElector",
+    "ControllerEpochFence",
+    "ControllerMovedError",
+    "ControllerState",
+    "EndPoint",
+    "InconsistentBrokerIdError",
+    "InconsistentClusterIdError",
+    "LeaderIsrAndControllerEpoch",
+    "TopicAssignment",
+    "ZkClient",
+    "ZkClusterConfig",
+    "ZkClusterMembership",
+    "ZkConnectString",
+    "ZkConnectionTimeoutError",
+    "ZkVersionConflictError",
+    "resolve_cluster_id",
+]

@@ -91,6 +91,7 @@ class ControllerElector:
         self._closed = False
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"controller-election-{broker_id}")
         self._retry_timer: threading.Timer | None = None
+        self._controller_session: int | None = None  # the session that holds /controller for us
 
     # ---- state, readable from any thread -----------------------------------------------------------
 
@@ -133,8 +134,9 @@ class ControllerElector:
         self._submit(self._elect)
 
     def close(self) -> None:
-        """Leave the election. A controller resigns: ``on_resign`` runs, and /controller is deleted
-        (conditional on the epoch it won) so another broker takes over without waiting for the session."""
+        """Leave the election; never waits on an unreachable ZooKeeper. A controller resigns:
+        ``on_resign`` runs, and /controller is deleted (if this session still holds it for the epoch it
+        won) so another broker takes over without waiting for the session to end."""
         with self._changed:
             if self._closed:
                 return
@@ -150,13 +152,7 @@ class ControllerElector:
         # no waiting: an election thread stuck on an unreachable ZooKeeper ends when the client closes
         self._worker.shutdown(wait=False, cancel_futures=True)
         if state.is_controller:
-            try:
-                got = self.zk.get_controller()
-                if got is not None and got[1].ephemeralOwner == self.zk.session_id:
-                    self.zk.delete_path(znodes.CONTROLLER_PATH,
-                                        expected_controller_epoch_zk_version=state.epoch_zk_version)
-            except Exception as exc:  # the session's end removes it anyway
-                log.info("Could not delete %s on resignation: %s", znodes.CONTROLLER_PATH, exc)
+            self.zk.delete_if_owned(znodes.CONTROLLER_PATH, expected_controller_epoch_zk_version=state.epoch_zk_version)
             self._call(self._on_resign)
 
     # ---- ZooKeeper events (kazoo threads: never block) ---------------------------------------------
@@ -237,6 +233,7 @@ class ControllerElector:
             if self._closed:
                 return
             self._state = ControllerState(self.broker_id, epoch, epoch_zk_version, True)
+            self._controller_session = self.zk.session_id
             self._changed.notify_all()
         log.info("Broker %d is now the controller (controller epoch %d)", self.broker_id, epoch)
         self._call(self._on_become, epoch)
@@ -248,6 +245,10 @@ class ControllerElector:
         self._call(self._on_resign)
 
     def _on_expired(self) -> None:
+        # An election queued before this event may already have won again on the next session: only
+        # an office held through an older session is lost.
+        if self._state.is_controller and self._controller_session == self.zk.session_id:
+            return
         if self._state.is_controller:
             self._resign()
         else:

@@ -110,7 +110,8 @@ class ZkClient:
         self._closing = threading.Event()
         self._kz = self._new_kazoo(str(self.connect))
         self._kz.add_listener(self._on_state)
-        self._session_id: int | None = None
+        self._session_id: int | None = None  # None while there is no live session
+        self._last_session_id: int | None = None
         self._listeners: list[ConnectionListener] = []
         self._events = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-zk-events")
         self._events_thread: threading.Thread | None = None
@@ -186,7 +187,8 @@ class ZkClient:
 
     @property
     def session_id(self) -> int | None:
-        """The current session's id; None before the first connection."""
+        """The live session's id; None before the first connection and between an expiry and the next
+        session."""
         return self._session_id
 
     @property
@@ -206,12 +208,13 @@ class ZkClient:
         if self._closing.is_set():
             return
         if state == KazooState.LOST:
+            self._session_id = None
             self._submit(self._fire_expired)
         elif state == KazooState.CONNECTED:
             cid = self._kz.client_id
             sid = cid[0] if cid else None
-            new_session = self._session_id is not None and sid != self._session_id
-            self._session_id = sid
+            new_session = self._last_session_id is not None and sid != self._last_session_id
+            self._session_id = self._last_session_id = sid
             self._submit(self._fire_connected, new_session)
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
@@ -289,6 +292,27 @@ class ZkClient:
                 raise result
         except NoNodeError:
             pass
+
+    def delete_if_owned(self, path: str, *, expected_controller_epoch_zk_version: int | None = None,
+                        timeout_s: float = 2.0) -> bool:
+        """Delete the ephemeral ``path`` if this session owns it: best effort and bounded (no retries,
+        ``timeout_s`` per round trip), for shutdown paths that must not wait on an unreachable
+        ZooKeeper. True when it was deleted."""
+        if not self.connected:
+            return False
+        try:
+            stat = self._kz.exists_async(path).get(timeout=timeout_s)
+            if stat is None or stat.ephemeralOwner != self.session_id:
+                return False
+            tx = self._kz.transaction()
+            if expected_controller_epoch_zk_version is not None:
+                tx.check(znodes.CONTROLLER_EPOCH_PATH, expected_controller_epoch_zk_version)
+            tx.delete(path, stat.version)
+            results = tx.commit_async().get(timeout=timeout_s)
+        except Exception as exc:  # timeouts, connection loss: the end of the session deletes it anyway
+            log.info("Could not delete %s: %s", path, exc or type(exc).__name__)
+            return False
+        return not any(isinstance(r, Exception) for r in results)
 
     def create_top_level_paths(self) -> None:
         for path in znodes.PERSISTENT_PATHS:
