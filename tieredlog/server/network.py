@@ -4,15 +4,20 @@ Each connection has a reader coroutine and a writer coroutine joined by a bounde
 tasks. The reader keeps decoding requests while earlier ones wait (a Fetch parked for min bytes),
 handler tasks start in arrival order, and the writer sends responses strictly in request order, as
 Kafka clients match responses to requests FIFO. A frame we cannot read closes only its connection.
+A Fetch's file regions go out with sendfile from the page cache; a region whose pages are not there
+is first faulted in on the cold-read pool, so sending one never waits for a disk on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import functools
 import logging
 import os
 import struct
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
@@ -26,6 +31,28 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
+
+# Regions whose pages are not in the page cache are faulted in on a small pool of their own, never
+# on the event loop: a sendfile of uncached pages reads the disk inside the call, and every
+# connection of the broker would wait for it. Residency is probed with RWF_NOWAIT reads (Linux
+# 4.14+), which fail with EAGAIN instead of waiting for the disk. Without os.RWF_NOWAIT (another OS),
+# or on a file system that refuses it (EOPNOTSUPP), regions are sent as before: sendfile on the loop.
+_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
+COLD_READ_THREADS = 4
+# A response's regions are probed, and the cold ones faulted in, up to this many ahead of the one
+# being sent: the partitions of one fetch are read in parallel, and while earlier ones are sent.
+COLD_READ_AHEAD = COLD_READ_THREADS
+# A region up to this size is read with one RWF_NOWAIT preadv and written from memory: the probe
+# and the read are one syscall. A larger one is probed and sent with sendfile.
+SMALL_REGION = 64 * 1024
+# Probes of a large region: its first and last byte and one every PROBE_STEP bytes between, so a
+# page the probes miss costs the loop at most one PROBE_STEP of disk read.
+PROBE_STEP = 256 * 1024
+# A cold region is faulted in with this much after it: a sequential reader's next fetch starts at
+# or before the region's end, and the log finds its first batch by reading headers from there in
+# 64 KiB chunks, on the loop.
+FAULT_IN_AFTER = 64 * 1024
+_PROBE = bytearray(1)  # what probes read is never looked at
 
 
 class RawResponse:
@@ -218,23 +245,140 @@ class Connection:
         # reader pause, writer registration and extra loop turn. The rest goes through loop.sendfile.
         sock = transport.get_extra_info("socket")
         out_fd = sock.fileno() if sock is not None and transport.get_extra_info("sslcontext") is None else -1
+        cold = _ColdRegions(self.server.cold_reads, resp.parts) if _NOWAIT else None
         try:
             for part in resp.parts:
-                if isinstance(part, OpenRegion):
-                    position, size = part.position, part.size
-                    if out_fd >= 0 and not transport.is_closing() and transport.get_write_buffer_size() == 0:
-                        sent = _sendfile_nonblocking(out_fd, part.file.fileno(), position, size)
-                        position += sent
-                        size -= sent
-                    if size:
-                        await self.writer.drain()
-                        # zero-copy from the page cache; asyncio falls back to read+write where it cannot
-                        await loop.sendfile(transport, part.file, position, size)
-                else:
+                if not isinstance(part, OpenRegion):
                     self.writer.write(part)
+                    continue
+                if cold is not None:
+                    data = await cold.next_region()
+                    if data is not None:
+                        self.writer.write(data)
+                        await self.writer.drain()  # many small regions: no more than the high-water mark queued
+                        continue
+                # the region's pages are in the page cache (or nothing can tell): sendfile
+                position, size = part.position, part.size
+                if out_fd >= 0 and not transport.is_closing() and transport.get_write_buffer_size() == 0:
+                    sent = _sendfile_nonblocking(out_fd, part.file.fileno(), position, size)
+                    position += sent
+                    size -= sent
+                if size:
+                    await self.writer.drain()
+                    # zero-copy from the page cache; asyncio falls back to read+write where it cannot
+                    await loop.sendfile(transport, part.file, position, size)
             await self.writer.drain()
         finally:
             resp.close()
+
+
+class _ColdRegions:
+    """The regions of one response, in order, made ready to send without the event loop waiting for
+    the disk. ``next_region()`` returns a small region's bytes when they were all in the page cache
+    (one RWF_NOWAIT read), else None once the region's pages are in the page cache, faulted in on the
+    cold-read pool when they were not: send it then with sendfile. Regions are probed, and cold ones
+    submitted, up to COLD_READ_AHEAD ahead of the one asked for."""
+
+    __slots__ = ("pool", "regions", "ready", "taken")
+
+    def __init__(self, pool: ThreadPoolExecutor, parts: list[Any]) -> None:
+        self.pool = pool
+        self.regions = [p for p in parts if isinstance(p, OpenRegion)]
+        self.ready: list[bytearray | Future[None] | None] = []
+        self.taken = 0
+
+    async def next_region(self) -> bytearray | None:
+        i = self.taken
+        self.taken += 1
+        for region in self.regions[len(self.ready) : i + 1 + COLD_READ_AHEAD]:
+            self.ready.append(self._probe(region))
+        state = self.ready[i]
+        self.ready[i] = None
+        if isinstance(state, Future):
+            await asyncio.wrap_future(state)
+            return None
+        return state
+
+    def _probe(self, region: OpenRegion) -> bytearray | Future[None] | None:
+        fd, position, size = region.file.fileno(), region.position, region.size
+        if size <= SMALL_REGION:
+            data = bytearray(size)
+            try:
+                got = os.preadv(fd, [data], position, _NOWAIT)
+            except BlockingIOError:
+                got = 0
+            except OSError as exc:
+                if exc.errno == errno.EOPNOTSUPP:
+                    return None
+                raise
+            if got == size:
+                return data
+            # a short read stopped at a page not cached (or at the end of the file: sendfile says so)
+        elif _resident(fd, position, size):
+            return None
+        # The pool reads a dup, closed when the read ends or is cancelled: a connection cancelled
+        # meanwhile closes the region's file, and its descriptor number may be reused.
+        dup = os.dup(fd)
+        try:
+            future = self.pool.submit(fault_in, dup, position, size + FAULT_IN_AFTER)
+        except BaseException:
+            os.close(dup)  # refused: the pool is shut down
+            raise
+        future.add_done_callback(functools.partial(_close_fd, dup))
+        return future
+
+
+def _resident(fd: int, position: int, size: int) -> bool:
+    """Whether a region's pages are in the page cache, probed without waiting for the disk: one-byte
+    RWF_NOWAIT reads of its first byte, one every PROBE_STEP bytes and its last byte (EAGAIN: that
+    page is not cached, or is being read; the kernel may start reading it). True where the file
+    system cannot tell."""
+    end = position + size - 1
+    try:
+        for off in range(position, end, PROBE_STEP):
+            os.preadv(fd, [_PROBE], off, _NOWAIT)
+        os.preadv(fd, [_PROBE], end, _NOWAIT)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno == errno.EOPNOTSUPP:
+            return True
+        raise
+    return True
+
+
+def _close_fd(fd: int, _done: Future[None]) -> None:
+    os.close(fd)
+
+
+def fault_in(fd: int, position: int, size: int) -> None:
+    """Bring ``size`` bytes at ``position`` of ``fd`` (less at the end of the file) into the page
+    cache, waiting for the disk; on the cold-read pool. A sendfile to /dev/null: the kernel reads the
+    pages and copies nothing. Never raises: a read error is left to the loop's sendfile that
+    follows, which reports it as it always has."""
+    end = position + size
+    try:
+        out = _devnull()
+        while position < end:
+            n = os.sendfile(out, fd, position, end - position)
+            if n == 0:
+                return
+            position += n
+    except OSError:
+        return
+
+
+_devnull_fd = -1
+_devnull_lock = threading.Lock()
+
+
+def _devnull() -> int:
+    global _devnull_fd
+    if _devnull_fd < 0:
+        with _devnull_lock:
+            if _devnull_fd < 0:
+                _devnull_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    return _devnull_fd
 
 
 def _sendfile_nonblocking(out_fd: int, in_fd: int, offset: int, count: int) -> int:
@@ -261,6 +405,7 @@ class KafkaServer:
         self.connections: dict[asyncio.Task, Connection] = {}
         self.inflight: set[asyncio.Task] = set()
         self.stopping = False
+        self.cold_reads = ThreadPoolExecutor(COLD_READ_THREADS, thread_name_prefix="cold-read")
 
     def track(self, task: asyncio.Task) -> None:
         self.inflight.add(task)
@@ -324,6 +469,8 @@ class KafkaServer:
             await asyncio.wait(pending, timeout=grace)
         for srv in self.servers:
             await srv.wait_closed()
+        # reads still queued run and close their descriptors; nothing waits for them
+        self.cold_reads.shutdown(wait=False)
         log.info(
             "stopped listening, closed %d client connection(s)%s",
             count, f" ({len(pending)} cut off after {grace:g} s)" if pending else "",

@@ -1,0 +1,316 @@
+"""Fetch regions whose pages are not in the page cache are faulted in off the event loop.
+
+The send path (``Connection._send_raw``) of a response holding a file region, over a real loopback
+socket, with a ticker coroutine measuring how long the loop goes without running it. A cold file is
+simulated for one inode (no FUSE here), page by page as the kernel does it: a read of pages not yet
+"cached" that may wait (``os.sendfile``, a ``preadv`` without RWF_NOWAIT) takes ``DELAY_S`` and caches
+them; an RWF_NOWAIT ``preadv`` fails with EAGAIN at an uncached first page and stops short at a later
+one. When the region was sent with sendfile on the loop, the ticker stalled for the whole delay; now
+the pages are faulted in on the cold-read pool, then sent, and the loop keeps running.
+
+Also: a warm region still goes out with sendfile (a small one in one RWF_NOWAIT read) and nothing
+reaches the pool; the cold regions of one response are faulted in in parallel; a file really evicted from the page cache (fsync + POSIX_FADV_DONTNEED) is found not
+resident and faulted in; a connection cancelled during a cold read leaks no descriptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tieredlog.server import network
+from tieredlog.server.network import Connection, OpenRegion, RawResponse
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="needs os.RWF_NOWAIT (Linux 4.14+)")
+
+DELAY_S = 0.5
+LARGE = 3 * 1024 * 1024 + 12345  # above SMALL_REGION: probed, then sendfile or the pool
+SMALL = 20000  # read at once with RWF_NOWAIT, the rest on the pool
+
+_real_preadv = os.preadv
+_real_sendfile = os.sendfile
+
+
+def _write_file(path: Path, size: int) -> bytes:
+    data = os.urandom(size)
+    path.write_bytes(data)
+    return data
+
+
+PAGE = 4096
+
+
+def _on_loop() -> bool:
+    return threading.current_thread() is threading.main_thread()  # asyncio.run's loop; the pool is not
+
+
+class ColdFile:
+    """os.preadv / os.sendfile doubles: one inode's pages start out of the page cache."""
+
+    def __init__(self, path: Path) -> None:
+        self.ino = path.stat().st_ino
+        self.cached: set[int] = set()
+        self.loop_waits = 0  # reads that waited for the "disk" on the event loop's thread
+        self.pool_waits = 0  # ... on another (the cold-read pool)
+
+    def _cold(self, fd: int) -> bool:
+        return os.fstat(fd).st_ino == self.ino
+
+    def _pages(self, offset: int, count: int) -> range:
+        return range(offset // PAGE, (offset + max(count, 1) - 1) // PAGE + 1)
+
+    def _wait_for_disk(self, fd: int, offset: int, count: int) -> None:
+        """A read of pages not cached waits, and the kernel reads ahead: to the end of the file here."""
+        size = os.fstat(fd).st_size
+        count = min(count, size - offset)
+        if count <= 0 or all(p in self.cached for p in self._pages(offset, count)):
+            return
+        if _on_loop():
+            self.loop_waits += 1
+        else:
+            self.pool_waits += 1
+        time.sleep(DELAY_S)
+        self.cached.update(self._pages(offset, size - offset))
+
+    def preadv(self, fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+        if not self._cold(fd):
+            return _real_preadv(fd, buffers, offset, flags)
+        count = sum(memoryview(b).nbytes for b in buffers)
+        if flags & os.RWF_NOWAIT:
+            cached_bytes = 0
+            for p in self._pages(offset, count):
+                if p not in self.cached:
+                    break
+                cached_bytes = min(count, (p + 1) * PAGE - offset)
+            if cached_bytes == 0:
+                raise BlockingIOError(errno.EAGAIN, "not in the page cache")
+            view = memoryview(buffers[0])[:cached_bytes] if len(buffers) == 1 else None
+            return _real_preadv(fd, [view] if view is not None else buffers, offset, flags)
+        self._wait_for_disk(fd, offset, count)
+        return _real_preadv(fd, buffers, offset, flags)
+
+    def sendfile(self, out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        if self._cold(in_fd) and offset is not None:
+            self._wait_for_disk(in_fd, offset, count)
+        return _real_sendfile(out_fd, in_fd, offset, count)
+
+
+class Spy:
+    """Counts one inode's reads by thread and kind; changes nothing."""
+
+    def __init__(self, path: Path) -> None:
+        self.ino = path.stat().st_ino
+        self.nowait_reads = 0  # RWF_NOWAIT preadv on the loop
+        self.blocking_reads = 0  # other preadv on the loop
+        self.loop_sendfiles = 0
+        self.pool_calls = 0  # preadv or sendfile on another thread
+
+    def preadv(self, fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+        if os.fstat(fd).st_ino == self.ino:
+            if not _on_loop():
+                self.pool_calls += 1
+            elif flags & os.RWF_NOWAIT:
+                self.nowait_reads += 1
+            else:
+                self.blocking_reads += 1
+        return _real_preadv(fd, buffers, offset, flags)
+
+    def sendfile(self, out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        if os.fstat(in_fd).st_ino == self.ino:
+            if _on_loop():
+                self.loop_sendfiles += 1
+            else:
+                self.pool_calls += 1
+        return _real_sendfile(out_fd, in_fd, offset, count)
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, double: Any) -> None:
+    monkeypatch.setattr(os, "preadv", double.preadv)
+    monkeypatch.setattr(os, "sendfile", double.sendfile)
+
+
+async def _send(path: Path, position: int, size: int, *, cancel_after: float | None = None) -> tuple[bytes, float]:
+    """Send b"head" + the region + b"tail" through Connection._send_raw to a loopback client.
+    Returns what the client received and the longest the loop went without running a ticker."""
+    received, longest, _ = await _send_regions([(path, position, size)], cancel_after=cancel_after)
+    return received, longest
+
+
+async def _send_regions(
+    regions: list[tuple[Path, int, int]], *, cancel_after: float | None = None
+) -> tuple[bytes, float, float]:
+    """Send b"head", each region followed by b"|", and b"tail"; also returns the seconds it took."""
+    accepted: asyncio.Future = asyncio.get_running_loop().create_future()
+    finished = asyncio.Event()
+
+    async def on_accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set_result((reader, writer))
+        await finished.wait()  # ends normally (Python 3.11 logs a cancelled connection callback)
+
+    server = await asyncio.start_server(on_accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client_reader, client_writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await accepted
+    pool = ThreadPoolExecutor(2, thread_name_prefix="test-cold-read")
+    stub = SimpleNamespace(broker=SimpleNamespace(config={"queued.max.requests": 16}), cold_reads=pool)
+    conn = Connection(stub, reader, writer)  # type: ignore[arg-type]
+    parts: list[object] = [b"head"]
+    for path, position, size in regions:
+        parts += [OpenRegion(open(path, "rb"), position, size), b"|"]
+    parts.append(b"tail")
+    total = 4 + sum(size + 1 for _, _, size in regions) + 4
+    done = False
+    longest = 0.0
+
+    async def ticker() -> None:
+        nonlocal longest
+        last = time.monotonic()
+        while not done:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            longest = max(longest, now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    t0 = time.monotonic()
+    send = asyncio.create_task(conn._send_raw(RawResponse(parts, total)))
+    try:
+        if cancel_after is not None:
+            await asyncio.sleep(cancel_after)
+            send.cancel()
+            await asyncio.gather(send, return_exceptions=True)
+            return b"", longest, time.monotonic() - t0
+        received = await asyncio.wait_for(client_reader.readexactly(total), 30)
+        await send
+        return received, longest, time.monotonic() - t0
+    finally:
+        done = True
+        finished.set()
+        await tick
+        client_writer.close()
+        writer.close()
+        server.close()
+        pool.shutdown(wait=True)
+
+
+@pytest.mark.parametrize(("size", "cached_pages"), [(LARGE, 0), (LARGE, 3), (SMALL, 0), (SMALL, 2)],
+                         ids=["large", "large-partly-cached", "small", "small-partly-cached"])
+def test_cold_region_is_read_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, cached_pages: int
+) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    data = _write_file(path, size + 1000)
+    cold = ColdFile(path)
+    cold.cached.update(range(cached_pages))  # a RWF_NOWAIT read of the region stops short
+    _install(monkeypatch, cold)
+    received, longest = asyncio.run(_send(path, 1000, size))
+    assert longest < DELAY_S / 2, f"the event loop stalled {longest * 1000:.0f} ms on a cold region"
+    assert received == b"head" + data[1000:] + b"|tail"
+    assert (cold.loop_waits, cold.pool_waits) == (0, 1)
+
+
+@pytest.mark.parametrize("size", [LARGE, SMALL], ids=["large", "small"])
+def test_warm_region_is_sent_from_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    data = _write_file(path, size + 1000)  # just written: in the page cache
+    spy = Spy(path)
+    _install(monkeypatch, spy)
+    received, _ = asyncio.run(_send(path, 1000, size))
+    assert received == b"head" + data[1000:] + b"|tail"
+    assert spy.blocking_reads == 0 and spy.pool_calls == 0
+    if size > network.SMALL_REGION:
+        assert spy.loop_sendfiles >= 1
+        # first byte, last byte, one every PROBE_STEP between: a few syscalls, no copy
+        assert spy.nowait_reads == -(-(size - 1) // network.PROBE_STEP) + 1
+    else:
+        assert spy.loop_sendfiles == 0 and spy.nowait_reads == 1  # one read is the probe and the data
+
+
+class ColdFiles:
+    """ColdFile for several files at once."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.files = {p.stat().st_ino: ColdFile(p) for p in paths}
+
+    def _of(self, fd: int) -> ColdFile | None:
+        return self.files.get(os.fstat(fd).st_ino)
+
+    def preadv(self, fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+        f = self._of(fd)
+        return f.preadv(fd, buffers, offset, flags) if f else _real_preadv(fd, buffers, offset, flags)
+
+    def sendfile(self, out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+        f = self._of(in_fd)
+        return f.sendfile(out_fd, in_fd, offset, count) if f else _real_sendfile(out_fd, in_fd, offset, count)
+
+
+def test_cold_regions_of_one_response_are_read_in_parallel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetch of two cold partitions waits for the disk about once, not once per partition."""
+    paths = [tmp_path / f"p{i}.log" for i in range(2)]
+    datas = [_write_file(p, LARGE) for p in paths]
+    cold = ColdFiles(paths)
+    _install(monkeypatch, cold)
+    received, longest, took = asyncio.run(_send_regions([(p, 0, LARGE) for p in paths]))
+    assert received == b"head" + b"|".join(datas) + b"|tail"
+    assert longest < DELAY_S / 2
+    assert all((f.loop_waits, f.pool_waits) == (0, 1) for f in cold.files.values())
+    assert took < 1.5 * DELAY_S, f"two cold regions took {took:.2f} s: read one after the other"
+
+
+def _evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_really_evicted_file_is_read_on_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    data = _write_file(path, LARGE)
+    _evict(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            resident = network._resident(fd, 0, LARGE)
+        except OSError as exc:
+            pytest.skip(f"RWF_NOWAIT reads fail here: {exc}")
+        if resident:
+            pytest.skip("this file system keeps the file's pages in memory (tmpfs?)")
+    finally:
+        os.close(fd)
+    _evict(path)  # the probes may have brought a page in
+    spy = Spy(path)
+    _install(monkeypatch, spy)
+    received, _ = asyncio.run(_send(path, 0, LARGE))
+    assert received == b"head" + data + b"|tail"
+    assert spy.pool_calls >= 1 and spy.loop_sendfiles >= 1  # faulted in on the pool, then sent
+    assert spy.blocking_reads == 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert network._resident(fd, 0, LARGE)  # the pool's reads brought it in
+    finally:
+        os.close(fd)
+
+
+def test_cancelled_during_cold_read_leaks_no_descriptor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    _write_file(path, LARGE)
+    network._devnull()  # opened once per process: not a leak
+    before = len(os.listdir("/proc/self/fd"))
+    cold = ColdFile(path)
+    _install(monkeypatch, cold)
+    asyncio.run(_send(path, 0, LARGE, cancel_after=DELAY_S / 5))  # waits for the pool's read to end
+    assert (cold.loop_waits, cold.pool_waits) == (0, 1)
+    assert len(os.listdir("/proc/self/fd")) == before
