@@ -33,7 +33,7 @@ from tieredlog.cluster.znodes import (
 )
 from tieredlog.config import BrokerConfig, BrokerConfigError
 from tieredlog.errors import StaleControllerEpochError
-from tieredlog.log.checkpoints import uuid_to_kafka_str
+from tieredlog.kafka_uuid import uuid_to_kafka_str
 
 
 def test_broker_registration_json_is_kafkas_version_4() -> None:

@@ -35,6 +35,7 @@ from kazoo.retry import KazooRetry
 from tieredlog.cluster import znodes
 from tieredlog.cluster.errors import (
     BrokerIdInUseError,
+    ClusterError,
     ControllerMovedError,
     EphemeralOwnedByAnotherSession,
     InvalidZkConnectError,
@@ -160,7 +161,9 @@ class ZkClient:
             root.close()
 
     def close(self) -> None:
-        """Close the session: ZooKeeper deletes its ephemeral znodes at once. Idempotent."""
+        """Close the session: ZooKeeper deletes its ephemeral znodes at once. Idempotent; returns
+        promptly even when ZooKeeper is unreachable (calls blocked on it fail). Not from a watch
+        callback: kazoo joins its callback thread."""
         if self._closing.is_set():
             return
         self._closing.set()
@@ -407,7 +410,7 @@ class ZkClient:
             pass  # another broker won, or our own create's reply was lost
         cluster_id = self.get_cluster_id()
         if cluster_id is None:
-            raise ZkVersionConflictError(znodes.CLUSTER_ID_PATH, 0)
+            raise ClusterError(f"{znodes.CLUSTER_ID_PATH} was deleted while this broker was creating it")
         return cluster_id
 
     # ---- /brokers/ids -----------------------------------------------------------------------------
