@@ -5,6 +5,7 @@
 - ``meta_properties``: which cluster and broker a log dir belongs to.
 - ``registration``: the cluster id and the ephemeral /brokers/ids/<id>.
 - ``controller_election``: the race for /controller, the controller epoch, and its fencing.
+- ``live_brokers``: ``LiveBrokers``, every registration under /brokers/ids, cached by a watch.
 - ``membership``: ``ZkClusterMembership``, the one object a broker holds (start / close).
 
 Everything here blocks on ZooKeeper: call it from threads, or through the ``*_async`` wrappers,
@@ -21,6 +22,7 @@ from tieredlog.cluster.errors import (
     ZkConnectionTimeoutError,
     ZkVersionConflictError,
 )
+from tieredlog.cluster.live_brokers import LiveBrokers
 from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
 from tieredlog.cluster.registration import BrokerRegistration, resolve_cluster_id
 from tieredlog.cluster.zk import ZkClient, ZkConnectString
@@ -39,6 +41,7 @@ __all__ = [
     "InconsistentBrokerIdError",
     "InconsistentClusterIdError",
     "LeaderIsrAndControllerEpoch",
+    "LiveBrokers",
     "TopicAssignment",
     "ZkClient",
     "ZkClusterConfig",

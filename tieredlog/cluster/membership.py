@@ -19,9 +19,10 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from tieredlog.cluster.controller_election import ControllerElector, ControllerEpochFence
+from tieredlog.cluster.live_brokers import LiveBrokers
 from tieredlog.cluster.meta_properties import write_meta_properties
 from tieredlog.cluster.registration import BrokerRegistration, resolve_cluster_id
 from tieredlog.cluster.zk import DEFAULT_SESSION_TIMEOUT_MS, ZkClient, ZkConnectString
@@ -83,10 +84,23 @@ class ZkClusterMembership:
         self.elector = ControllerElector(self.zk, config.broker_id, fence=self.fence,
                                          on_become_controller=_on_loop(loop, on_become_controller),
                                          on_resign=_on_loop(loop, on_resign))
+        self.live_brokers = LiveBrokers(self.zk, config.broker_id)
 
     @property
     def broker_id(self) -> int:
         return self.config.broker_id
+
+    @property
+    def controller_id(self) -> int | None:
+        """The elected controller's broker id; None while none is known (before the election, between a
+        controller's end and the next one)."""
+        return self.elector.controller_id
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerInfo]:
+        """Every broker registered under /brokers/ids, as cached by a watch (empty before ``register``).
+        Never calls ZooKeeper: safe on the event loop."""
+        return self.live_brokers.brokers
 
     @property
     def broker_epoch(self) -> int | None:
@@ -106,13 +120,15 @@ class ZkClusterMembership:
 
     def register(self) -> int:
         """Register /brokers/ids/<id> (BrokerIdInUseError if another live broker has the id), then keep
-        the cluster id in meta.properties. Returns the broker epoch."""
+        the cluster id in meta.properties and start watching /brokers/ids (``brokers``). Returns the
+        broker epoch."""
         if self.cluster_id is None:
             raise RuntimeError("connect() first")
         epoch = self.registration.register()
         for d in self.config.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
             write_meta_properties(d, self.config.broker_id, self.cluster_id)
+        self.live_brokers.start()
         return epoch
 
     def start_controller_election(self) -> None:
@@ -130,6 +146,7 @@ class ZkClusterMembership:
         return cluster_id
 
     def close(self) -> None:
+        self.live_brokers.close()
         self.elector.close()
         self.registration.close()
         self.zk.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tieredlog.atomic_file import atomic_write
+from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
 from tieredlog.config import BrokerConfig
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.errors import (
@@ -92,6 +93,8 @@ class Broker:
         self.remote_log_manager: RemoteLogManager | None = None  # None = no remote tier
         self.append_watchers = PartitionWatchers()
         self.cluster_id = ""
+        # set when zookeeper.connect is: registration, controller election, the live brokers
+        self.cluster: ZkClusterMembership | None = None
         self.producer_ids: ProducerIdManager | None = None
         self._store = TopicStore(self.log_dirs[0])
         self.stopping = False  # set on SIGTERM; parked fetches return at once
@@ -102,7 +105,15 @@ class Broker:
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         first = self.log_dirs[0]
-        self.cluster_id = _load_cluster_id(first, self.node_id, self.config["cluster.id"])
+        cluster_config = ZkClusterConfig.from_broker_config(self.config)  # InvalidZkConnectError, BrokerConfigError
+        if cluster_config is None:
+            self.cluster_id = _load_cluster_id(first, self.node_id, self.config["cluster.id"])
+        else:
+            # the cluster id comes from ZooKeeper and every log dir's meta.properties is checked against
+            # it before any log loads (ClusterError: wrong cluster, wrong broker id, ZooKeeper unreachable)
+            loop = asyncio.get_running_loop()
+            self.cluster = ZkClusterMembership(cluster_config, loop=loop)
+            self.cluster_id = await loop.run_in_executor(None, self.cluster.connect)
         self.producer_ids = ProducerIdManager(first / _PID_FILE)
         self.topics = self._store.load()  # before the logs load, so they get their topic configs
         if not self.remote_storage_system_enabled:
@@ -216,6 +227,13 @@ class Broker:
             # LogManager.shutdown flushes, writes checkpoints and the clean-shutdown marker: fsyncs, so
             # off the loop like every other disk wait
             await asyncio.to_thread(self.log_manager.shutdown)
+        if self.cluster is not None:
+            # last, as Kafka closes ZooKeeper last: the session's end deletes /brokers/ids/<id> (and
+            # /controller, which a controller deletes itself first)
+            try:
+                await self.cluster.close_async()
+            except Exception:
+                log.exception("closing the ZooKeeper session failed")
 
     # ---- topics -------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 
+from tieredlog.cluster.errors import ClusterError
 from tieredlog.config import BrokerConfig, BrokerConfigError
 from tieredlog.rsm.api import RemoteStorageException
 
@@ -35,9 +36,10 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
     broker = Broker(config)
     try:
         await broker.start()
-    except RemoteStorageException as exc:
-        # the remote tier cannot be used (bad bucket, unreachable endpoint, plugin missing): the
-        # message already names the config at fault, so one line and no traceback
+    except (RemoteStorageException, ClusterError, BrokerConfigError) as exc:
+        # the remote tier cannot be used (bad bucket, unreachable endpoint, plugin missing), or the
+        # cluster refuses this broker (wrong cluster id, broker id in use, ZooKeeper unreachable, bad
+        # zookeeper.connect): the message already says what is at fault, so one line and no traceback
         log.error("cannot start: %s", exc)
         try:
             await broker.shutdown()
@@ -52,6 +54,17 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
         await broker.shutdown()
         return 1
     loop = asyncio.get_running_loop()
+    if broker.cluster is not None:
+        # Kafka's order: registered once the listeners accept connections (the registration
+        # advertises them), then the controller election
+        try:
+            await loop.run_in_executor(None, broker.cluster.register)
+        except ClusterError as exc:
+            log.error("cannot start: %s", exc)
+            await server.stop()
+            await broker.shutdown()
+            return 1
+        broker.cluster.start_controller_election()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

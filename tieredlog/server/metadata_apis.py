@@ -1,4 +1,10 @@
-"""Metadata (3) and DescribeCluster (60): this broker leads every partition."""
+"""Metadata (3) and DescribeCluster (60): this broker leads every partition.
+
+In a cluster (``zookeeper.connect``), the brokers are every one registered under /brokers/ids and the
+controller is the elected one, both from the membership's cached view (no ZooKeeper call here).
+Partition leadership stays local until the controller assigns it: each broker answers that it leads
+the partitions of its own topics.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,32 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 def _broker_entry(broker: Broker) -> dict:
     return {"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.advertised_port, "rack": broker.config["broker.rack"]}
+
+
+def _broker_entries(broker: Broker) -> list[dict]:
+    """This broker, and in a cluster every other registered broker that has an endpoint on the listener
+    this broker advertises first (as Kafka, a broker without that listener is left out)."""
+    own = _broker_entry(broker)
+    cluster = broker.cluster
+    if cluster is None:
+        return [own]
+    listener = broker.config.advertised_listeners[0].name
+    out = [own]  # listed even while its own registration is not in the view (a new session, say)
+    for broker_id, info in sorted(cluster.brokers.items()):
+        if broker_id == broker.node_id:
+            continue
+        ep = next((e for e in info.endpoints if e.listener_name == listener), None)
+        if ep is not None:
+            out.append({"node_id": broker_id, "host": ep.host, "port": ep.port, "rack": info.rack})
+    return sorted(out, key=lambda b: b["node_id"])
+
+
+def _controller_id(broker: Broker) -> int:
+    """The elected controller in a cluster (-1 while none is known, as Kafka answers); alone, this broker."""
+    if broker.cluster is None:
+        return broker.node_id
+    cid = broker.cluster.controller_id
+    return -1 if cid is None else cid
 
 
 def topic_entry(broker: Broker, t: TopicMetadata) -> dict:
@@ -84,9 +116,9 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
         await broker.topics_durable()
     return {
         "throttle_time": 0,
-        "brokers": [_broker_entry(broker)],
+        "brokers": _broker_entries(broker),
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": _controller_id(broker),
         "topics": topics_out,
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
@@ -94,14 +126,14 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
 
 async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
-    b = _broker_entry(broker)
     return {
         "throttle_time": 0,
         "error_code": 0,
         "endpoint_type": getattr(req, "endpoint_type", 1),
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
-        "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}],
+        "controller_id": _controller_id(broker),
+        "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+                    for b in _broker_entries(broker)],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
 
