@@ -43,6 +43,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench.latency_probe import p50_p99_max, probe
+
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "tests"):
     if str(p) not in sys.path:
@@ -54,7 +56,6 @@ PARTITIONS = int(os.environ.get("COLD_BENCH_PARTITIONS", "4"))
 VALUE_SIZE = int(os.environ.get("COLD_BENCH_VALUE", "16384"))
 SEGMENT_MB = int(os.environ.get("COLD_BENCH_SEGMENT_MB", "128"))
 RUNS = int(os.environ.get("COLD_BENCH_RUNS", "1"))
-PROBE_INTERVAL_S = 0.005
 SAMPLE_STEP = MIB
 
 
@@ -121,21 +122,6 @@ def _load(bootstrap: str, topic: str, count: int, partitions: int) -> None:
         raise SystemExit(f"load: {len(failed)} deliveries failed, first: {failed[:1]}")
 
 
-def _probe(bootstrap: str, topic: str, stop: threading.Event, out: list[float]) -> None:
-    from tieredlog.protocol.api import PRODUCE
-    from tieredlog.protocol.client import KafkaClient
-    from tieredlog.records.record import build_batch
-
-    with KafkaClient(bootstrap) as c:
-        while not stop.is_set():
-            body = {"transactional_id": None, "acks": 1, "timeout": 30000, "topic_data": [
-                {"name": topic, "partition_data": [{"index": 0, "records": build_batch([(None, b"probe")])}]}]}
-            t0 = time.perf_counter()
-            r = c.request(PRODUCE, body, version=9).responses[0].partition_responses[0]
-            out.append((time.perf_counter() - t0) * 1000)
-            if r.error_code.value != 0:
-                raise RuntimeError(f"probe produce failed: {r.error_code}")
-            time.sleep(PROBE_INTERVAL_S)
 
 
 def _log_files(data: Path, topic: str) -> list[Path]:
@@ -190,7 +176,7 @@ def run(bootstrap: str, topic: str, quiet: str, records: int) -> tuple[list[floa
     """(prober latencies ms, catch-up seconds, monotonic start and end of the catch-up)."""
     lat: list[float] = []
     stop = threading.Event()
-    prober = threading.Thread(target=_probe, args=(bootstrap, quiet, stop, lat), daemon=True)
+    prober = threading.Thread(target=probe, args=(bootstrap, quiet, stop, lat), daemon=True)
     prober.start()
     time.sleep(0.5)
     first = len(lat)
@@ -204,9 +190,6 @@ def run(bootstrap: str, topic: str, quiet: str, records: int) -> tuple[list[floa
     return lat[first:], secs, start, end
 
 
-def _stats(lat: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(lat, n=100)
-    return q[49], q[98], max(lat)
 
 
 def main() -> None:
@@ -268,7 +251,7 @@ def main() -> None:
                         evict(files)
                     share = resident_share(files)
                     lat, secs, start, end = run(b.bootstrap, "catchup", "quiet", records)
-                    p50, p99, mx = _stats(lat)
+                    p50, p99, mx = p50_p99_max(lat)
                     rate = size / MIB / secs
                     lag_max, late = _loop_lag(lag_file, start, end)
                     results[label].append((p50, p99, mx, rate, lag_max, late))

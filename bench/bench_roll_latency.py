@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import statistics
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from bench.latency_probe import p50_p99_max, probe
 
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "tests"):
@@ -33,7 +34,6 @@ for p in (ROOT, ROOT / "tests"):
 SEGMENT_MB = int(os.environ.get("ROLL_BENCH_SEGMENT_MB", "256"))
 SEGMENTS = int(os.environ.get("ROLL_BENCH_SEGMENTS", "3"))
 VALUE_SIZE = 64 * 1024
-PROBE_INTERVAL_S = 0.005
 NO_ROLL_SEGMENT_BYTES = (1 << 31) - 1  # segment.bytes' maximum (an int32)
 
 
@@ -63,21 +63,6 @@ def _load(bootstrap: str, topic: str, total_bytes: int, done) -> None:
     done.set()
 
 
-def _probe(bootstrap: str, topic: str, stop: threading.Event, out: list[float]) -> None:
-    from tieredlog.protocol.api import PRODUCE
-    from tieredlog.protocol.client import KafkaClient
-    from tieredlog.records.record import build_batch
-
-    with KafkaClient(bootstrap) as c:
-        while not stop.is_set():
-            body = {"transactional_id": None, "acks": 1, "timeout": 30000, "topic_data": [
-                {"name": topic, "partition_data": [{"index": 0, "records": build_batch([(None, b"probe")])}]}]}
-            t0 = time.perf_counter()
-            r = c.request(PRODUCE, body, version=9).responses[0].partition_responses[0]
-            out.append((time.perf_counter() - t0) * 1000)
-            if r.error_code.value != 0:
-                raise RuntimeError(f"probe produce failed: {r.error_code}")
-            time.sleep(PROBE_INTERVAL_S)
 
 
 def _segments(data: Path, topic: str) -> int:
@@ -87,7 +72,7 @@ def _segments(data: Path, topic: str) -> int:
 def run(bootstrap: str, data: Path, load_topic: str, quiet_topic: str, total_bytes: int) -> tuple[list[float], float, int]:
     lat: list[float] = []
     stop = threading.Event()
-    prober = threading.Thread(target=_probe, args=(bootstrap, quiet_topic, stop, lat), daemon=True)
+    prober = threading.Thread(target=probe, args=(bootstrap, quiet_topic, stop, lat), daemon=True)
     prober.start()
     time.sleep(0.5)
     warm = len(lat)
@@ -105,9 +90,6 @@ def run(bootstrap: str, data: Path, load_topic: str, quiet_topic: str, total_byt
     return lat[warm:], total_bytes / elapsed / 1e6, _segments(data, load_topic)
 
 
-def _stats(lat: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(lat, n=100)
-    return q[49], q[98], max(lat)
 
 
 def main() -> None:
@@ -133,7 +115,7 @@ def main() -> None:
             results = {}
             for label, topic in (("no roll", "load-noroll"), ("rolling", "load-roll")):
                 lat, mb_s, segs = run(b.bootstrap, data, topic, "quiet", total)
-                p50, p99, mx = _stats(lat)
+                p50, p99, mx = p50_p99_max(lat)
                 results[label] = (p50, p99, mx)
                 print(f"{label:<28}{p50:9.1f}{p99:9.1f}{mx:9.1f}{len(lat):8d}{mb_s:11.1f}{segs:10d}")
             (a50, a99, amax), (r50, r99, rmax) = results["no roll"], results["rolling"]

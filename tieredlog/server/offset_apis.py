@@ -11,6 +11,13 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import RequestTimedOutError
 from tieredlog.log.types import TimestampAndOffset, TopicPartition
+from tieredlog.log.unified_log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from tieredlog.protocol.api import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.produce_api import error_code_of
@@ -21,11 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4
-LATEST_TIERED = -5
 READ_COMMITTED = 1
 
 
@@ -61,14 +63,14 @@ async def _remote_lookup(ctx: RequestContext, fut: Future, tp: TopicPartition) -
 
 async def _offset_for(ctx: RequestContext, plog: UnifiedLog, tp: TopicPartition, ts: int, isolation: int) -> tuple[int, int, int]:
     """(offset, timestamp, leader_epoch) for one ListOffsets partition."""
-    if ts == LATEST:
+    if ts == LATEST_TIMESTAMP:
         off = plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
         return off, -1, _epoch_for(plog, off - 1)
-    if ts == EARLIEST:
+    if ts == EARLIEST_TIMESTAMP:
         return plog.log_start_offset, -1, _epoch_for(plog, plog.log_start_offset)
-    if ts == EARLIEST_LOCAL:
+    if ts == EARLIEST_LOCAL_TIMESTAMP:
         return plog.local_log_start_offset, -1, _epoch_for(plog, plog.local_log_start_offset)
-    if ts == LATEST_TIERED:
+    if ts == LATEST_TIERED_TIMESTAMP:
         off = plog.highest_offset_in_remote_storage
         return off, -1, _epoch_for(plog, off)
     rlm = ctx.broker.remote_log_manager
