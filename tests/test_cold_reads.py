@@ -314,3 +314,92 @@ def test_cancelled_during_cold_read_leaks_no_descriptor(tmp_path: Path, monkeypa
     asyncio.run(_send(path, 0, LARGE, cancel_after=DELAY_S / 5))  # waits for the pool's read to end
     assert (cold.loop_waits, cold.pool_waits) == (0, 1)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_fetch_start_header_scan_not_cached_runs_on_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log's header scan at a fetch's start position (LogSegment.translate_offset, up to 64 KiB)
+    reads with RWF_NOWAIT on the loop; when the pages are not cached (EAGAIN) the same read runs,
+    blocking, on the cold-read pool while the loop keeps serving, and returns what a warm read does."""
+    from tieredlog.log import segment
+    from tieredlog.log.config import LogConfig
+    from tieredlog.log.types import FetchIsolation
+    from tieredlog.log.unified_log import UnifiedLog
+    from tieredlog.records.record import build_batch
+    from tieredlog.server import fetch_api
+
+    plog = UnifiedLog(tmp_path / "t-0", LogConfig())
+    for i in range(50):
+        plog.append_as_leader(build_batch([(b"k", b"v" * 500, [], 1_700_000_000_000 + i)] * 3), leader_epoch=0)
+    plog.update_high_watermark(plog.log_end_offset)
+    broker: Any = SimpleNamespace(get_partition_log=lambda t, p: plog, remote_log_manager=None)
+    fetch_offset = 100
+
+    def fetch(pool: ThreadPoolExecutor) -> tuple[fetch_api._PartitionRead, int]:
+        pr = fetch_api._PartitionRead("t", 0, fetch_offset, 8000)
+        added = asyncio.run(_with_ticker(fetch_api._read_local(
+            broker, pr, FetchIsolation.HIGH_WATERMARK, 1 << 20, True, False, pool)))
+        return pr, added
+
+    reads: list[str] = []  # which thread read through the blocking path
+    real_read = segment.LogFile.read
+
+    def slow_read(self: segment.LogFile, position: int, size: int) -> bytes:
+        reads.append("loop" if _on_loop() else "pool")
+        time.sleep(DELAY_S)  # the "disk"
+        return real_read(self, position, size)
+
+    monkeypatch.setattr(segment.LogFile, "read", slow_read)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="cold-read")
+    try:
+        warm, warm_added = fetch(pool)
+        assert reads == []  # cached: one RWF_NOWAIT read on the loop, nothing for the pool
+        nowait_calls = 0
+
+        def preadv(fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+            nonlocal nowait_calls
+            nowait_calls += 1
+            if nowait_calls == 1:
+                raise BlockingIOError(errno.EAGAIN, "not cached")
+            return _real_preadv(fd, buffers, offset, flags)
+
+        monkeypatch.setattr(os, "preadv", preadv)
+        t0 = time.monotonic()
+        cold, cold_added = fetch(pool)
+        elapsed = time.monotonic() - t0
+    finally:
+        pool.shutdown()
+        plog.close()
+    assert nowait_calls == 1 and reads == ["pool"]
+    assert elapsed >= DELAY_S
+    assert _LAST_GAP[0] < DELAY_S / 4, f"the loop stalled {_LAST_GAP[0]:.3f}s"
+    assert cold.data.error_code == warm.data.error_code == 0
+    assert cold_added == warm_added > 0
+    assert cold.data.records.read_bytes() == warm.data.records.read_bytes()
+    assert cold.data.high_watermark == warm.data.high_watermark == plog.log_end_offset
+
+
+_LAST_GAP = [0.0]
+
+
+async def _with_ticker(coro: Any) -> Any:
+    """Await ``coro`` while a ticker coroutine runs every 10 ms; its longest gap goes to _LAST_GAP."""
+    gap = 0.0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal gap
+        last = time.monotonic()
+        while not stop:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gap = max(gap, now - last)
+            last = now
+
+    t = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    try:
+        return await coro
+    finally:
+        stop = True
+        await t
+        _LAST_GAP[0] = gap

@@ -289,3 +289,33 @@ def test_a_read_never_recreates_a_deleted_segment_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         seg.read_bytes(0, 10)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="needs os.RWF_NOWAIT (Linux 4.14+)")
+def test_nowait_header_read_raises_pages_not_cached_instead_of_waiting(tmp_path, monkeypatch):
+    from tieredlog.log import segment as segment_mod
+
+    batches = golden_batches()
+    seg = make_segment(tmp_path)
+    data = b"".join(batches)
+    seg.append(data, headers_of(data))
+    warm = seg.translate_offset(103)
+    assert seg.translate_offset(103, nowait=True) == warm  # cached (just written): same answer
+    real_preadv = os.preadv
+    answers = iter([BlockingIOError(11, "EAGAIN"), 61])  # not cached at all; then a short read
+
+    def preadv(fd, buffers, offset, flags=0):
+        assert flags & os.RWF_NOWAIT
+        a = next(answers)
+        if isinstance(a, BaseException):
+            raise a
+        real_preadv(fd, buffers, offset, flags)
+        return a
+
+    monkeypatch.setattr(segment_mod.os, "preadv", preadv)
+    for _ in range(2):
+        with pytest.raises(segment_mod.PagesNotCached):
+            seg.read(103, 10_000, nowait=True)
+    assert seg.translate_offset(103) == warm  # the blocking read never asks preadv
+    monkeypatch.setattr(segment_mod, "_NOWAIT", 0)  # an OS without RWF_NOWAIT: nowait reads block
+    assert seg.translate_offset(103, nowait=True) == warm

@@ -193,17 +193,18 @@ class LocalLog:
     @staticmethod
     def read(
         segs: list[LogSegment], fetch_offset: int, max_bytes: int, upper: int, min_one_message: bool,
-        include_aborted: bool,
+        include_aborted: bool, *, nowait: bool = False,
     ) -> FetchDataInfo:
-        """Read from ``segs`` (the floor segment of ``fetch_offset`` on), never at or past ``upper``."""
+        """Read from ``segs`` (the floor segment of ``fetch_offset`` on), never at or past ``upper``.
+        ``nowait``: PagesNotCached when a batch-header read would wait for the disk."""
         for i, seg in enumerate(segs):
             if seg.base_offset >= upper:
                 break
             max_position = None
             if upper < seg.next_offset:
-                found = seg.translate_offset(upper)
+                found = seg.translate_offset(upper, nowait=nowait)
                 max_position = found[0] if found else None
-            res = seg.read(fetch_offset, max_bytes, max_position, min_one_message)
+            res = seg.read(fetch_offset, max_bytes, max_position, min_one_message, nowait=nowait)
             if res is None:
                 continue
             fslice, first = res

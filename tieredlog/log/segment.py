@@ -10,6 +10,7 @@ Kafka's.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,15 @@ DELETED_SUFFIX = ".deleted"
 
 _SCAN_CHUNK = 64 * 1024  # header scans read this much at a time
 _RECOVER_CHUNK = 4 * 1024 * 1024  # recovery reads whole batches in chunks of this size
+# Non-blocking header reads (``nowait=True``) use preadv(RWF_NOWAIT) (Linux 4.14+): it fails with EAGAIN,
+# or reads short, instead of waiting for the disk. 0 where the OS has no such flag: such reads block.
+_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
+
+
+class PagesNotCached(Exception):
+    """A non-blocking read (``nowait=True``) needed pages that are not in the page cache: the same read
+    without ``nowait`` would wait for the disk. Not an OSError: nothing failed, the caller retries the
+    read, blocking, off its event loop."""
 
 
 class SegmentOffsetOverflowError(ValueError):
@@ -71,6 +81,26 @@ class LogFile:
 
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self.fd(), size, position)
+
+    def read_nowait(self, position: int, size: int) -> bytes | bytearray:
+        """``read`` that never waits for the disk: PagesNotCached when the range is not (wholly) in the
+        page cache. A short read is taken for pages missing (the callers read below the segment's
+        size), and a blocking retry reads what is really there. Blocks as ``read`` without RWF_NOWAIT
+        or on a file system that refuses it."""
+        if not _NOWAIT or size <= 0:
+            return self.read(position, size)
+        buf = bytearray(size)
+        try:
+            n = os.preadv(self.fd(), [buf], position, _NOWAIT)
+        except BlockingIOError:
+            raise PagesNotCached(f"{self.path} at {position}: {size} bytes not cached") from None
+        except OSError as exc:
+            if exc.errno != errno.EOPNOTSUPP:
+                raise
+            return self.read(position, size)
+        if n < size:
+            raise PagesNotCached(f"{self.path} at {position}: {n} of {size} bytes cached")
+        return buf
 
     def write_at(self, position: int, data: bytes | bytearray | memoryview) -> None:
         fd = self.fd()
@@ -246,16 +276,20 @@ class LogSegment:
         return self._rolling_ts
 
     # ---- reads ------------------------------------------------------------------------------------
-    def iter_headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of each whole batch from ``start``; reads headers only, in chunks."""
+    def iter_headers(
+        self, start: int = 0, end: int | None = None, *, nowait: bool = False
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch from ``start``; reads headers only, in chunks.
+        ``nowait``: a chunk not in the page cache raises PagesNotCached instead of waiting for the disk."""
         end = self._size if end is None else end
+        read = self._log.read_nowait if nowait else self._log.read
         pos = start
-        buf = b""
+        buf: bytes | bytearray = b""
         buf_start = start
         while end - pos >= HEADER_SIZE:
             off = pos - buf_start
             if off + HEADER_SIZE > len(buf):
-                buf = self._log.read(pos, min(_SCAN_CHUNK, end - pos))
+                buf = read(pos, min(_SCAN_CHUNK, end - pos))
                 buf_start, off = pos, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -265,20 +299,25 @@ class LogSegment:
             yield pos, read_header(buf, off)
             pos += size
 
-    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, BatchHeader] | None:
-        """Position and header of the first batch whose last offset is >= ``offset``."""
+    def translate_offset(
+        self, offset: int, starting_position: int = 0, *, nowait: bool = False
+    ) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``. ``nowait``: raise
+        PagesNotCached rather than wait for the disk (the header scan reads up to 64 KiB at a time)."""
         _, idx_pos = self.offset_index.lookup(offset)
-        for pos, h in self.iter_headers(max(idx_pos, starting_position)):
+        for pos, h in self.iter_headers(max(idx_pos, starting_position), nowait=nowait):
             if h.last_offset >= offset:
                 return pos, h
         return None
 
     def read(
-        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
+        *, nowait: bool = False,
     ) -> tuple[FileSlice, int] | None:
         """A slice from the batch holding ``start_offset``, at most ``max_size`` bytes (or one whole batch
-        when ``min_one_message``), never past ``max_position``. None when the offset is past the segment."""
-        found = self.translate_offset(start_offset)
+        when ``min_one_message``), never past ``max_position``. None when the offset is past the segment.
+        ``nowait``: PagesNotCached instead of waiting for the disk to find the batch."""
+        found = self.translate_offset(start_offset, nowait=nowait)
         if found is None:
             return None
         pos, h = found

@@ -384,8 +384,11 @@ class UnifiedLog:
 
     def read(
         self, fetch_offset: int, max_bytes: int, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
-        min_one_message: bool = True,
+        min_one_message: bool = True, *, nowait: bool = False,
     ) -> FetchDataInfo:
+        """``nowait`` (the event loop's fetches): raise PagesNotCached (tieredlog.log.segment) rather
+        than wait for the disk to read batch headers; the caller then runs the same read, blocking,
+        on a thread."""
         txn = isolation is FetchIsolation.TXN_COMMITTED
         with self._lock:
             self._check_fetch_offset(fetch_offset)
@@ -401,7 +404,7 @@ class UnifiedLog:
                 return FetchDataInfo(b"", fetch_offset, [] if txn else None)
             segs = self.local_log.segments_from(fetch_offset)
         # Segment reads happen outside the lock: a rolled segment's bytes never change.
-        return LocalLog.read(segs, fetch_offset, max_bytes, upper, min_one_message, txn)
+        return LocalLog.read(segs, fetch_offset, max_bytes, upper, min_one_message, txn, nowait=nowait)
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[start_offset, upper_bound_offset)`` in the local segments."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -19,6 +20,9 @@ class RequestContext:
     client_port: int
     broker: "Broker"
     connection_id: str = ""
+    # The server's pool for reads that would wait for the disk (KafkaServer.cold_reads); None: the
+    # loop's default executor (handlers called without a server, in tests).
+    cold_reads: Executor | None = None
 
 
 # A handler gets the decoded kio request body and returns the response body: a kio entity or a dict

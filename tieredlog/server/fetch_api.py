@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError
+from tieredlog.log.segment import PagesNotCached
 from tieredlog.log.types import FetchDataInfo, FetchIsolation, TopicPartition
 from tieredlog.protocol.api import FETCH
 from tieredlog.protocol.fetch_encoder import FetchPartitionData, FetchTopicData, encode_fetch_response
@@ -71,8 +73,16 @@ def _fill_offsets(d: FetchPartitionData, plog: UnifiedLog) -> None:
     d.log_start_offset = plog.log_start_offset
 
 
-def _read_local(broker: Broker, pr: _PartitionRead, isolation: FetchIsolation, budget: int, first: bool, follower: bool) -> int:
-    """Read one partition into ``pr.data``; returns the bytes it adds to the response."""
+async def _read_local(
+    broker: Broker, pr: _PartitionRead, isolation: FetchIsolation, budget: int, first: bool, follower: bool,
+    cold_reads: Executor | None,
+) -> int:
+    """Read one partition into ``pr.data``; returns the bytes it adds to the response.
+
+    The log reads the batch headers at the fetch offset without waiting for the disk; when they are
+    not in the page cache (a seek to old data, a catch-up's first fetch in a segment) the same read
+    runs, blocking, on ``cold_reads`` while the loop serves others. The partition's offsets are
+    taken again after it: the high watermark may have moved while the thread read."""
     d = pr.data
     d.records = b""
     plog = broker.get_partition_log(pr.topic, pr.partition)
@@ -84,7 +94,12 @@ def _read_local(broker: Broker, pr: _PartitionRead, isolation: FetchIsolation, b
     if max_bytes <= 0 and not first:
         return 0
     try:
-        info = plog.read(pr.fetch_offset, max(max_bytes, 0), isolation, min_one_message=first)
+        try:
+            info = plog.read(pr.fetch_offset, max(max_bytes, 0), isolation, min_one_message=first, nowait=True)
+        except PagesNotCached:
+            read = functools.partial(plog.read, pr.fetch_offset, max(max_bytes, 0), isolation, min_one_message=first)
+            info = await asyncio.get_running_loop().run_in_executor(cold_reads, read)
+            _fill_offsets(d, plog)
     except OffsetMovedToTieredStorageError:
         if follower:
             d.error_code = ErrorCode.offset_moved_to_tiered_storage
@@ -242,7 +257,10 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         errors = False
         for pr in reads:
             pr.remote = False
-            total += _read_local(broker, pr, isolation, response_max - total, total == 0, follower)
+            # in request order, one at a time: each read's budget is what the earlier ones left
+            total += await _read_local(
+                broker, pr, isolation, response_max - total, total == 0, follower, ctx.cold_reads
+            )
             errors = errors or pr.data.error_code != ErrorCode.none
         remote = [pr for pr in reads if pr.remote]
         if remote:

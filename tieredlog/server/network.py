@@ -50,7 +50,7 @@ SMALL_REGION = 64 * 1024
 PROBE_STEP = 256 * 1024
 # A cold region is faulted in with this much after it: a sequential reader's next fetch starts at
 # or before the region's end, and the log finds its first batch by reading headers from there in
-# 64 KiB chunks, on the loop.
+# 64 KiB chunks (RWF_NOWAIT on the loop; on this pool when they are not cached).
 FAULT_IN_AFTER = 64 * 1024
 _PROBE = bytearray(1)  # what probes read is never looked at
 
@@ -183,7 +183,8 @@ class Connection:
                 log.warning("closing %s: %s", self.name, exc)
                 return
             ctx = RequestContext(
-                api_key, version, correlation_id, header.client_id, self.host, self.port, self.server.broker, self.name
+                api_key, version, correlation_id, header.client_id, self.host, self.port, self.server.broker, self.name,
+                self.server.cold_reads,
             )
             handler = self.server.dispatcher.handler_for(api_key, version)
             if handler is None:
