@@ -125,7 +125,7 @@ def test_cluster_config_from_broker_config() -> None:
         "no zookeeper.connect: the broker runs alone, nothing of the cluster starts"
     cfg = ZkClusterConfig.from_broker_config(BrokerConfig.from_props({
         "zookeeper.connect": "127.0.0.1:2181/kafka", "broker.id": "3", "broker.rack": "r2",
-        "listeners": "PLAINTEXT://127.0.0.1:9092,CLIENT://0.0.0.0:9093",
+        "listeners": "PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.1:9093",
         "advertised.listeners": "PLAINTEXT://b3:9092,CLIENT://b3.example:9093",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SSL", "log.dirs": "/d1,/d2"}))
     assert cfg is not None
