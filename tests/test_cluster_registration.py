@@ -194,7 +194,10 @@ def test_zookeeper_restart_under_registered_brokers(zookeeper_factory: Callable[
 
     # 1. ZooKeeper restarts: it restores the sessions from its data, the brokers reconnect on them
     server.restart()
-    wait_until(lambda: steady.zk.connected, message="the broker to reconnect")
+    # hang guards, not speed bounds: a reconnect attempt that lands while the JVM is still starting
+    # waits out kazoo's handshake timeout (the session timeout) before it tries again
+    reconnect_s = 40
+    wait_until(lambda: steady.zk.connected, timeout=reconnect_s, message="the broker to reconnect")
     assert steady.zk.session_id == steady_session and registration(steady)[1] == steady_session
 
     # 2. ZooKeeper comes back where the brokers cannot reach it (its client port moved) for longer
@@ -218,9 +221,9 @@ def test_zookeeper_restart_under_registered_brokers(zookeeper_factory: Callable[
     server.port = home
     server.start()
     wait_until(lambda: brief.zk.session_id not in (None, brief_session) and brief.broker_epoch is not None,
-               timeout=15, message="broker 2 to register on a new session")
+               timeout=reconnect_s, message="broker 2 to register on a new session")
     assert registration(brief)[1] == brief.zk.session_id
-    wait_until(lambda: steady.zk.connected, message="broker 1 to reconnect")
+    wait_until(lambda: steady.zk.connected, timeout=reconnect_s, message="broker 1 to reconnect")
     assert registration(steady)[1] == steady.zk.session_id == steady_session
     assert brief.elector.wait_for(lambda s: s.controller_id == 1 and s.epoch == 1, 10), brief.elector.state
     assert steady.elector.is_controller and steady.elector.controller_epoch == 1
