@@ -43,7 +43,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.latency_probe import p50_p99_max, probe
+from bench.latency_probe import p50_p99_max, probe, produce_load
 
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "tests"):
@@ -99,26 +99,8 @@ def _loop_lag(path: Path, start: float, end: float) -> tuple[float, int]:
 
 
 def _load(bootstrap: str, topic: str, count: int, partitions: int) -> None:
-    """Write ``count`` records round-robin over the partitions (its own process: no GIL shared with the prober)."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "compression.type": "none", "linger.ms": 5,
-                  "batch.size": 1 << 20, "message.max.bytes": 2 << 20, "queue.buffering.max.kbytes": 256 << 10})
-    values = [os.urandom(VALUE_SIZE) for _ in range(16)]
-    failed = []
-
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            failed.append(err)
-
-    for i in range(count):
-        while True:
-            try:
-                p.produce(topic, value=values[i % len(values)], partition=i % partitions, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.01)
-    if p.flush(300) or failed:
+    failed = produce_load(bootstrap, topic, count, VALUE_SIZE, partitions)
+    if failed:
         raise SystemExit(f"load: {len(failed)} deliveries failed, first: {failed[:1]}")
 
 

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.latency_probe import p50_p99_max, probe
+from bench.latency_probe import p50_p99_max, probe, produce_load
 
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "tests"):
@@ -38,26 +38,7 @@ NO_ROLL_SEGMENT_BYTES = (1 << 31) - 1  # segment.bytes' maximum (an int32)
 
 
 def _load(bootstrap: str, topic: str, total_bytes: int, done) -> None:
-    """Write ``total_bytes`` as fast as the broker takes them (its own process: no GIL shared with the prober)."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "1", "compression.type": "none", "linger.ms": 5,
-                  "batch.size": 1 << 20, "message.max.bytes": 2 << 20, "queue.buffering.max.kbytes": 256 << 10})
-    values = [os.urandom(VALUE_SIZE) for _ in range(16)]
-    failed = []
-
-    def on_delivery(err, _msg) -> None:
-        if err is not None:
-            failed.append(err)
-
-    for i in range(total_bytes // VALUE_SIZE):
-        while True:
-            try:
-                p.produce(topic, value=values[i % len(values)], partition=0, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.01)
-    p.flush(300)
+    failed = produce_load(bootstrap, topic, total_bytes // VALUE_SIZE, VALUE_SIZE)
     if failed:
         print(f"load: {len(failed)} deliveries failed, first: {failed[0]}", flush=True)
     done.set()
