@@ -11,6 +11,10 @@ PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
+LEADER_AND_ISR = 4
+STOP_REPLICA = 5
+UPDATE_METADATA = 6
+CONTROLLED_SHUTDOWN = 7
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 FIND_COORDINATOR = 10
@@ -30,8 +34,12 @@ DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
+ELECT_LEADERS = 43
 INCREMENTAL_ALTER_CONFIGS = 44
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
+ALTER_PARTITION = 56
 DESCRIBE_CLUSTER = 60
 
 API_NAMES: dict[int, str] = {
@@ -39,6 +47,10 @@ API_NAMES: dict[int, str] = {
     FETCH: "Fetch",
     LIST_OFFSETS: "ListOffsets",
     METADATA: "Metadata",
+    LEADER_AND_ISR: "LeaderAndIsr",
+    STOP_REPLICA: "StopReplica",
+    UPDATE_METADATA: "UpdateMetadata",
+    CONTROLLED_SHUTDOWN: "ControlledShutdown",
     OFFSET_COMMIT: "OffsetCommit",
     OFFSET_FETCH: "OffsetFetch",
     FIND_COORDINATOR: "FindCoordinator",
@@ -58,8 +70,12 @@ API_NAMES: dict[int, str] = {
     ALTER_CONFIGS: "AlterConfigs",
     CREATE_PARTITIONS: "CreatePartitions",
     DELETE_GROUPS: "DeleteGroups",
+    ELECT_LEADERS: "ElectLeaders",
     INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
+    LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
     OFFSET_DELETE: "OffsetDelete",
+    ALTER_PARTITION: "AlterPartition",
     DESCRIBE_CLUSTER: "DescribeCluster",
 }
 
@@ -99,6 +115,26 @@ GROUP_VERSIONS: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+}
+
+# What brokers of one cluster speak to each other: the controller's requests to brokers (the
+# ZooKeeper-mode APIs, served from tieredlog.protocol.inter_broker at the one version implemented
+# there, the last of Kafka 3.9) and the brokers' requests to the controller. AlterPartition starts at
+# v2, the first with topic ids, the oldest kio has.
+INTER_BROKER_VERSIONS: dict[int, tuple[int, int]] = {
+    LEADER_AND_ISR: (7, 7),
+    STOP_REPLICA: (4, 4),
+    UPDATE_METADATA: (8, 8),
+    CONTROLLED_SHUTDOWN: (3, 3),
+    ALTER_PARTITION: (2, 3),
+}
+
+# Cluster administration served once there is a controller: the versions both kio and Kafka 3.9
+# have (AlterPartitionReassignments v1 is newer than 3.9).
+CLUSTER_ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
+    ELECT_LEADERS: (0, 2),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 

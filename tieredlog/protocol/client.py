@@ -13,10 +13,9 @@ import socket
 import struct
 from typing import Any
 
-from kio.index import load_request_schema
-
 from tieredlog.protocol.api import API_VERSIONS
 from tieredlog.protocol.codec import decode_response, encode_request
+from tieredlog.protocol.schemas import load_request_schema
 
 _I32 = struct.Struct(">i")
 

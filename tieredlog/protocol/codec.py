@@ -17,13 +17,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from tieredlog.protocol.api import api_name
 from tieredlog.protocol.guard import Checker, FrameError, entity_checker
+from tieredlog.protocol.schemas import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 
 _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id: same in every header version
 _I32 = struct.Struct(">i")
