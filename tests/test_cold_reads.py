@@ -329,7 +329,12 @@ def test_fetch_start_header_scan_not_cached_runs_on_the_pool(tmp_path: Path, mon
     for i in range(50):
         plog.append_as_leader(build_batch([(b"k", b"v" * 500, [], 1_700_000_000_000 + i)] * 3), leader_epoch=0)
     plog.update_high_watermark(plog.log_end_offset)
-    broker: Any = SimpleNamespace(get_partition_log=lambda t, p: plog, remote_log_manager=None)
+    from tieredlog.log.types import TopicPartition
+    from tieredlog.replication.partition import Partition
+
+    sole = Partition.sole_replica(TopicPartition("t", 0), plog, 0, lambda: 0)
+    broker: Any = SimpleNamespace(get_partition_log=lambda t, p: plog, remote_log_manager=None,
+                                  replica_manager=SimpleNamespace(get_partition=lambda tp: sole))
     fetch_offset = 100
 
     def fetch(pool: ThreadPoolExecutor) -> tuple[fetch_api._PartitionRead, int]:

@@ -199,6 +199,9 @@ def build_entity(cls: type, data: dict[str, Any]) -> Any:
     for name, conv, has_default, tp in _plan(cls):
         if name in data:
             kwargs[name] = conv(data[name])
+        elif name[-1] == "_" and name[:-1] in data:
+            # kio appends "_" to names that shadow Python builtins (type_, id_); Kafka's name works too
+            kwargs[name] = conv(data[name[:-1]])
         elif not has_default:
             kwargs[name] = _zero(tp)
     return cls(**kwargs)

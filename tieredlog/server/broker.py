@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
+
+from kio.schema.errors import ErrorCode
 
 from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
@@ -30,6 +33,12 @@ from tieredlog.log.config import ConfigError, LogConfig, validate_topic_config_c
 from tieredlog.log.log_manager import LogManager
 from tieredlog.log.types import TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
+from tieredlog.controller.config import ControllerConfig
+from tieredlog.controller.controller import KafkaController
+from tieredlog.replication.controller_channel import AlterPartitionManager, ControllerChannel
+from tieredlog.replication.fetcher import FetcherConfig
+from tieredlog.replication.replica_manager import ReplicaManager
+from tieredlog.server.cluster_node import ClusterNode, attach_state_change_log, detach_state_change_log
 from tieredlog.server.coordinators import create_group_coordinator
 from tieredlog.server.delayed import PartitionWatchers
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
@@ -95,6 +104,13 @@ class Broker:
         self.cluster_id = ""
         # set when zookeeper.connect is: registration, controller election, the live brokers
         self.cluster: ZkClusterMembership | None = None
+        self.cluster_node: ClusterNode | None = None  # the replication side of a cluster member
+        self.replica_manager: ReplicaManager | None = None
+        self.controller: KafkaController | None = None  # in a cluster: acts once elected
+        self._state_change_log: logging.Handler | None = None
+        self._alter_partition: AlterPartitionManager | None = None
+        # cluster mode: topic changes to write to ZooKeeper at the next topics_durable()
+        self._zk_pending: list[tuple[Any, Callable[[Any], bool]]] = []
         self.producer_ids: ProducerIdManager | None = None
         self._store = TopicStore(self.log_dirs[0])
         self.stopping = False  # set on SIGTERM; parked fetches return at once
@@ -112,26 +128,48 @@ class Broker:
             # the cluster id comes from ZooKeeper and every log dir's meta.properties is checked against
             # it before any log loads (ClusterError: wrong cluster, wrong broker id, ZooKeeper unreachable)
             loop = asyncio.get_running_loop()
-            self.cluster = ZkClusterMembership(cluster_config, loop=loop)
+            # the elector's thread calls these; the controller only queues an event for its own thread
+            self.cluster = ZkClusterMembership(cluster_config, on_become_controller=self._on_become_controller,
+                                               on_resign=self._on_resign)
             self.cluster_id = await loop.run_in_executor(None, self.cluster.connect)
+            self.cluster_node = ClusterNode(self.config, self.cluster)
+            self._state_change_log = attach_state_change_log(first)
+            controller = KafkaController(self.cluster.zk, self.node_id, ControllerConfig.from_broker_config(self.config))
+            controller.start()
+            self.controller = controller
         self.producer_ids = ProducerIdManager(first / _PID_FILE)
-        self.topics = self._store.load()  # before the logs load, so they get their topic configs
+        if self.cluster_node is None:
+            self.topics = self._store.load()  # before the logs load, so they get their topic configs
         if not self.remote_storage_system_enabled:
             for t in self.topics.values():
                 if str(t.configs.get("remote.storage.enable", "")).strip().lower() == "true":
                     log.warning("topic %s has remote.storage.enable=true but remote.log.storage.system.enable=false: "
                                 "it is served as a local-only topic (retention.ms/retention.bytes apply locally)", t.name)
         self.log_manager = self._make_log_manager()
-        self._reconcile_with_logs()
-        self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
-        for t in list(self.topics.values()):
-            for p in range(t.partitions):
-                self._ensure_log(t, p)
-        for plog in self.log_manager.all_logs():
-            # sole replica, so the ISR is {this broker}: everything recovered is committed
-            plog.update_high_watermark(plog.log_end_offset)
-        await self._start_coordinator()
-        self._start_remote_log_manager()
+        self.replica_manager = self._make_replica_manager()
+        if self.cluster_node is None:
+            self._reconcile_with_logs()
+            self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
+            for t in list(self.topics.values()):
+                for p in range(t.partitions):
+                    self._ensure_log(t, p)
+            for plog in self.log_manager.all_logs():
+                # sole replica, so the ISR is {this broker}: everything recovered is committed
+                plog.update_high_watermark(plog.log_end_offset)
+                self.replica_manager.add_sole_replica(plog.topic_partition, plog)
+        self.replica_manager.start()
+        if self.cluster_node is None:
+            await self._start_coordinator()
+            self._start_remote_log_manager()
+        else:
+            # the logs on disk wait for the controller's LeaderAndIsr, which says what each one is now
+            self._alter_partition = AlterPartitionManager(
+                ControllerChannel(self.node_id, self.cluster_node, timeout_s=self.config["request.timeout.ms"] / 1000),
+                self.cluster_node, on_answered=self.replica_manager.isr_change_answered)
+            self.replica_manager.isr_sender = self._alter_partition
+            self._alter_partition.start()
+            log.warning("cluster mode: consumer group coordination and the remote tier are not served yet in a "
+                        "cluster (FindCoordinator answers COORDINATOR_NOT_AVAILABLE; topics are local-only)")
         # Retention, flushes and checkpoints run on the LogManager's own scheduler threads: not on the
         # event loop, and on no pool remote-storage work shares, so a slow object store cannot starve them.
         flush_ms = self.config["log.flush.scheduler.interval.ms"]
@@ -140,6 +178,26 @@ class Broker:
             flush_check_ms=max(flush_ms, 10) if flush_ms < 2**62 else None,
             checkpoint_ms=max(self.config["log.flush.offset.checkpoint.interval.ms"], 10),
         )
+
+    def _on_become_controller(self, epoch: int) -> None:
+        if self.controller is not None:
+            self.controller.on_become_controller(epoch)
+
+    def _on_resign(self) -> None:
+        if self.controller is not None:
+            self.controller.on_resign()
+
+    def _make_replica_manager(self) -> ReplicaManager:
+        c = self.config
+        fetcher = FetcherConfig(
+            num_fetchers=c["num.replica.fetchers"], wait_max_ms=c["replica.fetch.wait.max.ms"],
+            min_bytes=c["replica.fetch.min.bytes"], max_bytes=c["replica.fetch.max.bytes"],
+            response_max_bytes=c["replica.fetch.response.max.bytes"], backoff_ms=c["replica.fetch.backoff.ms"],
+            socket_timeout_ms=c["replica.socket.timeout.ms"],
+        )
+        return ReplicaManager(self.node_id, self.log_manager, log_config_for=self._topic_config_for,
+                              fetcher_config=fetcher, replica_lag_time_max_ms=c["replica.lag.time.max.ms"],
+                              on_high_watermark_moved=self.append_watchers.notify)
 
     def _start_remote_log_manager(self) -> None:
         # tiered storage (tieredlog.rlm): metrics endpoint, then the RLM (None when disabled)
@@ -211,7 +269,36 @@ class Broker:
         self.group_coordinator = create_group_coordinator(self)
         await self.group_coordinator.start()
 
+    async def controlled_shutdown(self) -> bool:
+        """Kafka's controlled shutdown: ask the controller to move this broker's leaderships away (and
+        take it out of the ISRs) before it stops, retrying ``controlled.shutdown.max.retries`` times.
+        True when the controller says nothing is led here any more."""
+        if self.cluster_node is None or not self.config["controlled.shutdown.enable"]:
+            return False
+        channel = ControllerChannel(self.node_id, self.cluster_node, timeout_s=self.config["request.timeout.ms"] / 1000)
+        try:
+            for attempt in range(self.config["controlled.shutdown.max.retries"] + 1):
+                try:
+                    code, remaining = await channel.controlled_shutdown()
+                except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+                    log.warning("controlled shutdown attempt %d failed: %s", attempt + 1, exc)
+                else:
+                    if code == ErrorCode.none and not remaining:
+                        log.info("controlled shutdown succeeded")
+                        return True
+                    log.warning("controlled shutdown attempt %d: error %s, %d partition(s) still led here",
+                                attempt + 1, code.name, len(remaining))
+                await asyncio.sleep(self.config["controlled.shutdown.retry.backoff.ms"] / 1000)
+        finally:
+            await channel.close()
+        log.warning("controlled shutdown did not complete; shutting down anyway")
+        return False
+
     async def shutdown(self) -> None:
+        if self._alter_partition is not None:
+            await self._alter_partition.shutdown()
+        if self.replica_manager is not None:
+            await self.replica_manager.shutdown()
         if self.group_coordinator is not None:
             try:
                 await self.group_coordinator.shutdown()
@@ -227,6 +314,13 @@ class Broker:
             # LogManager.shutdown flushes, writes checkpoints and the clean-shutdown marker: fsyncs, so
             # off the loop like every other disk wait
             await asyncio.to_thread(self.log_manager.shutdown)
+        if self.controller is not None:
+            try:
+                await asyncio.to_thread(self.controller.close)
+            except Exception:
+                log.exception("controller shutdown failed")
+        if self._state_change_log is not None:
+            detach_state_change_log(self._state_change_log)
         if self.cluster is not None:
             # last, as Kafka closes ZooKeeper last: the session's end deletes /brokers/ids/<id> (and
             # /controller, which a controller deletes itself first)
@@ -245,7 +339,11 @@ class Broker:
 
     def _ensure_log(self, t: TopicMetadata, partition: int) -> UnifiedLog:
         tp = TopicPartition(t.name, partition)
-        return self.log_manager.get_or_create_log(tp, t.topic_id, self._effective_log_config(t.configs))
+        plog = self.log_manager.get_or_create_log(tp, t.topic_id, self._effective_log_config(t.configs))
+        rm = self.replica_manager
+        if rm is not None and self.cluster_node is None and rm.get_partition(tp) is None:
+            rm.add_sole_replica(tp, plog)
+        return plog
 
     def get_topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
@@ -272,7 +370,12 @@ class Broker:
             raise InvalidPartitionsError("Number of partitions must be larger than 0.")
         if replication_factor <= 0:
             raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
-        if replication_factor > 1:
+        if self.cluster_node is not None:
+            live = len(self.cluster_node.membership.brokers)
+            if replication_factor > live:
+                raise InvalidReplicationFactorError(
+                    f"Replication factor: {replication_factor} larger than available brokers: {live}.")
+        elif replication_factor > 1:
             raise InvalidReplicationFactorError(
                 f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
                 f"of {replication_factor} cannot be reached because only 1 broker(s) are registered."
@@ -286,10 +389,18 @@ class Broker:
     # all of its changes before its first await, so the connection's next request sees them, and answers
     # only after topics_durable: the fsyncs run on an executor thread, never on the event loop.
 
-    async def topics_durable(self) -> None:
-        """Return once every topic change made so far is on disk."""
-        version = self._store.staged_version
-        await asyncio.get_running_loop().run_in_executor(None, self._store.sync, version)
+    async def topics_durable(self, wait_s: float = 10.0) -> None:
+        """Return once every topic change made so far is on disk; in a cluster, once it is in ZooKeeper
+        and (for up to ``wait_s``) in this broker's metadata."""
+        if self.cluster_node is None:
+            version = self._store.staged_version
+            await asyncio.get_running_loop().run_in_executor(None, self._store.sync, version)
+            return
+        pending, self._zk_pending = self._zk_pending, []
+        for write, _ in pending:
+            await write()
+        if pending:
+            await self.cluster_node.wait_for_metadata(lambda md: all(done(md) for _, done in pending), wait_s)
 
     def create_topic(
         self, name: str, partitions: int, replication_factor: int = 1, configs: dict[str, str] | None = None
@@ -297,6 +408,15 @@ class Broker:
         configs = {k: str(v) for k, v in (configs or {}).items()}
         self.check_new_topic(name, partitions, replication_factor, configs)
         t = TopicMetadata(name, uuid.uuid4(), partitions, configs)
+        node = self.cluster_node
+        if node is not None:
+            assignment = node.assign(partitions, replication_factor)
+            self._zk_pending.append((
+                functools.partial(node.create_topic, name, assignment, t.topic_id, configs),
+                lambda md: name in md.topics and all(p.leader >= 0 for p in md.topics[name].partitions.values()),
+            ))
+            log.info("creating topic %s with %d partition(s), replication factor %d", name, partitions, replication_factor)
+            return t
         self.topics[name] = t
         self.topics_by_id[t.topic_id] = t
         self._store.stage(self.topics)
@@ -319,6 +439,10 @@ class Broker:
         t = self.topics.get(name)
         if t is None:
             raise UnknownTopicOrPartitionError(f"Topic {name} not found")
+        node = self.cluster_node
+        if node is not None:
+            self._zk_pending.append((functools.partial(node.delete_topic, name), lambda md: name not in md.topics))
+            return
         if self.remote_log_manager is not None:
             # before the local logs go: the RLM needs their topic id to delete the remote copies
             self.remote_log_manager.on_topic_deleted([TopicPartition(name, p) for p in range(t.partitions)])
@@ -327,6 +451,8 @@ class Broker:
         self._store.stage(self.topics)
         for p in range(t.partitions):
             tp = TopicPartition(name, p)
+            if self.replica_manager is not None:
+                self.replica_manager.remove_partition(tp)
             self.append_watchers.notify(tp)
             if self.log_manager.get_log(tp) is not None:
                 self.log_manager.delete_log(tp)
@@ -343,6 +469,14 @@ class Broker:
         if validate_only:
             return
         old = t.partitions
+        node = self.cluster_node
+        if node is not None:
+            first = node.metadata.partition(name, 0)
+            rf = len(first.replicas) if first is not None and first.replicas else 1
+            assignment = node.assign(count - old, rf, start_partition_id=old)
+            self._zk_pending.append((functools.partial(node.add_partitions, name, assignment),
+                                     lambda md: name in md.topics and len(md.topics[name].partitions) >= count))
+            return
         t.partitions = count
         self._store.stage(self.topics)
         for p in range(old, count):
@@ -360,7 +494,11 @@ class Broker:
         if validate_only:
             return
         t.configs = dict(overrides)
-        self._store.stage(self.topics)
+        if self.cluster_node is not None:
+            self._zk_pending.append((functools.partial(self.cluster_node.set_topic_config, name, dict(overrides)),
+                                     lambda md: True))
+        else:
+            self._store.stage(self.topics)
         cfg = self._effective_log_config(overrides)
         logs = []
         for p in range(t.partitions):

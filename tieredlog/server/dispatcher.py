@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.protocol.api import API_VERSIONS, CORE_VERSIONS, GROUP_VERSIONS, PRODUCE_REJECTED_BELOW
+from tieredlog.protocol.api import (
+    API_VERSIONS,
+    CORE_VERSIONS,
+    GROUP_VERSIONS,
+    INTER_BROKER_VERSIONS,
+    PRODUCE_REJECTED_BELOW,
+)
 from tieredlog.protocol.codec import encode_response
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
 from tieredlog.server.network import RawResponse
@@ -26,6 +32,7 @@ class Dispatcher:
             config_apis,
             fetch_api,
             group_apis,
+            inter_broker_apis,
             metadata_apis,
             offset_apis,
             produce_api,
@@ -37,6 +44,10 @@ class Dispatcher:
             self.handlers.update(mod.handlers())
         self.handlers.update(group_apis.group_handlers(broker))
         versions = {**CORE_VERSIONS, **GROUP_VERSIONS}
+        if broker.config.get("zookeeper.connect"):
+            # as a ZooKeeper-mode Kafka broker: the controller's requests and the brokers' to it
+            self.handlers.update(inter_broker_apis.handlers())
+            versions.update(INTER_BROKER_VERSIONS)
         self.versions: dict[int, tuple[int, int]] = {k: v for k, v in versions.items() if k in self.handlers}
 
     def handler_for(self, api_key: int, version: int) -> Handler | None:

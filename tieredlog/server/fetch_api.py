@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError
+from tieredlog.errors import KafkaError, OffsetMovedToTieredStorageError, OffsetOutOfRangeError
 from tieredlog.log.segment import PagesNotCached
 from tieredlog.log.types import FetchDataInfo, FetchIsolation, TopicPartition
 from tieredlog.protocol.api import FETCH
@@ -56,15 +56,20 @@ def _aborted(info: FetchDataInfo) -> list[tuple[int, int]] | None:
 
 
 class _PartitionRead:
-    __slots__ = ("topic", "partition", "fetch_offset", "max_bytes", "data", "remote")
+    __slots__ = ("topic", "partition", "fetch_offset", "max_bytes", "data", "remote", "current_leader_epoch",
+                 "replica_log_start", "leader_end_offset")
 
-    def __init__(self, topic: str, partition: int, fetch_offset: int, max_bytes: int) -> None:
+    def __init__(self, topic: str, partition: int, fetch_offset: int, max_bytes: int,
+                 current_leader_epoch: int = -1, replica_log_start: int = -1) -> None:
         self.topic = topic
         self.partition = partition
         self.fetch_offset = fetch_offset
         self.max_bytes = max_bytes
         self.data = FetchPartitionData(partition)
         self.remote = False
+        self.current_leader_epoch = current_leader_epoch
+        self.replica_log_start = replica_log_start  # a follower's log start offset
+        self.leader_end_offset = -1  # the log end offset when a follower's fetch was first served
 
 
 def _fill_offsets(d: FetchPartitionData, plog: UnifiedLog) -> None:
@@ -86,9 +91,20 @@ async def _read_local(
     d = pr.data
     d.records = b""
     plog = broker.get_partition_log(pr.topic, pr.partition)
-    if plog is None:
+    rm = broker.replica_manager
+    partition = rm.get_partition(TopicPartition(pr.topic, pr.partition)) if rm is not None else None
+    if plog is None or partition is None:
         d.error_code = ErrorCode.unknown_topic_or_partition
         return 0
+    try:
+        # only the leader serves fetches (KIP-392's follower reads are not offered), at the epoch the
+        # client believes current (KIP-320)
+        partition.check_leader_epoch(pr.current_leader_epoch)
+    except KafkaError as exc:
+        d.error_code = exc.code
+        return 0
+    if follower and pr.leader_end_offset < 0:
+        pr.leader_end_offset = plog.log_end_offset
     _fill_offsets(d, plog)
     max_bytes = min(pr.max_bytes, budget)
     if max_bytes <= 0 and not first:
@@ -184,6 +200,16 @@ async def _read_remote(broker: Broker, pr: _PartitionRead, fut: Future) -> None:
     d.records = data or b""
 
 
+def _record_follower_fetch(broker: Broker, replica_id: int, reads: list[_PartitionRead]) -> None:
+    rm = broker.replica_manager
+    if rm is None:
+        return
+    for pr in reads:
+        if pr.data.error_code == ErrorCode.none and pr.leader_end_offset >= 0:
+            rm.update_follower_fetch_state(TopicPartition(pr.topic, pr.partition), replica_id, pr.fetch_offset,
+                                           pr.replica_log_start, pr.leader_end_offset)
+
+
 def _open_regions(topics: list[FetchTopicData]) -> None:
     """Replace log FileSlices with regions opened here, read now (a segment deleted by retention
     after this point stays readable through the open handle)."""
@@ -239,7 +265,8 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
             tid = meta.topic_id if meta else uuid.UUID(int=0)
         td = FetchTopicData(name, tid)
         for fp in ft.partitions:
-            pr = _PartitionRead(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes)
+            pr = _PartitionRead(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
+                                getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
             if meta is None:
                 pr.data.error_code = ErrorCode.unknown_topic_id if version >= 13 else ErrorCode.unknown_topic_or_partition
             else:
@@ -252,6 +279,7 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
     response_max = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
     deadline = time.monotonic() + max_wait_ms / 1000
     keys = [(pr.topic, pr.partition) for pr in reads]
+    followed = False
     while True:
         total = 0
         errors = False
@@ -262,6 +290,10 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
                 broker, pr, isolation, response_max - total, total == 0, follower, ctx.cold_reads
             )
             errors = errors or pr.data.error_code != ErrorCode.none
+        if follower and not followed:
+            # the follower has everything below its fetch offset: the ISR and the HW may move now
+            followed = True
+            _record_follower_fetch(broker, replica_id, reads)
         remote = [pr for pr in reads if pr.remote]
         if remote:
             # several partitions of one fetch are read from the remote tier in parallel; those

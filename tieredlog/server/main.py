@@ -78,6 +78,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
         ready.set()
     await stop.wait()
     log.info("shutting down")
+    # while the listeners still serve: the controller moves this broker's leaderships to the others
+    await broker.controlled_shutdown()
     broker.stopping = True
     await server.stop()
     await broker.shutdown()

@@ -1,9 +1,9 @@
-"""Metadata (3) and DescribeCluster (60): this broker leads every partition.
+"""Metadata (3) and DescribeCluster (60).
 
-In a cluster (``zookeeper.connect``), the brokers are every one registered under /brokers/ids and the
-controller is the elected one, both from the membership's cached view (no ZooKeeper call here).
-Partition leadership stays local until the controller assigns it: each broker answers that it leads
-the partitions of its own topics.
+Alone, this broker leads every partition. In a cluster (``zookeeper.connect``) the answer comes from
+the metadata cache the controller's UpdateMetadata requests fill: every broker gives the same leaders,
+replicas and ISRs. Before the first UpdateMetadata, the brokers are those registered under
+/brokers/ids (the membership's cached view); no ZooKeeper call is made here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from tieredlog.errors import KafkaError
 from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
 from tieredlog.server.context import Handler, RequestContext
-from tieredlog.server.topic_store import TopicMetadata
+from tieredlog.server.topic_store import INTERNAL_TOPICS, TopicMetadata
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -35,6 +35,11 @@ def _broker_entries(broker: Broker) -> list[dict]:
     if cluster is None:
         return [own]
     listener = broker.config.advertised_listeners[0].name
+    node = broker.cluster_node
+    if node is not None and node.metadata.brokers:
+        return [{"node_id": b.broker_id, "host": hp[0], "port": hp[1], "rack": b.rack}
+                for b in sorted(node.metadata.brokers.values(), key=lambda b: b.broker_id)
+                if (hp := b.endpoints.get(listener)) is not None]
     out = [own]  # listed even while its own registration is not in the view (a new session, say)
     for broker_id, info in sorted(cluster.brokers.items()):
         if broker_id == broker.node_id:
@@ -53,7 +58,41 @@ def _controller_id(broker: Broker) -> int:
     return -1 if cid is None else cid
 
 
+def _cluster_topic_entry(broker: Broker, name: str) -> dict | None:
+    node = broker.cluster_node
+    assert node is not None
+    entry = node.metadata.topics.get(name)
+    if entry is None:
+        return None
+    live = node.metadata.brokers
+    partitions = []
+    for index, pm in sorted(entry.partitions.items()):
+        partitions.append({
+            "error_code": ErrorCode.none if pm.leader >= 0 and pm.leader in live else ErrorCode.leader_not_available,
+            "partition_index": index,
+            "leader_id": pm.leader if pm.leader in live else -1,
+            "leader_epoch": pm.leader_epoch,
+            "replica_nodes": list(pm.replicas),
+            "isr_nodes": list(pm.isr),
+            "offline_replicas": [r for r in pm.replicas if r not in live],
+        })
+    return {
+        "error_code": 0,
+        "name": name,
+        "topic_id": entry.topic_id,
+        "is_internal": name in INTERNAL_TOPICS,
+        "partitions": partitions,
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
 def topic_entry(broker: Broker, t: TopicMetadata) -> dict:
+    if broker.cluster_node is not None:
+        found = _cluster_topic_entry(broker, t.name)
+        if found is not None:
+            return found
+        # created a moment ago: the controller has not announced it yet (Kafka's answer too)
+        return _error_topic(t.name, ErrorCode.leader_not_available, t.topic_id)
     node = broker.node_id
     return {
         "error_code": 0,

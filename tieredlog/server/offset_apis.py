@@ -108,10 +108,13 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
     async def one(name: str, p: Any) -> dict:
         out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
         plog = broker.get_partition_log(name, p.partition_index)
-        if plog is None:
+        rm = broker.replica_manager
+        partition = rm.get_partition(TopicPartition(name, p.partition_index)) if rm is not None else None
+        if plog is None or partition is None:
             out["error_code"] = ErrorCode.unknown_topic_or_partition
             return out
         try:
+            partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
             off, ts, epoch = await _offset_for(ctx, plog, TopicPartition(name, p.partition_index), p.timestamp, isolation)
             out.update(offset=off, timestamp=ts, leader_epoch=epoch)
         except Exception as exc:  # noqa: BLE001
@@ -136,10 +139,14 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict:
         for p in t.partitions:
             out = {"error_code": 0, "partition": p.partition, "leader_epoch": -1, "end_offset": -1}
             plog = broker.get_partition_log(t.topic, p.partition)
-            if plog is None:
+            rm = broker.replica_manager
+            partition = rm.get_partition(TopicPartition(t.topic, p.partition)) if rm is not None else None
+            if plog is None or partition is None:
                 out["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 try:
+                    # a follower truncating asks the leader, at the epoch it believes current (KIP-320)
+                    partition.check_leader_epoch(p.current_leader_epoch)
                     epoch, end = plog.leader_epoch_cache.end_offset_for(p.leader_epoch, plog.log_end_offset)
                     out.update(leader_epoch=epoch, end_offset=end)
                 except Exception as exc:  # noqa: BLE001

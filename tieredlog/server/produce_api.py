@@ -1,18 +1,21 @@
 """Produce (0) and InitProducerId (22).
 
-Record bytes go to UnifiedLog.append_as_leader untouched (it validates CRC, sizes and sequences
-and patches offsets in place). With one broker the ISR is this broker, so acks=1 and acks=all are
-both satisfied once the append returns; the high watermark moves and parked fetches wake.
+Record bytes go to the partition's leader append untouched (the log validates CRC, sizes and
+sequences and patches offsets in place). acks=1 is answered once the leader has appended; acks=all
+once the ISR has the data (the high watermark passed it), parked meanwhile without blocking. With
+one broker the ISR is this broker, so both are satisfied at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import InvalidTopicError, KafkaError
+from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
@@ -21,9 +24,6 @@ if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
-
-LEADER_EPOCH = 0  # single broker: the leader epoch never changes
-
 
 def error_code_of(exc: BaseException) -> ErrorCode:
     if isinstance(exc, KafkaError):
@@ -39,10 +39,11 @@ def error_code_of(exc: BaseException) -> ErrorCode:
     return ErrorCode.unknown_server_error
 
 
-def _append(broker: Broker, topic: str, partition: int, records: bytes | None) -> dict:
+def _append(broker: Broker, topic: str, partition: int, records: bytes | None, acks: int) -> dict:
     out: dict[str, Any] = {"index": partition, "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
     plog = broker.get_partition_log(topic, partition)
-    if plog is None:
+    rm = broker.replica_manager
+    if plog is None or rm is None:
         out["error_code"] = ErrorCode.unknown_topic_or_partition
         return out
     try:
@@ -53,7 +54,7 @@ def _append(broker: Broker, topic: str, partition: int, records: bytes | None) -
             raise InvalidTopicError(f"Cannot append to internal topic {topic}")
         if not records:
             raise InvalidRecordError("produce request without records")
-        info = plog.append_as_leader(records, LEADER_EPOCH)
+        info = rm.append_to_leader(TopicPartition(topic, partition), records, acks)
     except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
         code = error_code_of(exc)
         if code == ErrorCode.unknown_server_error:
@@ -67,10 +68,10 @@ def _append(broker: Broker, topic: str, partition: int, records: bytes | None) -
             # The log's errors do not say which record failed: Kafka's batch_index names the first.
             out["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
         return out
-    # one replica: acks=all is satisfied as soon as the leader has the data
-    plog.update_high_watermark(plog.log_end_offset)
+    # followers' fetches parked at the log end wake for the new data
     broker.append_watchers.notify((topic, partition))
     out["error_code"] = ErrorCode.none
+    out["_required_offset"] = info.last_offset + 1
     out["base_offset"] = info.first_offset
     out["log_append_time"] = info.log_append_time
     out["log_start_offset"] = info.log_start_offset
@@ -82,6 +83,7 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
     acks = req.acks
     responses = []
     any_error = False
+    waits = []
     for td in req.topic_data:
         parts = []
         for pd in td.partition_data:
@@ -89,14 +91,30 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
                 parts.append({"index": pd.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1})
                 any_error = True
                 continue
-            res = _append(broker, td.name, pd.index, pd.records)
+            res = _append(broker, td.name, pd.index, pd.records, acks)
             any_error = any_error or res["error_code"] != ErrorCode.none
+            required = res.pop("_required_offset", None)
+            if acks == -1 and required is not None:
+                waits.append((TopicPartition(td.name, pd.index), required, res))
             parts.append(res)
         responses.append({"name": td.name, "partition_responses": parts})
+    if waits:
+        await _wait_for_isr(broker, waits, req.timeout.total_seconds())
     if acks == 0:
         # the client reads nothing back; Kafka closes the socket so it notices a failure
         return CLOSE_CONNECTION if any_error else NO_RESPONSE
     return {"responses": responses, "throttle_time": 0}
+
+
+async def _wait_for_isr(broker: Broker, waits: list[tuple[TopicPartition, int, dict]], timeout_s: float) -> None:
+    """acks=all: each partition's answer waits until the ISR has its records (the produce purgatory)."""
+    rm = broker.replica_manager
+    assert rm is not None
+    results = await asyncio.gather(*(rm.wait_for_acks(tp, required, timeout_s) for tp, required, _ in waits))
+    for (_tp, _required, res), error in zip(waits, results):
+        if error is not None:
+            res["error_code"] = error.code  # type: ignore[attr-defined]
+            res["error_message"] = None
 
 
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict:

@@ -1,0 +1,187 @@
+"""A replicated cluster of broker processes on one real ZooKeeper: topics created through the controller
+with replicas on three brokers, followers copying the leader, acks=all waiting for the ISR, and the
+leader killed with SIGKILL while an idempotent producer writes: every acknowledged record is read back
+exactly once, in order, from the new leader."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from broker_harness import BrokerProcess
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
+
+from tieredlog.cluster.zk import ZkClient
+from tieredlog.protocol.api import METADATA
+from tieredlog.protocol.client import KafkaClient
+
+pytestmark = pytest.mark.integration
+
+
+def member(connect: str, broker_id: int) -> dict[str, str]:
+    return {"zookeeper.connect": connect, "broker.id": str(broker_id), "zookeeper.session.timeout.ms": "6000",
+            "replica.lag.time.max.ms": "4000", "replica.fetch.backoff.ms": "200",
+            "remote.log.storage.system.enable": "false"}
+
+
+def partition_state(b: BrokerProcess, topic: str) -> list[tuple[int, int, list[int], list[int]]]:
+    """(leader, leader epoch, replicas, isr) per partition, from one broker's Metadata."""
+    with KafkaClient(b.bootstrap, timeout=10) as c:
+        r = c.request(METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+    (t,) = r.topics
+    if t.error_code != 0:
+        return []
+    return [(p.leader_id, p.leader_epoch, sorted(p.replica_nodes), sorted(p.isr_nodes))
+            for p in sorted(t.partitions, key=lambda p: p.partition_index)]
+
+
+def start_cluster(broker_factory: Callable[..., BrokerProcess], connect: str, n: int = 3) -> dict[int, BrokerProcess]:
+    brokers = {i: broker_factory(member(connect, i)) for i in range(1, n + 1)}
+    with ZkClient(connect) as zk:
+        wait_until(lambda: zk.get_all_broker_ids() == list(brokers), message="every broker registered")
+        wait_until(lambda: zk.get_controller_id() is not None, message="a controller elected")
+    return brokers
+
+
+def bootstrap(brokers: dict[int, BrokerProcess]) -> str:
+    return ",".join(b.bootstrap for b in brokers.values() if b.alive())
+
+
+def consume_all(servers: str, topic: str, expected: int, timeout_s: float = 60) -> list[Any]:
+    c = Consumer({"bootstrap.servers": servers, "group.id": "unused", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    c.assign([CkTopicPartition(topic, 0, 0)])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error() is None:
+                    out.append(m)
+    finally:
+        c.close()
+    return out
+
+
+def wait_for_progress(acked: list[int], more: int, timeout: float, message: str) -> None:
+    start = len(acked)
+    wait_until(lambda: len(acked) >= start + more, timeout=timeout, message=message)
+
+
+def test_rf3_topic_replicates_to_every_broker_and_acks_all_waits_for_the_isr(
+        broker_factory: Callable[..., BrokerProcess], zk_connect: str) -> None:  # noqa: F811
+    brokers = start_cluster(broker_factory, zk_connect)
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    admin.create_topics([NewTopic("rep", 1, 3, config={"min.insync.replicas": "2"})])["rep"].result(30)
+
+    b1 = brokers[1]
+    wait_until(lambda: (s := partition_state(b1, "rep")) and s[0][0] in brokers and len(s[0][3]) == 3,
+               timeout=30, message="a leader and a full ISR")
+    ((leader, epoch, replicas, isr),) = partition_state(b1, "rep")
+    assert replicas == [1, 2, 3] and isr == [1, 2, 3] and epoch == 0
+    # every broker answers the same
+    for b in brokers.values():
+        assert partition_state(b, "rep") == [(leader, epoch, replicas, isr)]
+
+    p = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all", "enable.idempotence": True, "linger.ms": 2})
+    for i in range(500):
+        p.produce("rep", key=b"k%d" % i, value=b"v%d" % i, partition=0)
+    assert p.flush(30) == 0
+    got = consume_all(bootstrap(brokers), "rep", 500)
+    assert [m.value() for m in got] == [b"v%d" % i for i in range(500)]
+
+    # the followers have every record: with the leader's broker gone, the new leader serves them all
+    brokers[leader].kill9()
+    survivors = {i: b for i, b in brokers.items() if i != leader}
+    any_survivor = next(iter(survivors.values()))
+    wait_until(lambda: partition_state(any_survivor, "rep")[0][0] in survivors, timeout=30,
+               message="a new leader elected from the ISR")
+    ((new_leader, new_epoch, _, new_isr),) = partition_state(any_survivor, "rep")
+    assert new_epoch > epoch and new_leader != leader and leader not in new_isr
+    got = consume_all(bootstrap(survivors), "rep", 500)
+    assert [m.value() for m in got] == [b"v%d" % i for i in range(500)]
+
+
+def test_min_insync_replicas_refuses_acks_all_when_the_isr_is_too_small(
+        broker_factory: Callable[..., BrokerProcess], zk_connect: str) -> None:  # noqa: F811
+    brokers = start_cluster(broker_factory, zk_connect, n=2)
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    admin.create_topics([NewTopic("strict", 1, 2, config={"min.insync.replicas": "2"})])["strict"].result(30)
+    wait_until(lambda: (s := partition_state(brokers[1], "strict")) and len(s[0][3]) == 2, timeout=30,
+               message="a full ISR")
+    ((leader, _, _, _),) = partition_state(brokers[1], "strict")
+    follower = next(i for i in brokers if i != leader)
+    brokers[follower].kill9()
+    wait_until(lambda: partition_state(brokers[leader], "strict")[0][3] == [leader], timeout=40,
+               message="the dead follower leaves the ISR")
+    errors: list[str] = []
+    p = Producer({"bootstrap.servers": brokers[leader].bootstrap, "acks": "all", "message.timeout.ms": 3000,
+                  "retries": 0})
+    p.produce("strict", value=b"x", partition=0, on_delivery=lambda err, _m: errors.append(err and err.name()))
+    p.flush(10)
+    assert errors == ["NOT_ENOUGH_REPLICAS"]
+    # acks=1 does not need the ISR
+    ok: list[Any] = []
+    p1 = Producer({"bootstrap.servers": brokers[leader].bootstrap, "acks": 1})
+    p1.produce("strict", value=b"y", partition=0, on_delivery=lambda err, _m: ok.append(err))
+    p1.flush(10)
+    assert ok == [None]
+
+
+def test_leader_killed_twice_under_an_idempotent_acks_all_producer_loses_and_duplicates_nothing(
+        broker_factory: Callable[..., BrokerProcess], zk_connect: str, tmp_path: Path) -> None:  # noqa: F811
+    brokers = start_cluster(broker_factory, zk_connect)
+    admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
+    admin.create_topics([NewTopic("safe", 1, 3, config={"min.insync.replicas": "2"})])["safe"].result(30)
+    wait_until(lambda: (s := partition_state(brokers[1], "safe")) and len(s[0][3]) == 3, timeout=30,
+               message="a full ISR")
+
+    acked: list[int] = []
+    failed: list[str] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        p = Producer({"bootstrap.servers": ",".join(b.bootstrap for b in brokers.values()), "acks": "all",
+                      "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120000})
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                acked.append(int(msg.value()))
+            else:
+                failed.append(err.name())
+
+        i = 0
+        while not stop.is_set():
+            p.produce("safe", value=b"%d" % i, partition=0, on_delivery=delivered)
+            p.poll(0)
+            i += 1
+            time.sleep(0.002)
+        p.flush(120)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        for _round in range(2):
+            wait_for_progress(acked, 200, timeout=60, message="the producer makes progress")
+            (leader, *_), = partition_state(next(b for b in brokers.values() if b.alive()), "safe")
+            brokers[leader].kill9()
+            wait_for_progress(acked, 200, timeout=90, message="progress after the failover")
+            brokers[leader].restart()
+            wait_until(lambda: len(partition_state(brokers[1] if brokers[1].alive() else brokers[2], "safe")[0][3]) == 3,
+                       timeout=60, message="the restarted broker rejoins the ISR")
+    finally:
+        stop.set()
+        writer.join(150)
+    assert not failed, failed[:5]
+    got = consume_all(bootstrap(brokers), "safe", len(acked), timeout_s=90)
+    values = [int(m.value()) for m in got]
+    # exactly once, in order: the log holds every acknowledged record once, and nothing else
+    assert values == sorted(set(values)), "duplicates or reordering"
+    assert set(acked) <= set(values)
+    assert values == list(range(len(values)))

@@ -1,0 +1,164 @@
+"""The controller's requests to a broker (LeaderAndIsr 4, StopReplica 5, UpdateMetadata 6) and the
+brokers' requests to the controller (ControlledShutdown 7, AlterPartition 56), in a cluster only.
+
+Every controller request is fenced by its controller epoch (``STALE_CONTROLLER_EPOCH`` for a deposed
+controller, KAFKA-6082) and by this broker's epoch (``STALE_BROKER_EPOCH`` for a request meant for
+an earlier registration of this broker id, KIP-380).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tieredlog.errors import KafkaError
+from tieredlog.log.types import TopicPartition
+from tieredlog.protocol.api import ALTER_PARTITION, CONTROLLED_SHUTDOWN, LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA
+from tieredlog.replication.metadata_cache import BrokerNode, PartitionMetadata
+from tieredlog.replication.partition import PartitionState
+from tieredlog.replication.replica_manager import LeaderAndIsrPartition
+from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.topic_store import TopicMetadata
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+def _fence(broker: Broker, controller_id: int, controller_epoch: int, broker_epoch: int) -> ErrorCode:
+    if broker.cluster is None or broker.cluster_node is None:
+        return ErrorCode.not_controller  # not part of a cluster: no controller talks to us
+    try:
+        broker.cluster.fence.check(controller_epoch, controller_id)
+    except KafkaError as exc:
+        log.warning("%s", exc)
+        return exc.code
+    own = broker.cluster_node.broker_epoch()
+    if 0 <= broker_epoch < own:
+        log.warning("Received a request from controller %d for broker epoch %d, older than the current %d",
+                    controller_id, broker_epoch, own)
+        return ErrorCode.stale_broker_epoch
+    return ErrorCode.none
+
+
+async def _learn_topics(broker: Broker, topics: dict[str, tuple[Any, int]]) -> None:
+    """Topics this broker has not seen get their configs from ZooKeeper before any log of theirs is
+    made (a log's segment size, retention and min.insync.replicas come from them)."""
+    node = broker.cluster_node
+    assert node is not None
+    unknown = [t for t in topics if t not in broker.topics]
+    configs = await node.topic_configs(unknown) if unknown else {}
+    for name, (topic_id, partitions) in topics.items():
+        t = broker.topics.get(name)
+        if t is None or (topic_id is not None and t.topic_id != topic_id):
+            t = TopicMetadata(name, topic_id, partitions, configs.get(name, {}))
+            broker.topics[name] = t
+            if topic_id is not None:
+                broker.topics_by_id[topic_id] = t
+        elif partitions > t.partitions:
+            t.partitions = partitions
+
+
+async def handle_leader_and_isr(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
+    if code != ErrorCode.none:
+        return {"error_code": code, "topics": []}
+    rm = broker.replica_manager
+    assert rm is not None
+    seen: dict[str, tuple[Any, int]] = {}
+    partitions: list[LeaderAndIsrPartition] = []
+    for ts in req.topic_states:
+        top = max((ps.partition_index for ps in ts.partition_states), default=-1) + 1
+        prev = seen.get(ts.topic_name)
+        seen[ts.topic_name] = (ts.topic_id, max(top, prev[1] if prev else 0))
+        for ps in ts.partition_states:
+            partitions.append(LeaderAndIsrPartition(
+                TopicPartition(ts.topic_name, ps.partition_index), ts.topic_id,
+                PartitionState(leader=ps.leader, leader_epoch=ps.leader_epoch, isr=tuple(ps.isr),
+                               replicas=tuple(ps.replicas), partition_epoch=ps.partition_epoch,
+                               controller_epoch=ps.controller_epoch, adding_replicas=tuple(ps.adding_replicas),
+                               removing_replicas=tuple(ps.removing_replicas), is_new=ps.is_new)))
+    await _learn_topics(broker, seen)
+    live = {ll.broker_id: (ll.host_name, ll.port) for ll in req.live_leaders}
+    errors = await rm.become_leader_or_follower(req.controller_id, req.controller_epoch, partitions, live)
+    by_topic: dict[Any, list[dict]] = {}
+    for lp in partitions:
+        by_topic.setdefault(lp.topic_id, []).append(
+            {"partition_index": lp.tp.partition, "error_code": errors.get(lp.tp, ErrorCode.none)})
+    return {"error_code": ErrorCode.none,
+            "topics": [{"topic_id": tid, "partition_errors": errs} for tid, errs in by_topic.items()]}
+
+
+async def handle_update_metadata(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
+    if code != ErrorCode.none:
+        return {"error_code": code}
+    node = broker.cluster_node
+    assert node is not None
+    brokers = [BrokerNode(b.id_, {e.listener: (e.host, e.port) for e in b.endpoints}, b.rack) for b in req.live_brokers]
+    parts = []
+    counts: dict[str, tuple[Any, int]] = {}
+    for ts in req.topic_states:
+        for ps in ts.partition_states:
+            parts.append((ts.topic_name, ts.topic_id, ps.partition_index, PartitionMetadata(
+                leader=ps.leader, leader_epoch=ps.leader_epoch, isr=tuple(ps.isr), replicas=tuple(ps.replicas),
+                offline_replicas=tuple(ps.offline_replicas), zk_version=ps.zk_version)))
+    delta = node.metadata.update(req.controller_id, req.controller_epoch, brokers, parts)
+    for name in delta.new_topics + delta.grown_topics:
+        entry = node.metadata.topics.get(name)
+        if entry is not None:
+            counts[name] = (entry.topic_id, max(entry.partitions) + 1)
+    if counts:
+        await _learn_topics(broker, counts)
+    for name in delta.deleted_topics:
+        t = broker.topics.pop(name, None)
+        if t is not None:
+            broker.topics_by_id.pop(t.topic_id, None)
+    node.metadata_updated()
+    return {"error_code": ErrorCode.none}
+
+
+async def handle_stop_replica(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
+    if code != ErrorCode.none:
+        return {"error_code": code, "partition_errors": []}
+    rm = broker.replica_manager
+    assert rm is not None
+    partitions = {TopicPartition(ts.topic_name, ps.partition_index): (ps.leader_epoch, ps.delete_partition)
+                  for ts in req.topic_states for ps in ts.partition_states}
+    errors = await rm.stop_replicas(req.controller_id, req.controller_epoch, partitions)
+    return {"error_code": ErrorCode.none, "partition_errors": [
+        {"topic_name": tp.topic, "partition_index": tp.partition, "error_code": err} for tp, err in errors.items()]}
+
+
+async def handle_alter_partition(ctx: RequestContext, req: Any) -> dict:
+    controller = ctx.broker.controller
+    if controller is None:
+        return {"error_code": ErrorCode.not_controller, "topics": []}
+    return await asyncio.wrap_future(controller.alter_partition(req))
+
+
+async def handle_controlled_shutdown(ctx: RequestContext, req: Any) -> dict:
+    controller = ctx.broker.controller
+    if controller is None:
+        return {"error_code": ErrorCode.not_controller, "remaining_partitions": []}
+    code, remaining = await asyncio.wrap_future(controller.controlled_shutdown(req.broker_id, req.broker_epoch))
+    return {"error_code": code, "remaining_partitions": [
+        {"topic_name": tp[0], "partition_index": tp[1]} for tp in remaining]}
+
+
+def handlers() -> dict[int, Handler]:
+    return {
+        LEADER_AND_ISR: handle_leader_and_isr,
+        UPDATE_METADATA: handle_update_metadata,
+        STOP_REPLICA: handle_stop_replica,
+        ALTER_PARTITION: handle_alter_partition,
+        CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
+    }
