@@ -19,7 +19,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Protocol
 
 from tieredlog.cluster.controller_election import ControllerElector, ControllerEpochFence
 from tieredlog.cluster.live_brokers import LiveBrokers
@@ -68,22 +68,41 @@ class ZkClusterConfig:
         )
 
 
+class ControllerHandle(Protocol):
+    """The controller a broker runs when elected (``tieredlog.controller.KafkaController``). Its
+    callbacks are called on the election thread and must only hand work to the controller's own thread."""
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def on_become_controller(self, epoch: int) -> None: ...
+
+    def on_resign(self) -> None: ...
+
+
 class ZkClusterMembership:
     def __init__(self, config: ZkClusterConfig, *,
                  on_become_controller: Callable[[int], None] | None = None,
                  on_resign: Callable[[], None] | None = None,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """With ``loop``, the controller callbacks are scheduled on that loop instead of being called
-        on the election thread."""
+                 loop: asyncio.AbstractEventLoop | None = None,
+                 controller_factory: Callable[[ZkClient], ControllerHandle] | None = None) -> None:
+        """With ``loop``, the ``on_*`` callbacks are scheduled on that loop instead of being called on
+        the election thread. ``controller_factory(zk)`` builds the controller on this membership's
+        ZooKeeper client (``self.controller``): the elector calls it directly, before the ``on_*``
+        callbacks; it starts with the election and is closed after the elector."""
         self.config = config
         self.zk = ZkClient(config.connect, session_timeout_ms=config.session_timeout_ms,
                            connection_timeout_ms=config.connection_timeout_ms, name=f"broker-{config.broker_id}")
         self.cluster_id: str | None = None
         self.fence = ControllerEpochFence()
         self.registration = BrokerRegistration(self.zk, BrokerInfo(config.broker_id, config.endpoints, config.rack))
+        self.controller = controller_factory(self.zk) if controller_factory is not None else None
+        ctl = self.controller
         self.elector = ControllerElector(self.zk, config.broker_id, fence=self.fence,
-                                         on_become_controller=_on_loop(loop, on_become_controller),
-                                         on_resign=_on_loop(loop, on_resign))
+                                         on_become_controller=_chain(ctl.on_become_controller if ctl else None,
+                                                                     _on_loop(loop, on_become_controller)),
+                                         on_resign=_chain(ctl.on_resign if ctl else None, _on_loop(loop, on_resign)))
         self.live_brokers = LiveBrokers(self.zk, config.broker_id)
 
     @property
@@ -132,6 +151,8 @@ class ZkClusterMembership:
         return epoch
 
     def start_controller_election(self) -> None:
+        if self.controller is not None:
+            self.controller.start()
         self.elector.start()
 
     def start(self) -> str:
@@ -148,6 +169,8 @@ class ZkClusterMembership:
     def close(self) -> None:
         self.live_brokers.close()
         self.elector.close()
+        if self.controller is not None:
+            self.controller.close()  # after the elector: its on_resign is processed first
         self.registration.close()
         self.zk.close()
 
@@ -168,3 +191,17 @@ def _on_loop(loop: asyncio.AbstractEventLoop | None, callback: Callable[..., Non
             loop.call_soon_threadsafe(target, *args)
 
     return schedule
+
+
+def _chain(first: Callable[..., None] | None, second: Callable[..., None] | None) -> Callable[..., None] | None:
+    if first is None or second is None:
+        return first or second
+    a, b = first, second
+
+    def both(*args: int) -> None:
+        try:
+            a(*args)
+        finally:
+            b(*args)
+
+    return both

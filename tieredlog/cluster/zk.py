@@ -437,6 +437,16 @@ class ZkClient:
         brokers = (self.get_broker(b) for b in self.get_all_broker_ids())
         return [b for b in brokers if b is not None]
 
+    def get_all_broker_and_epochs(self, watch: Watch | None = None) -> dict[int, tuple[BrokerInfo, int]]:
+        """Every registered broker and its epoch (the czxid of its znode; a broker that registered
+        again has a higher one). ``watch`` is a child watch on /brokers/ids."""
+        out: dict[int, tuple[BrokerInfo, int]] = {}
+        for broker_id in self.get_all_broker_ids(watch):
+            got = self.get_data(znodes.broker_id_path(broker_id))
+            if got is not None:  # gone meanwhile: the child watch reports it
+                out[broker_id] = (BrokerInfo.decode(broker_id, got[0]), int(got[1].czxid))
+        return out
+
     # ---- /controller, /controller_epoch -----------------------------------------------------------
 
     def get_controller(self, watch: Watch | None = None) -> tuple[int, ZnodeStat] | None:
@@ -568,6 +578,18 @@ class ZkClient:
                 self._retry(self._kz.create, path, data, makepath=True)
             except NodeExistsError:
                 self._retry(self._kz.set, path, data)
+
+    def delete_topic_config(self, topic: str, *, expected_controller_epoch_zk_version: int | None = None) -> None:
+        self.delete_path(znodes.topic_config_path(topic),
+                         expected_controller_epoch_zk_version=expected_controller_epoch_zk_version)
+
+    def delete_recursive(self, path: str, *, expected_controller_epoch_zk_version: int | None = None) -> None:
+        """Delete ``path`` and everything below it, children first, each delete fenced like
+        ``delete_path`` (Kafka's deleteRecursive); no error if it is gone."""
+        for child in self.get_children(path):
+            self.delete_recursive(f"{path}/{child}",
+                                  expected_controller_epoch_zk_version=expected_controller_epoch_zk_version)
+        self.delete_path(path, expected_controller_epoch_zk_version=expected_controller_epoch_zk_version)
 
     # ---- /admin ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,32 @@
+"""The broker configs the controller reads, under Kafka's names and with Kafka's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tieredlog.config import BrokerConfig
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    unclean_leader_election_enable: bool = False  # the broker default; a topic's config overrides it
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    inter_broker_listener_name: str | None = None
+    security_inter_broker_protocol: str = "PLAINTEXT"
+    controller_socket_timeout_ms: int = 30000
+    delete_topic_enable: bool = True
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> "ControllerConfig":
+        return cls(
+            unclean_leader_election_enable=bool(config["unclean.leader.election.enable"]),
+            auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
+            leader_imbalance_check_interval_seconds=int(config["leader.imbalance.check.interval.seconds"]),
+            leader_imbalance_per_broker_percentage=int(config["leader.imbalance.per.broker.percentage"]),
+            inter_broker_listener_name=config.get("inter.broker.listener.name"),
+            security_inter_broker_protocol=str(config["security.inter.broker.protocol"]),
+            controller_socket_timeout_ms=int(config["controller.socket.timeout.ms"]),
+            delete_topic_enable=bool(config["delete.topic.enable"]),
+        )
