@@ -118,7 +118,7 @@ def test_min_insync_replicas_refuses_acks_all_when_the_isr_is_too_small(
     ((leader, _, _, _),) = partition_state(brokers[1], "strict")
     follower = next(i for i in brokers if i != leader)
     brokers[follower].kill9()
-    wait_until(lambda: partition_state(brokers[leader], "strict")[0][3] == [leader], timeout=40,
+    wait_until(lambda: (s := partition_state(brokers[leader], "strict")) and s[0][3] == [leader], timeout=40,
                message="the dead follower leaves the ISR")
     errors: list[str] = []
     p = Producer({"bootstrap.servers": brokers[leader].bootstrap, "acks": "all", "message.timeout.ms": 3000,
@@ -173,7 +173,8 @@ def test_leader_killed_twice_under_an_idempotent_acks_all_producer_loses_and_dup
             brokers[leader].kill9()
             wait_for_progress(acked, 200, timeout=90, message="progress after the failover")
             brokers[leader].restart()
-            wait_until(lambda: len(partition_state(brokers[1] if brokers[1].alive() else brokers[2], "safe")[0][3]) == 3,
+            # a broker that just started knows no topics until the controller's UpdateMetadata: ask each
+            wait_until(lambda: all((s := partition_state(b, "safe")) and len(s[0][3]) == 3 for b in brokers.values()),
                        timeout=60, message="the restarted broker rejoins the ISR")
     finally:
         stop.set()
