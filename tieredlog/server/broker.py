@@ -19,6 +19,8 @@ from kio.schema.errors import ErrorCode
 from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
 from tieredlog.config import BrokerConfig
+from tieredlog.controller.config import ControllerConfig
+from tieredlog.controller.controller import KafkaController
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.errors import (
     InvalidConfigError,
@@ -33,8 +35,6 @@ from tieredlog.log.config import ConfigError, LogConfig, validate_topic_config_c
 from tieredlog.log.log_manager import LogManager
 from tieredlog.log.types import TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
-from tieredlog.controller.config import ControllerConfig
-from tieredlog.controller.controller import KafkaController
 from tieredlog.replication.controller_channel import AlterPartitionManager, ControllerChannel
 from tieredlog.replication.fetcher import FetcherConfig
 from tieredlog.replication.replica_manager import ReplicaManager
