@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.protocol.api import (
     API_VERSIONS,
+    CLUSTER_ADMIN_VERSIONS,
     CORE_VERSIONS,
     GROUP_VERSIONS,
     INTER_BROKER_VERSIONS,
@@ -29,6 +30,7 @@ class Dispatcher:
     def __init__(self, broker: Broker) -> None:
         from tieredlog.server import (
             admin_apis,
+            cluster_admin_apis,
             config_apis,
             fetch_api,
             group_apis,
@@ -47,7 +49,9 @@ class Dispatcher:
         if broker.config.get("zookeeper.connect"):
             # as a ZooKeeper-mode Kafka broker: the controller's requests and the brokers' to it
             self.handlers.update(inter_broker_apis.handlers())
+            self.handlers.update(cluster_admin_apis.handlers())
             versions.update(INTER_BROKER_VERSIONS)
+            versions.update(CLUSTER_ADMIN_VERSIONS)
         self.versions: dict[int, tuple[int, int]] = {k: v for k, v in versions.items() if k in self.handlers}
 
     def handler_for(self, api_key: int, version: int) -> Handler | None:
