@@ -110,6 +110,7 @@ class RequestSendThread:
                     response = self._send(item)
                 except Exception as exc:
                     if self._stopped.is_set():
+                        _call(item.callback, None, ChannelClosedError(f"broker {self.broker.broker_id} is gone"))
                         break
                     log.warning("Controller %d's connection to broker %s was unsuccessful (%s); retrying in %.1f s",
                                 self.controller_id, self._target(), exc, backoff)

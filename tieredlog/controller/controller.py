@@ -24,7 +24,6 @@ from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
 from kazoo.protocol.states import EventType, WatchedEvent
-from kio.schema.alter_partition.v2.request import PartitionData as AlterPartitionDataV2
 from kio.schema.errors import ErrorCode
 
 from tieredlog.cluster import znodes
@@ -32,6 +31,7 @@ from tieredlog.cluster.errors import ControllerMovedError
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import BrokerInfo, EndPoint, ReplicaAssignment, TopicAssignment
 from tieredlog.controller import events as ev
+from tieredlog.controller.alter_partition import AlterPartitionHandler
 from tieredlog.controller.channel import (
     BrokerRequestSender,
     ControllerChannelManager,
@@ -59,7 +59,6 @@ from tieredlog.controller.state_machines import (
     PartitionStateMachine,
     ReplicaStateMachine,
     StateChangeFailedError,
-    update_leader_and_isr,
 )
 from tieredlog.controller.topic_deletion import TopicDeletionManager
 
@@ -279,7 +278,7 @@ class KafkaController:
         elif isinstance(event, ev.TopicDeletionStopReplicaResponseReceived):
             self._process_stop_replica_response(event)
         elif isinstance(event, ev.AlterPartitionReceived):
-            ev.complete(event.future, self._process_alter_partition(event.request))
+            self._process_alter_partition(event)
         elif isinstance(event, ev.ControlledShutdownReceived):
             ev.complete(event.future, self._process_controlled_shutdown(event.broker_id, event.broker_epoch))
         elif isinstance(event, ev.ElectLeadersReceived):
@@ -603,96 +602,11 @@ class KafkaController:
             log.warning("Controller %d: broker %d answered api key %d with error %s", self.broker_id, broker_id, api_key,
                         code)
 
-    # ---- AlterPartition (KIP-497) --------------------------------------------------------------------
-
-    def _process_alter_partition(self, request: Any) -> dict[str, Any]:
-        ctx = self.ctx
-        batch, _, _, _ = self._state_machines()
-        broker_id, broker_epoch = int(request.broker_id), int(request.broker_epoch)
-        known_epoch = ctx.live_broker_epochs.get(broker_id)
-        if known_epoch is None or (broker_epoch != -1 and broker_epoch != known_epoch):
-            log.info("Controller %d: ignoring AlterPartition from broker %d due to stale broker epoch %d (current: %s)",
-                     self.broker_id, broker_id, broker_epoch, known_epoch)
-            return {"error_code": ErrorCode.stale_broker_epoch, "topics": []}
-        items = _alter_partition_items(request)
-        answers: dict[tuple[uuid.UUID, int], dict[str, Any]] = {}
-        accepted: dict[TopicPartition, LeaderAndIsr] = {}
-        keys: dict[TopicPartition, tuple[uuid.UUID, int]] = {}
-        for item in items:
-            key = (item.topic_id, item.partition_index)
-            error = self._check_alter_partition(broker_id, item)
-            if isinstance(error, ErrorCode):
-                answers[key] = _partition_error(item.partition_index, error)
-            elif isinstance(error, LeaderAndIsr):  # already so: answer the current state
-                answers[key] = _partition_answer(item.partition_index, error)
-            else:
-                topic = ctx.topic_name(item.topic_id)
-                assert topic is not None
-                tp = TopicPartition(topic, item.partition_index)
-                current = ctx.leadership[tp].leader_and_isr
-                accepted[tp] = LeaderAndIsr(current.leader, current.leader_epoch, tuple(b for b, _ in item.new_isr),
-                                            item.leader_recovery_state, current.partition_epoch)
-                keys[tp] = key
-        finished, conflicts = update_leader_and_isr(self.zk, ctx, accepted)
-        for tp, outcome in finished.items():
-            key = keys[tp]
-            if isinstance(outcome, LeaderAndIsr):
-                old = ctx.leadership[tp].leader_and_isr
-                ctx.leadership[tp] = LeaderIsrAndEpoch(outcome, ctx.epoch)
-                state_change_log.info("%sChanged ISR of partition %s from [%s] to [%s] at the request of leader %d "
-                                      "(leader epoch %d, partition epoch %d)", self._prefix(), tp,
-                                      ",".join(map(str, old.isr)), ",".join(map(str, outcome.isr)), broker_id,
-                                      outcome.leader_epoch, outcome.partition_epoch)
-                answers[key] = _partition_answer(key[1], outcome)
-            else:
-                answers[key] = _partition_error(key[1], ErrorCode.unknown_server_error)
-        for tp in conflicts:
-            log.info("Controller %d: failed to update ISR of partition %s, bad ZK version", self.broker_id, tp)
-            answers[keys[tp]] = _partition_error(tp.partition, ErrorCode.invalid_update_version)
-        altered = [tp for tp, o in finished.items() if isinstance(o, LeaderAndIsr)]
-        batch.add_update_metadata_request_for_brokers(ctx.live_or_shutting_down_broker_ids, altered)
-        assert self._reassigner is not None
-        self._reassigner.on_isr_change([tp for tp in altered if tp in ctx.partitions_being_reassigned])
-        topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
-        for item in items:
-            topics.setdefault(item.topic_id, []).append(answers[(item.topic_id, item.partition_index)])
-        return {"error_code": ErrorCode.none,
-                "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]}
-
-    def _check_alter_partition(self, broker_id: int, item: ev.AlterPartitionItem) -> ErrorCode | LeaderAndIsr | None:
-        """The error of one partition, its current state when the request asks for what is already so,
-        or None when the new ISR may be written."""
-        ctx = self.ctx
-        topic = ctx.topic_name(item.topic_id)
-        if topic is None:
-            return ErrorCode.unknown_topic_id
-        info = ctx.leadership.get(TopicPartition(topic, item.partition_index))
-        if info is None:
-            return ErrorCode.unknown_topic_or_partition
-        current = info.leader_and_isr
-        new_isr = tuple(b for b, _ in item.new_isr)
-        if item.leader_recovery_state == 1 and len(new_isr) > 1:
-            return ErrorCode.invalid_request
-        if item.partition_epoch > current.partition_epoch or item.leader_epoch > current.leader_epoch:
-            return ErrorCode.not_controller  # the leader knows a newer state: this controller may be stale
-        if item.leader_epoch < current.leader_epoch:
-            return ErrorCode.fenced_leader_epoch
-        if broker_id != current.leader:
-            return ErrorCode.not_leader_or_follower
-        if new_isr == current.isr and item.leader_recovery_state == current.leader_recovery_state:
-            return current  # a retry of a write that succeeded: idempotent
-        if item.partition_epoch < current.partition_epoch:
-            return ErrorCode.invalid_update_version
-        if item.leader_recovery_state == 1 and current.leader_recovery_state == 0:
-            return ErrorCode.invalid_request
-        ineligible = [b for b, epoch in item.new_isr
-                      if b not in ctx.live_broker_ids or (epoch != -1 and epoch != ctx.live_broker_epochs.get(b))]
-        if ineligible:
-            log.info("Controller %d: rejecting AlterPartition from broker %d for %s-%d because it specified ineligible "
-                     "replicas %s in the new ISR %s", self.broker_id, broker_id, topic, item.partition_index,
-                     ineligible, list(new_isr))
-            return ErrorCode.ineligible_replica
-        return None
+    def _process_alter_partition(self, event: ev.AlterPartitionReceived) -> None:
+        assert self._batch is not None and self._reassigner is not None
+        response, altered = AlterPartitionHandler(self.ctx, self.zk, self._batch, self.broker_id).process(event.request)
+        ev.complete(event.future, response)
+        self._reassigner.on_isr_change([tp for tp in altered if tp in self.ctx.partitions_being_reassigned])
 
     # ---- controlled shutdown -------------------------------------------------------------------------
 
@@ -823,27 +737,3 @@ class KafkaController:
             timer, self._rebalance_timer = self._rebalance_timer, None
         if timer is not None:
             timer.cancel()
-
-
-def _alter_partition_items(request: Any) -> list[ev.AlterPartitionItem]:
-    items: list[ev.AlterPartitionItem] = []
-    for topic in request.topics:
-        for p in topic.partitions:
-            if isinstance(p, AlterPartitionDataV2):
-                isr: tuple[tuple[int, int], ...] = tuple((int(b), -1) for b in p.new_isr)
-            else:
-                isr = tuple((int(s.broker_id), int(s.broker_epoch)) for s in p.new_isr_with_epochs)
-            items.append(ev.AlterPartitionItem(topic.topic_id, int(p.partition_index), int(p.leader_epoch), isr,
-                                               int(p.leader_recovery_state), int(p.partition_epoch)))
-    return items
-
-
-def _partition_error(partition: int, error: ErrorCode) -> dict[str, Any]:
-    return {"partition_index": partition, "error_code": error, "leader_id": NO_LEADER, "leader_epoch": -1, "isr": [],
-            "leader_recovery_state": 0, "partition_epoch": -1}
-
-
-def _partition_answer(partition: int, lai: LeaderAndIsr) -> dict[str, Any]:
-    return {"partition_index": partition, "error_code": ErrorCode.none, "leader_id": lai.leader,
-            "leader_epoch": lai.leader_epoch, "isr": list(lai.isr), "leader_recovery_state": lai.leader_recovery_state,
-            "partition_epoch": lai.partition_epoch}
