@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from kio.schema.errors import ErrorCode
 
 from tieredlog.atomic_file import atomic_write
+from tieredlog.cluster.config_changes import ConfigChangeListener
 from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
 from tieredlog.config import BrokerConfig
 from tieredlog.controller.config import ControllerConfig
@@ -38,8 +39,9 @@ from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.replication.controller_channel import AlterPartitionManager, ControllerChannel
 from tieredlog.replication.fetcher import FetcherConfig
 from tieredlog.replication.replica_manager import ReplicaManager
+from tieredlog.server.broker_metrics import BrokerMetrics, MetricsEndpoint
 from tieredlog.server.cluster_node import ClusterNode, attach_state_change_log, detach_state_change_log
-from tieredlog.server.coordinators import create_group_coordinator
+from tieredlog.server.coordinators import create_cluster_group_coordinator, create_group_coordinator
 from tieredlog.server.delayed import PartitionWatchers
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
 
@@ -108,18 +110,25 @@ class Broker:
         self.replica_manager: ReplicaManager | None = None
         self.controller: KafkaController | None = None  # in a cluster: acts once elected
         self._state_change_log: logging.Handler | None = None
+        self._config_changes: ConfigChangeListener | None = None
         self._alter_partition: AlterPartitionManager | None = None
         # cluster mode: topic changes to write to ZooKeeper at the next topics_durable()
         self._zk_pending: list[tuple[Any, Callable[[Any], bool]]] = []
         self.producer_ids: ProducerIdManager | None = None
         self._store = TopicStore(self.log_dirs[0])
         self.stopping = False  # set on SIGTERM; parked fetches return at once
+        self.metrics = BrokerMetrics(self)
+        self._metrics_endpoint: MetricsEndpoint | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
+        port = self.config.get("metrics.port", -1)
+        if port is not None and port >= 0:
+            # first, alone or in a cluster: the endpoint shows start-up (partition counts as logs load)
+            self._metrics_endpoint = MetricsEndpoint(self.metrics, port, self.config.get("metrics.host") or "127.0.0.1")
         first = self.log_dirs[0]
         cluster_config = ZkClusterConfig.from_broker_config(self.config)  # InvalidZkConnectError, BrokerConfigError
         if cluster_config is None:
@@ -137,6 +146,9 @@ class Broker:
             controller = KafkaController(self.cluster.zk, self.node_id, ControllerConfig.from_broker_config(self.config))
             controller.start()
             self.controller = controller
+            self._config_changes = ConfigChangeListener(
+                self.cluster.zk, functools.partial(self._topic_config_changed, loop), name=str(self.node_id))
+            self._config_changes.start()
         self.producer_ids = ProducerIdManager(first / _PID_FILE)
         if self.cluster_node is None:
             self.topics = self._store.load()  # before the logs load, so they get their topic configs
@@ -168,8 +180,10 @@ class Broker:
                 self.cluster_node, on_answered=self.replica_manager.isr_change_answered)
             self.replica_manager.isr_sender = self._alter_partition
             self._alter_partition.start()
-            log.warning("cluster mode: consumer group coordination and the remote tier are not served yet in a "
-                        "cluster (FindCoordinator answers COORDINATOR_NOT_AVAILABLE; topics are local-only)")
+            # serves the groups of the __consumer_offsets partitions the controller makes this broker lead
+            self.group_coordinator = create_cluster_group_coordinator(self)
+            await self.group_coordinator.start()
+            log.warning("cluster mode: the remote tier is not served yet in a cluster (topics are local-only)")
         # Retention, flushes and checkpoints run on the LogManager's own scheduler threads: not on the
         # event loop, and on no pool remote-storage work shares, so a slow object store cannot starve them.
         flush_ms = self.config["log.flush.scheduler.interval.ms"]
@@ -178,6 +192,28 @@ class Broker:
             flush_check_ms=max(flush_ms, 10) if flush_ms < 2**62 else None,
             checkpoint_ms=max(self.config["log.flush.offset.checkpoint.interval.ms"], 10),
         )
+
+    def _topic_config_changed(self, loop: asyncio.AbstractEventLoop, topic: str, configs: dict[str, str]) -> None:
+        # the listener's thread: the topic table and the logs belong to the event loop
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self.apply_topic_configs, topic, configs)
+
+    def apply_topic_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """A topic's configs changed in ZooKeeper (any broker's AlterConfigs): its logs here take them."""
+        t = self.topics.get(name)
+        if t is None:
+            return
+        try:
+            cfg = self._effective_log_config(overrides)
+        except InvalidConfigError as exc:
+            log.warning("ignoring the new configs of topic %s: %s", name, exc)
+            return
+        t.configs = dict(overrides)
+        for p in range(t.partitions):
+            plog = self.log_manager.get_log(TopicPartition(name, p))
+            if plog is not None:
+                plog.config = cfg
+        log.info("topic %s configs are now %s", name, overrides)
 
     def _on_become_controller(self, epoch: int) -> None:
         if self.controller is not None:
@@ -200,13 +236,9 @@ class Broker:
                               on_high_watermark_moved=self.append_watchers.notify)
 
     def _start_remote_log_manager(self) -> None:
-        # tiered storage (tieredlog.rlm): metrics endpoint, then the RLM (None when disabled)
-        from tieredlog.rlm import start_metrics_server
+        # tiered storage (tieredlog.rlm; None when disabled): its metrics join the broker's endpoint
         from tieredlog.server.remote_tier import create_remote_log_manager
 
-        port = self.config.get("metrics.port", -1)
-        if port is not None and port >= 0:
-            start_metrics_server(port, self.config.get("metrics.host") or "127.0.0.1")
         self.remote_log_manager = create_remote_log_manager(self)
 
     def _make_log_manager(self) -> LogManager:
@@ -314,6 +346,8 @@ class Broker:
             # LogManager.shutdown flushes, writes checkpoints and the clean-shutdown marker: fsyncs, so
             # off the loop like every other disk wait
             await asyncio.to_thread(self.log_manager.shutdown)
+        if self._config_changes is not None:
+            self._config_changes.close()
         if self.controller is not None:
             try:
                 await asyncio.to_thread(self.controller.close)
@@ -328,6 +362,8 @@ class Broker:
                 await self.cluster.close_async()
             except Exception:
                 log.exception("closing the ZooKeeper session failed")
+        if self._metrics_endpoint is not None:
+            await asyncio.to_thread(self._metrics_endpoint.close)
 
     # ---- topics -------------------------------------------------------------------------------------
 

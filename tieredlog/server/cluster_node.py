@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tieredlog.cluster.config_changes import notify_topic_config_change
 from tieredlog.cluster.membership import ZkClusterMembership
 from tieredlog.cluster.znodes import ReplicaAssignment, TopicAssignment
 from tieredlog.config import BrokerConfig
@@ -163,4 +164,10 @@ class ClusterNode:
         await asyncio.get_running_loop().run_in_executor(None, write)
 
     async def set_topic_config(self, name: str, configs: dict[str, str]) -> None:
-        await self._zk(self.membership.zk.set_topic_config, name, configs)
+        zk = self.membership.zk
+
+        def write() -> None:
+            zk.set_topic_config(name, configs)
+            notify_topic_config_change(zk, name)  # every broker (this one too) applies it to its logs
+
+        await asyncio.get_running_loop().run_in_executor(None, write)
