@@ -11,12 +11,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("tieredlog.tools.topics", "create, delete, list, describe, alter-config topics"),
     "dump-log": ("tieredlog.tools.dump_log", "print batches, records and index entries of log files"),
     "remote": ("tieredlog.tools.remote", "inspect remote segments and __remote_log_metadata"),
+    "reassign": ("tieredlog.tools.reassign", "move partition replicas between brokers (kafka-reassign-partitions)"),
+    "leader-election": ("tieredlog.tools.leader_election", "elect preferred or unclean leaders (kafka-leader-election)"),
+    "dev-cluster": ("tieredlog.tools.dev_cluster", "run a ZooKeeper and N brokers on 127.0.0.1 until Ctrl-C"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: tieredlog <command> [args]", "", "commands:"]
-    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<16} {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
 

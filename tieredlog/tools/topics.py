@@ -1,5 +1,8 @@
 """`tieredlog topics --bootstrap-server HOST:PORT create|delete|list|describe|alter-config`.
 
+`describe` prints what kafka-topics.sh --describe prints, in its format, with its filters
+(`--under-replicated-partitions`, `--unavailable-partitions`).
+
 Speaks the Kafka protocol like any admin client (tieredlog.protocol.client), so it works against any
 Kafka-compatible broker.
 """
@@ -7,17 +10,27 @@ Kafka-compatible broker.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.protocol.api import CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, METADATA
-from tieredlog.protocol.client import KafkaClient
+from tieredlog.kafka_uuid import uuid_to_kafka_str
+from tieredlog.protocol.api import (
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    LIST_PARTITION_REASSIGNMENTS,
+    METADATA,
+)
+from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.tools import run_tool
+from tieredlog.tools.cluster_admin import AdminCommandFailed, PartitionInfo, controller_request, describe_cluster
 
 TOPIC_RESOURCE = 2
-DYNAMIC_TOPIC_CONFIG = 1
+DEFAULT_CONFIG = 5  # DescribeConfigs' config_source of a value nobody set; Kafka's describe leaves those out
 
 
 def _kv(items: list[str] | None) -> dict[str, str]:
@@ -98,26 +111,86 @@ def _describe_configs(c: KafkaClient, topic: str) -> list[Any]:
     return list(r.configs)
 
 
+def _reassignments(c: KafkaClient) -> dict[tuple[str, int], Any]:
+    """The reassignments in progress, from the controller; none when it cannot tell (a standalone
+    broker, a broker without the API), as Kafka's TopicCommand carries on without them."""
+    try:
+        r = controller_request(c, LIST_PARTITION_REASSIGNMENTS, {"timeout": 30000, "topics": None}, wait_s=0)
+    except (AdminCommandFailed, KafkaProtocolError, OSError):
+        return {}
+    if r.error_code != ErrorCode.none:
+        return {}
+    return {(t.name, p.partition_index): p for t in r.topics for p in t.partitions}
+
+
+def _replication_factor(p: PartitionInfo, reassignment: Any) -> int:
+    """Kafka's: while a reassignment still moves replicas, the target set without the replicas being added
+    (so a partition growing from 2 to 3 replicas is not reported under-replicated meanwhile)."""
+    if reassignment is not None:
+        changing = set(reassignment.adding_replicas) | set(reassignment.removing_replicas)
+        if changing & set(p.replicas):
+            return len([r for r in reassignment.replicas if r not in set(reassignment.adding_replicas)])
+    return len(p.replicas)
+
+
+def _selected_topics(c: KafkaClient, a: argparse.Namespace) -> list[str] | None:
+    """Topic names --topic selects (Kafka accepts a regular expression there); None: --topic names a
+    topic that does not exist."""
+    everything = describe_cluster(c)
+    names = sorted(n for n, t in everything.topics.items() if not (a.exclude_internal and t.is_internal))
+    if not a.topic:
+        return names
+    try:
+        pattern = re.compile(a.topic)
+    except re.error:
+        return [a.topic] if a.topic in names else None
+    chosen = [n for n in names if pattern.fullmatch(n)]
+    return chosen or None
+
+
 def cmd_describe(c: KafkaClient, a: argparse.Namespace) -> int:
-    md = _metadata(c, [a.topic] if a.topic else None)
+    topics = _selected_topics(c, a)
+    if topics is None:
+        print(f"Error while executing topic command : Topic '{a.topic}' does not exist as expected", file=sys.stderr)
+        return 1
+    if not topics:
+        return 0
+    view = describe_cluster(c, topics)
+    reassignments = _reassignments(c)
+    # Kafka: with a partition filter only the matching partition lines are printed, without the topic line
+    filtered = a.under_replicated_partitions or a.unavailable_partitions
     rc = 0
-    for t in sorted(md.topics, key=lambda t: t.name or ""):
+    for name in topics:
+        t = view.topics.get(name)
+        if t is None:
+            continue  # deleted between the two Metadata answers
         err = _err(t.error_code)
         if err:
-            print(f"Error describing topic {t.name}: {err}", file=sys.stderr)
+            print(f"Error describing topic {name}: {err}", file=sys.stderr)
             rc = 1
             continue
-        configs = [f"{e.name}={e.value}" for e in _describe_configs(c, t.name) if e.config_source == DYNAMIC_TOPIC_CONFIG]
-        print(
-            f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {len(t.partitions)}\t"
-            f"ReplicationFactor: {len(t.partitions[0].replica_nodes) if t.partitions else 0}\t"
-            f"Configs: {','.join(configs)}"
-        )
-        for p in sorted(t.partitions, key=lambda p: p.partition_index):
-            print(
-                f"\tTopic: {t.name}\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
-                f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}"
-            )
+        if not filtered:
+            first = t.partitions[0] if t.partitions else None
+            rf = _replication_factor(first, reassignments.get((name, 0))) if first else 0
+            configs = [f"{e.name}={e.value}" for e in _describe_configs(c, name)
+                       if e.config_source != DEFAULT_CONFIG and not e.is_sensitive]
+            topic_id = f"\tTopicId: {uuid_to_kafka_str(t.topic_id)}" if t.topic_id and t.topic_id.int else ""
+            print(f"Topic: {name}{topic_id}\tPartitionCount: {len(t.partitions)}\tReplicationFactor: {rf}\t"
+                  f"Configs: {','.join(configs)}")
+        for p in t.partitions:
+            ra = reassignments.get((name, p.partition))
+            has_leader = p.leader >= 0
+            under_replicated = _replication_factor(p, ra) - len(p.isr) > 0
+            unavailable = not has_leader or p.leader not in view.brokers
+            if filtered and not ((a.under_replicated_partitions and under_replicated)
+                                 or (a.unavailable_partitions and unavailable)):
+                continue
+            line = (f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader if has_leader else 'none'}\t"
+                    f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
+            if ra is not None:
+                line += (f"\tAdding Replicas: {','.join(map(str, ra.adding_replicas))}"
+                         f"\tRemoving Replicas: {','.join(map(str, ra.removing_replicas))}")
+            print(line)
     return rc
 
 
@@ -154,7 +227,12 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list")
     ls.add_argument("--include-internal", action="store_true")
     ds = sub.add_parser("describe")
-    ds.add_argument("--topic")
+    ds.add_argument("--topic", help="a topic name or a regular expression")
+    ds.add_argument("--exclude-internal", action="store_true", help="leave internal topics out")
+    ds.add_argument("--under-replicated-partitions", action="store_true",
+                    help="only partitions whose ISR is smaller than their replica set")
+    ds.add_argument("--unavailable-partitions", action="store_true",
+                    help="only partitions without a leader, or whose leader is not a live broker")
     al = sub.add_parser("alter-config")
     al.add_argument("--topic", required=True)
     al.add_argument("--set", action="append", metavar="KEY=VALUE")
