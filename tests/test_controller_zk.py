@@ -104,8 +104,10 @@ class Cluster:
         self.brokers.pop(broker_id).close()
 
     def start_controller(self, config: ControllerConfig | None = None, *, elect: bool = True,
-                         controller_id: int = 0) -> tuple[KafkaController, Recorder, ZkClient]:
-        zk = ZkClient(self.connect, session_timeout_ms=6000, name=f"controller{len(self.controllers)}")
+                         controller_id: int = 0, zk_class: type[ZkClient] = ZkClient
+                         ) -> tuple[KafkaController, Recorder, ZkClient]:
+        """``zk_class``: a ZkClient subclass for the controller's session (to record its writes)."""
+        zk = zk_class(self.connect, session_timeout_ms=6000, name=f"controller{len(self.controllers)}")
         zk.start()
         recorder = Recorder()
         ctl = KafkaController(zk, controller_id, config or ControllerConfig(auto_leader_rebalance_enable=False),
@@ -119,6 +121,16 @@ class Cluster:
             wait_for(lambda: ctl.is_active, "the controller to take office")
         self.controllers.append((ctl, zk, elector))
         return ctl, recorder, zk
+
+    def kill_controller(self, ctl: KafkaController) -> None:
+        """The controller's broker dies: its session closes and /controller goes with it."""
+        (entry,) = [c for c in self.controllers if c[0] is ctl]
+        self.controllers.remove(entry)
+        _, zk, elector = entry
+        if elector is not None:
+            elector.close()
+        ctl.close()
+        zk.close()
 
     def create_topic(self, topic: str, replicas: dict[int, list[int]], configs: dict[str, str] | None = None) -> uuid.UUID:
         topic_id = uuid.uuid4()

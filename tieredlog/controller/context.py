@@ -12,14 +12,10 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator, NamedTuple
 
 from tieredlog.cluster.znodes import BrokerInfo, LeaderIsrAndControllerEpoch, ReplicaAssignment
+from tieredlog.log.types import TopicPartition
 
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
+__all__ = ["ControllerContext", "LeaderAndIsr", "LeaderIsrAndEpoch", "PartitionAndReplica", "PartitionState",
+           "ReplicaState", "TopicPartition"]  # TopicPartition: the project's one, re-exported for the controller
 
 
 class PartitionAndReplica(NamedTuple):

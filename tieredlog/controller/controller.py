@@ -318,8 +318,8 @@ class KafkaController:
         self._partitions = PartitionStateMachine(ctx, self.zk, batch, self.broker_id, self._unclean_enabled)
         self._deletion = TopicDeletionManager(ctx, self.zk, batch, self._replicas, self._partitions,
                                               self.config.delete_topic_enable, self.broker_id)
-        self._reassigner = PartitionReassigner(ctx, self.zk, batch, self._replicas, self._partitions, self.broker_id,
-                                               is_topic_queued_for_deletion=ctx.is_topic_queued_up_for_deletion)
+        self._reassigner = PartitionReassigner(ctx, self.zk, batch, self._replicas, self._partitions, self._deletion,
+                                               self.broker_id, znode_watch=self._on_reassignment)
         self._active = True
         self._initialize_controller_context()
         markers = set(self.zk.get_topics_marked_for_deletion(watch=self._on_topic_deletion))
@@ -355,10 +355,6 @@ class KafkaController:
             got = self.zk.get_partition_state(tp.topic, tp.partition)
             if got is not None:
                 ctx.leadership[tp] = LeaderIsrAndEpoch.from_znode(*got)
-        self._reassigner_check()
-
-    def _reassigner_check(self) -> None:
-        self.zk.get_partition_reassignment(watch=self._on_reassignment)
 
     def _load_topic(self, topic: str) -> dict[int, ReplicaAssignment] | None:
         """Read /brokers/topics/<t> (watching it for added partitions), giving the topic an id if an
@@ -404,7 +400,8 @@ class KafkaController:
         for topic in sorted(self.ctx.all_topics):
             self._process_partition_modifications(topic)
         self._process_topic_deletion()
-        self._reassigner_check()
+        assert self._reassigner is not None
+        self._reassigner.process_znode()
 
     # ---- helpers -------------------------------------------------------------------------------------
 
