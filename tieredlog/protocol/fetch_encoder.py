@@ -32,6 +32,9 @@ class FetchPartitionData:
     log_start_offset: int = -1
     aborted_transactions: list[tuple[int, int]] | None = None  # (producer_id, first_offset)
     records: Any = b""  # bytes | a file region with .size; None encodes a null record set
+    # (leader id, leader epoch) for NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH (KIP-951): the client
+    # goes to the new leader without a Metadata round trip
+    current_leader: tuple[int, int] | None = None
 
     @property
     def records_size(self) -> int:
@@ -86,6 +89,7 @@ def encode_fetch_response(
     error_code: int = 0,
     session_id: int = 0,
     throttle_time_ms: int = 0,
+    node_endpoints: Sequence[tuple[int, str, int, str | None]] = (),
 ) -> tuple[list[Any], int]:
     """(parts, total size) of a Fetch response frame including its 4-byte size prefix."""
     if not 4 <= version <= 16:
@@ -145,11 +149,29 @@ def encode_fetch_response(
                 elif size:
                     p.region(records, size)
             if flexible:
-                p.b(b"\0")  # partition tagged fields
+                if part.current_leader is None:
+                    p.b(b"\0")  # partition tagged fields
+                else:
+                    leader_id, leader_epoch = part.current_leader
+                    # one tagged field: tag 1 (CurrentLeader), 9 bytes: two int32 and its own tag buffer
+                    p.b(b"\x01\x01\x09" + _i32(leader_id) + _i32(leader_epoch) + b"\0")
         if flexible:
             p.b(b"\0")  # topic tagged fields
     if flexible:
-        p.b(b"\0")  # response tagged fields
+        if version >= 16 and node_endpoints:
+            body = bytearray(encode_uvarint(len(node_endpoints) + 1))
+            for node_id, host, port, rack in node_endpoints:
+                h = host.encode()
+                body += _i32(node_id) + encode_uvarint(len(h) + 1) + h + _i32(port)
+                if rack is None:
+                    body += b"\0"
+                else:
+                    r = rack.encode()
+                    body += encode_uvarint(len(r) + 1) + r
+                body += b"\0"
+            p.b(b"\x01" + b"\0" + encode_uvarint(len(body)) + body)  # tag 0: NodeEndpoints
+        else:
+            p.b(b"\0")  # response tagged fields
     parts, total = p.finish()
     first = bytearray(parts[0])
     first[0:4] = _i32(total - 4)

@@ -91,6 +91,14 @@ class ClusterNode:
 
     # ---- metadata -----------------------------------------------------------------------------------
 
+    def client_endpoint(self, broker_id: int) -> tuple[int, str, int, str | None] | None:
+        """(id, host, port, rack) of a broker on the listener clients reach this one by (KIP-951 hints)."""
+        node = self.metadata.brokers.get(broker_id)
+        if node is None:
+            return None
+        hp = node.endpoints.get(self.config.advertised_listeners[0].name)
+        return None if hp is None else (broker_id, hp[0], hp[1], node.rack)
+
     def metadata_updated(self) -> None:
         self._metadata_changed.set()
 

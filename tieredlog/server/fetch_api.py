@@ -102,6 +102,8 @@ async def _read_local(
         partition.check_leader_epoch(pr.current_leader_epoch)
     except KafkaError as exc:
         d.error_code = exc.code
+        if partition.leader_id >= 0:
+            d.current_leader = (partition.leader_id, partition.leader_epoch)
         return 0
     if follower and pr.leader_end_offset < 0:
         pr.leader_end_offset = plog.log_end_offset
@@ -311,9 +313,21 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         if total >= min_bytes or errors or not reads or remaining <= 0 or broker.stopping:
             break
         await broker.append_watchers.wait(keys, remaining)
+    metrics = broker.metrics
+    for pr in reads:
+        metrics.record_fetch(pr.topic, _records_size(pr.data.records), follower)
     _open_regions(topics)
-    parts, size = encode_fetch_response(version, ctx.correlation_id, topics)
+    parts, size = encode_fetch_response(version, ctx.correlation_id, topics, node_endpoints=_leader_endpoints(broker, topics))
     return RawResponse(parts, size)
+
+
+def _leader_endpoints(broker: Broker, topics: list[FetchTopicData]) -> list[tuple[int, str, int, str | None]]:
+    """Where the leaders named in ``current_leader`` hints are (Fetch v16's NodeEndpoints)."""
+    node = broker.cluster_node
+    if node is None:
+        return []
+    ids = {d.current_leader[0] for t in topics for d in t.partitions if d.current_leader is not None}
+    return [ep for i in sorted(ids) if (ep := node.client_endpoint(i)) is not None]
 
 
 def handlers() -> dict[int, Handler]:

@@ -64,12 +64,18 @@ def _append(broker: Broker, topic: str, partition: int, records: bytes | None, a
         out["error_code"] = code
         out["error_message"] = str(exc)
         out["log_start_offset"] = plog.log_start_offset
+        hint = rm.get_partition(TopicPartition(topic, partition))
+        if code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch) and hint is not None \
+                and hint.leader_id >= 0:
+            # KIP-951: the client goes to the new leader without a Metadata round trip
+            out["current_leader"] = {"leader_id": hint.leader_id, "leader_epoch": hint.leader_epoch}
         if code == ErrorCode.invalid_record:
             # The log's errors do not say which record failed: Kafka's batch_index names the first.
             out["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
         return out
     # followers' fetches parked at the log end wake for the new data
     broker.append_watchers.notify((topic, partition))
+    broker.metrics.record_produce(topic, len(records), info.record_count)
     out["error_code"] = ErrorCode.none
     out["_required_offset"] = info.last_offset + 1
     out["base_offset"] = info.first_offset
@@ -103,7 +109,15 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
     if acks == 0:
         # the client reads nothing back; Kafka closes the socket so it notices a failure
         return CLOSE_CONNECTION if any_error else NO_RESPONSE
-    return {"responses": responses, "throttle_time": 0}
+    out: dict[str, Any] = {"responses": responses, "throttle_time": 0}
+    node = broker.cluster_node
+    if node is not None and any_error:
+        leaders = {p["current_leader"]["leader_id"] for t in responses for p in t["partition_responses"]
+                   if "current_leader" in p}
+        out["node_endpoints"] = [{"node_id": i, "host": h, "port": port, "rack": rack}
+                                 for i in sorted(leaders) if (ep := node.client_endpoint(i)) is not None
+                                 for (_, h, port, rack) in [ep]]
+    return out
 
 
 async def _wait_for_isr(broker: Broker, waits: list[tuple[TopicPartition, int, dict]], timeout_s: float) -> None:
