@@ -85,9 +85,9 @@ def test_rf3_topic_replicates_to_every_broker_and_acks_all_waits_for_the_isr(
                timeout=30, message="a leader and a full ISR")
     ((leader, epoch, replicas, isr),) = partition_state(b1, "rep")
     assert replicas == [1, 2, 3] and isr == [1, 2, 3] and epoch == 0
-    # every broker answers the same
-    for b in brokers.values():
-        assert partition_state(b, "rep") == [(leader, epoch, replicas, isr)]
+    # every broker answers the same, once the controller's UpdateMetadata reached it
+    wait_until(lambda: all(partition_state(b, "rep") == [(leader, epoch, replicas, isr)] for b in brokers.values()),
+               timeout=30, message="the same metadata from every broker")
 
     p = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all", "enable.idempotence": True, "linger.ms": 2})
     for i in range(500):
