@@ -73,7 +73,10 @@ class Broker:
 
 
 def _port_free(port: int) -> bool:
+    """Nobody listens on ``port``. SO_REUSEADDR as the servers themselves bind: a port still in TIME_WAIT
+    from a cluster just stopped is free to them, a listening one is not."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:
