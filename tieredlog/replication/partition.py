@@ -73,14 +73,25 @@ class IsrChangeSender(Protocol):
     def submit(self, partition: "Partition", change: IsrChange) -> None: ...
 
 
+class IsrChangeListener(Protocol):
+    """Told of every ISR change the controller accepted (Kafka's IsrChangeListener: the replica
+    manager's IsrExpandsPerSec / IsrShrinksPerSec)."""
+
+    def mark_expand(self) -> None: ...
+
+    def mark_shrink(self) -> None: ...
+
+
 class Partition:
     def __init__(self, tp: TopicPartition, log: UnifiedLog, local_broker_id: int, *,
-                 clock_ms: Callable[[], int], isr_sender: IsrChangeSender | None = None) -> None:
+                 clock_ms: Callable[[], int], isr_sender: IsrChangeSender | None = None,
+                 isr_listener: IsrChangeListener | None = None) -> None:
         self.tp = tp
         self.log = log
         self.local_broker_id = local_broker_id
         self._clock_ms = clock_ms
         self._isr_sender = isr_sender
+        self._isr_listener = isr_listener
         self.leader_id = NO_LEADER
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -291,9 +302,14 @@ class Partition:
         if result.leader_epoch < self.leader_epoch or (
                 result.leader_epoch == self.leader_epoch and result.partition_epoch < self.partition_epoch):
             return False
-        self.isr = frozenset(result.isr)
+        old_isr, self.isr = self.isr, frozenset(result.isr)
         self.leader_epoch = result.leader_epoch
         self.partition_epoch = result.partition_epoch
+        if self._isr_listener is not None:
+            if self.isr > old_isr:
+                self._isr_listener.mark_expand()
+            elif self.isr < old_isr:
+                self._isr_listener.mark_shrink()
         log.info("%s: ISR is now %s (partition epoch %d)", self.tp, sorted(self.isr), self.partition_epoch)
         return self.maybe_increment_high_watermark()
 

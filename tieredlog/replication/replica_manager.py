@@ -77,6 +77,9 @@ class ReplicaManager:
         self._isr_task: asyncio.Task | None = None
         # one LeaderAndIsr / StopReplica at a time: each awaits log creation on an executor
         self._state_lock = asyncio.Lock()
+        # IsrExpandsPerSec / IsrShrinksPerSec: counted on the loop, read by the metrics scrape
+        self.isr_expands = 0
+        self.isr_shrinks = 0
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -165,6 +168,12 @@ class ReplicaManager:
         if p.update_follower_fetch_state(replica_id, fetch_offset, follower_log_start_offset, leader_end_offset):
             self.high_watermark_moved(tp)
 
+    def mark_expand(self) -> None:
+        self.isr_expands += 1
+
+    def mark_shrink(self) -> None:
+        self.isr_shrinks += 1
+
     def isr_change_answered(self, tp: TopicPartition) -> None:
         # an ISR change may move the HW, and may fail or complete acks=all waiters (min.insync.replicas)
         self.high_watermark_moved(tp)
@@ -215,7 +224,8 @@ class ReplicaManager:
                     continue
                 current = self.partitions.get(tp)  # another request may have made it meanwhile
                 if current is None:
-                    current = Partition(tp, plog, self.broker_id, clock_ms=self._clock_ms, isr_sender=self.isr_sender)
+                    current = Partition(tp, plog, self.broker_id, clock_ms=self._clock_ms, isr_sender=self.isr_sender,
+                                        isr_listener=self)
                     self.partitions[tp] = current
             (leaders if state.leader == self.broker_id else followers).append((current, state))
             result[tp] = ErrorCode.none

@@ -17,6 +17,8 @@ import logging
 import os
 import struct
 import threading
+import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +99,9 @@ class Connection:
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=server.broker.config["queued.max.requests"])
         self.closing = False
         self._read_task: asyncio.Task | None = None
+        # (api key, time read) of each handler task in the queue, in the same order: the writer pops
+        # one per task and records RequestsPerSec / TotalTimeMs once the response is written
+        self._received: deque[tuple[int, float]] = deque()
 
     async def run(self) -> None:
         """Read requests until the peer leaves or ``shutdown()`` is called, write every response
@@ -155,6 +160,7 @@ class Connection:
                 return
             try:
                 payload = await self.reader.readexactly(size)
+                received = time.monotonic()
             except asyncio.IncompleteReadError:
                 if not self.server.stopping:
                     log.warning("closing %s: connection ended inside a %d-byte request", self.name, size)
@@ -194,16 +200,20 @@ class Connection:
             # append) run in request order even though later requests need not wait.
             task = loop.create_task(self.server.dispatcher.run(handler, ctx, body))
             self.server.track(task)
+            self._received.append((api_key, received))
             await self.queue.put(task)
 
     async def _write_loop(self) -> None:
+        record_request = self.server.broker.metrics.record_request
         while True:
             item = await self.queue.get()
             if item is None:
                 return
+            timing = None
             if isinstance(item, bytes) or item is NO_RESPONSE:
                 result: Any = item
             else:
+                timing = self._received.popleft()
                 try:
                     result = await item
                 except asyncio.CancelledError:
@@ -214,6 +224,8 @@ class Connection:
                     self._abort()
                     continue
             if result is NO_RESPONSE:
+                if timing is not None:
+                    record_request(*timing)  # acks=0: complete once handled, nothing to write
                 continue
             if self.closing:
                 if isinstance(result, RawResponse):
@@ -230,6 +242,9 @@ class Connection:
                     await self.writer.drain()
             except (ConnectionError, OSError):
                 self._abort()
+                continue
+            if timing is not None:
+                record_request(*timing)
 
     def _abort(self) -> None:
         """Stop reading and drop later responses; the socket closes when run() ends."""

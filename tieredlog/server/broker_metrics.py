@@ -1,0 +1,251 @@
+"""Broker metrics under Kafka's names, exported with prometheus-client beside the remote tier's.
+
+The mapping is tieredlog.rlm.metrics's (the JMX-exporter convention): ``<domain>_<type>_<name>``
+lower-cased, a ``PerSec`` meter becomes a ``_total`` counter (Prometheus derives the rate), and the
+MBean's ``topic`` / ``request`` keys become labels.
+
+==========================================================================  ==========================================================  =======
+Kafka MBean                                                                  Prometheus                                                  labels
+==========================================================================  ==========================================================  =======
+kafka.server:type=ReplicaManager,name=PartitionCount                         kafka_server_replicamanager_partitioncount
+kafka.server:type=ReplicaManager,name=LeaderCount                            kafka_server_replicamanager_leadercount
+kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions              kafka_server_replicamanager_underreplicatedpartitions
+kafka.server:type=ReplicaManager,name=UnderMinIsrPartitionCount              kafka_server_replicamanager_underminisrpartitioncount
+kafka.server:type=ReplicaManager,name=AtMinIsrPartitionCount                 kafka_server_replicamanager_atminisrpartitioncount
+kafka.server:type=ReplicaManager,name=IsrShrinksPerSec                       kafka_server_replicamanager_isrshrinks_total
+kafka.server:type=ReplicaManager,name=IsrExpandsPerSec                       kafka_server_replicamanager_isrexpands_total
+kafka.controller:type=KafkaController,name=ActiveControllerCount             kafka_controller_kafkacontroller_activecontrollercount
+kafka.controller:type=KafkaController,name=OfflinePartitionsCount            kafka_controller_kafkacontroller_offlinepartitionscount
+kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec                      kafka_server_brokertopicmetrics_bytesin_total               topic
+kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec                   kafka_server_brokertopicmetrics_messagesin_total            topic
+kafka.server:type=BrokerTopicMetrics,name=BytesOutPerSec                     kafka_server_brokertopicmetrics_bytesout_total              topic
+kafka.server:type=BrokerTopicMetrics,name=ReplicationBytesOutPerSec          kafka_server_brokertopicmetrics_replicationbytesout_total   topic
+kafka.network:type=RequestMetrics,name=RequestsPerSec                        kafka_network_requestmetrics_requests_total                 request
+kafka.network:type=RequestMetrics,name=TotalTimeMs (a histogram, in ms)      kafka_network_requestmetrics_totaltimems                    request
+==========================================================================  ==========================================================  =======
+
+Nothing here is maintained on the request path beyond a dict add: the produce and fetch handlers add
+one number per partition, the connection one observation per request (all on the event loop), and
+the gauges are computed when Prometheus scrapes, on the HTTP server's thread, from snapshots of the
+replica manager's and the controller's state. Python ints and dicts are read whole under the GIL, so
+the scrape copies each container once (``list(...)``) before walking it and never takes a lock the
+event loop or the controller's thread waits on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Any, Iterator
+
+from prometheus_client import REGISTRY, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from tieredlog.controller.context import PartitionState
+from tieredlog.protocol.api import api_name
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from tieredlog.server.broker import Broker
+
+# TotalTimeMs upper bounds. Kafka's histogram gives percentiles; a Prometheus histogram gives them
+# through histogram_quantile(). The range covers an in-memory Metadata (well under 1 ms) up to a
+# Fetch parked for fetch.max.wait.ms and an acks=all Produce waiting out request.timeout.ms.
+TOTAL_TIME_BUCKETS_MS: tuple[float, ...] = (
+    0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+)
+_BUCKET_LABELS = [repr(float(b)) for b in TOTAL_TIME_BUCKETS_MS] + ["+Inf"]
+
+
+class _ApiStats:
+    """One API's TotalTimeMs: per-bucket counts (not cumulative: the scrape sums them) and the sum."""
+
+    __slots__ = ("buckets", "sum_ms")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(TOTAL_TIME_BUCKETS_MS) + 1)
+        self.sum_ms = 0.0
+
+
+class BrokerMetrics:
+    """One broker's metrics. The ``record_*`` methods run on the event loop; ``collect`` on the
+    scrape thread."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.bytes_in: dict[str, int] = {}
+        self.messages_in: dict[str, int] = {}
+        self.bytes_out: dict[str, int] = {}
+        self.replication_bytes_out: dict[str, int] = {}
+        self.requests: dict[int, _ApiStats] = {}
+
+    # ---- the request path (event loop) -------------------------------------------------------------
+
+    def record_produce(self, topic: str, nbytes: int, messages: int) -> None:
+        """A successful append of ``nbytes`` record bytes holding ``messages`` records (the batch
+        headers' counts, as Kafka's numMessages)."""
+        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + nbytes
+        self.messages_in[topic] = self.messages_in.get(topic, 0) + messages
+
+    def record_fetch(self, topic: str, nbytes: int, follower: bool) -> None:
+        """``nbytes`` of records in one partition of a Fetch response. Followers' fetches count apart,
+        as Kafka's ReplicationBytesOutPerSec, so BytesOutPerSec is what consumers read."""
+        d = self.replication_bytes_out if follower else self.bytes_out
+        d[topic] = d.get(topic, 0) + nbytes
+
+    def record_request(self, api_key: int, received: float) -> None:
+        """A request read at ``received`` (time.monotonic()) whose response has just been written."""
+        ms = (time.monotonic() - received) * 1000.0
+        stats = self.requests.get(api_key)
+        if stats is None:
+            stats = self.requests[api_key] = _ApiStats()
+        stats.buckets[bisect_left(TOTAL_TIME_BUCKETS_MS, ms)] += 1
+        stats.sum_ms += ms
+
+    # ---- the scrape (HTTP server thread) -----------------------------------------------------------
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._replica_manager_families()
+        yield from self._controller_families()
+        yield from self._topic_families()
+        yield from self._request_families()
+
+    def _replica_manager_families(self) -> Iterator[Any]:
+        rm = self._broker.replica_manager
+        partitions = list(rm.partitions.values()) if rm is not None else []
+        leaders = under_replicated = under_min_isr = at_min_isr = 0
+        for p in partitions:
+            if not p.is_leader:
+                continue  # as Kafka: only a leader knows its ISR, so only leaders count below
+            leaders += 1
+            isr = len(p.isr)
+            if isr < len(p.replicas):
+                under_replicated += 1
+            min_isr = p.log.config.min_insync_replicas
+            if isr < min_isr:
+                under_min_isr += 1
+            elif isr == min_isr:
+                at_min_isr += 1
+        g = "kafka_server_replicamanager_"
+        yield GaugeMetricFamily(g + "partitioncount", "PartitionCount: partitions hosted here", value=len(partitions))
+        yield GaugeMetricFamily(g + "leadercount", "LeaderCount: partitions led here", value=leaders)
+        yield GaugeMetricFamily(g + "underreplicatedpartitions",
+                                "UnderReplicatedPartitions: led here with an ISR smaller than the replicas",
+                                value=under_replicated)
+        yield GaugeMetricFamily(g + "underminisrpartitioncount",
+                                "UnderMinIsrPartitionCount: led here with an ISR below min.insync.replicas",
+                                value=under_min_isr)
+        yield GaugeMetricFamily(g + "atminisrpartitioncount",
+                                "AtMinIsrPartitionCount: led here with an ISR of exactly min.insync.replicas",
+                                value=at_min_isr)
+        shrinks = rm.isr_shrinks if rm is not None else 0
+        expands = rm.isr_expands if rm is not None else 0
+        yield CounterMetricFamily(g + "isrshrinks", "IsrShrinksPerSec: ISR shrinks the controller accepted",
+                                  value=shrinks)
+        yield CounterMetricFamily(g + "isrexpands", "IsrExpandsPerSec: ISR expansions the controller accepted",
+                                  value=expands)
+
+    def _controller_families(self) -> Iterator[Any]:
+        broker = self._broker
+        controller = broker.controller
+        if broker.cluster is None:
+            # alone, the broker is its own controller (Metadata names it), and every partition it
+            # hosts has it as leader
+            active, offline = 1, 0
+        elif controller is None or not controller.is_active:
+            active, offline = 0, 0  # as Kafka: only the active controller reports offline partitions
+        else:
+            ctx = controller.ctx
+            deleting = set(ctx.topics_to_be_deleted)
+            states = list(ctx.partition_states.items())
+            active = 1
+            offline = sum(1 for tp, s in states if s is PartitionState.OFFLINE and tp.topic not in deleting)
+        c = "kafka_controller_kafkacontroller_"
+        yield GaugeMetricFamily(c + "activecontrollercount", "ActiveControllerCount: 1 on the active controller",
+                                value=active)
+        yield GaugeMetricFamily(c + "offlinepartitionscount",
+                                "OfflinePartitionsCount: partitions without a live leader (active controller only)",
+                                value=offline)
+
+    def _topic_families(self) -> Iterator[Any]:
+        p = "kafka_server_brokertopicmetrics_"
+        for name, doc, counts in (
+            ("bytesin", "BytesInPerSec: record bytes appended by producers", self.bytes_in),
+            ("messagesin", "MessagesInPerSec: records appended by producers", self.messages_in),
+            ("bytesout", "BytesOutPerSec: record bytes sent to consumers", self.bytes_out),
+            ("replicationbytesout", "ReplicationBytesOutPerSec: record bytes sent to followers",
+             self.replication_bytes_out),
+        ):
+            family = CounterMetricFamily(p + name, doc, labels=["topic"])
+            for topic, value in list(counts.items()):
+                family.add_metric([topic], value)
+            yield family
+
+    def _request_families(self) -> Iterator[Any]:
+        n = "kafka_network_requestmetrics_"
+        requests = CounterMetricFamily(n + "requests", "RequestsPerSec: requests answered, per API",
+                                       labels=["request"])
+        total_time = HistogramMetricFamily(n + "totaltimems",
+                                           "TotalTimeMs: from the request read to its response written, in ms",
+                                           labels=["request"])
+        for api_key, stats in sorted(list(self.requests.items())):
+            counts = list(stats.buckets)  # one copy: +Inf and _count agree even mid-update
+            cumulative, running = [], 0
+            for label, count in zip(_BUCKET_LABELS, counts):
+                running += count
+                cumulative.append((label, running))
+            name = api_name(api_key)
+            requests.add_metric([name], running)
+            total_time.add_metric([name], cumulative, sum_value=stats.sum_ms)
+        yield requests
+        yield total_time
+
+
+class _BoundCollector:
+    """The one collector in prometheus-client's process-wide registry; it reports the newest broker
+    (a process runs one, tests may start several in turn)."""
+
+    def __init__(self) -> None:
+        self.source: BrokerMetrics | None = None
+
+    def collect(self) -> Iterator[Any]:
+        source = self.source
+        if source is not None:
+            yield from source.collect()
+
+    def describe(self) -> list[Any]:
+        return []  # the names depend on the bound broker: the registry must not collect to learn them
+
+
+_lock = threading.Lock()
+_collector: _BoundCollector | None = None
+
+
+def bind(metrics: BrokerMetrics) -> None:
+    """Export ``metrics`` from the default registry (the one the remote tier's metrics are in)."""
+    global _collector
+    with _lock:
+        if _collector is None:
+            _collector = _BoundCollector()
+            REGISTRY.register(_collector)
+        _collector.source = metrics
+
+
+class MetricsEndpoint:
+    """``/metrics`` on ``metrics.host:metrics.port``, on prometheus-client's HTTP server thread."""
+
+    def __init__(self, metrics: BrokerMetrics, port: int, host: str) -> None:
+        bind(metrics)
+        server, self._thread = start_http_server(int(port), addr=host, registry=REGISTRY)
+        self._server: WSGIServer = server
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        """Blocks until the server thread has stopped (up to its poll interval): call it off the loop."""
+        self._server.shutdown()
+        self._server.server_close()
