@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ system-deps:
 run: install
 	$(VENV)/bin/tieredlog broker
 
+# A ZooKeeper (127.0.0.1:2181) and three brokers (127.0.0.1:9092-9094) with their data in ./cluster, until
+# Ctrl-C. CLUSTER_ARGS passes options to `tieredlog dev-cluster`, e.g. CLUSTER_ARGS='--brokers 5'.
+CLUSTER_ARGS ?=
+cluster: install system-deps
+	$(VENV)/bin/tieredlog dev-cluster $(CLUSTER_ARGS)
+
 # ruff over the tree, mypy over tieredlog/ (strict for records, rsm, log): pyproject.toml configures both.
 lint: install-test
 	$(PY) -m ruff check .
@@ -47,4 +53,4 @@ fuzz: install-test system-deps
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-explore} TIEREDLOG_FUZZ_FRAMES=$${TIEREDLOG_FUZZ_FRAMES:-50000} $(PY) -m pytest -o timeout=0 tests/test_fuzz_frames.py tests/fuzz_deep.py
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) data cluster .pytest_cache .mypy_cache .ruff_cache
