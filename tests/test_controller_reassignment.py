@@ -276,3 +276,33 @@ def test_a_new_controller_completes_what_the_dead_one_started(cluster: Cluster) 
     cluster.admin.create_partition_reassignment(PartitionReassignment({("t", 1): (3, 1, 2)}))
     wait_for(lambda: cluster.admin.get_data(znodes.REASSIGN_PARTITIONS_PATH) is None, "the znode taken")
     assert assignment(cluster, "t", 1) == ((3, 1, 2), (2,), ())
+
+
+def test_a_move_waits_for_its_broker_and_a_deletion_waits_for_the_move(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.start_broker(b)
+    ctl, rec, _ = cluster.start_controller()
+    cluster.create_topic("t", {0: [1, 2]})
+    cluster.wait_state("t", 0, "t-0 online", leader=1, isr=(1, 2))
+    # a tool names broker 3 before it runs: the move starts and waits for it
+    cluster.admin.create_partition_reassignment(PartitionReassignment({("t", 0): (1, 3)}))
+    wait_for(lambda: cluster.admin.get_data(znodes.REASSIGN_PARTITIONS_PATH) is None, "the znode taken")
+    assert assignment(cluster, "t", 0) == ((1, 3, 2), (3,), (2,))
+    cluster.admin.mark_topic_for_deletion("t")
+    wait_for(lambda: ctl.ctx.is_topic_queued_up_for_deletion("t"), "t queued for deletion")
+    ctl.barrier().result(timeout=30)
+    assert not rec.of(STOP_REPLICA)  # the move holds the deletion back
+    rec.clear()
+    cluster.start_broker(3)
+    wait_for(lambda: any(s.broker_id == 3 and ("t", 0) in partitions_of(s.body) for s in rec.of(LEADER_AND_ISR)),
+             "the move's LeaderAndIsr to broker 3 once it is up")
+    ctl.barrier().result(timeout=30)
+    lai3 = partitions_of(next(s for s in rec.of(LEADER_AND_ISR) if s.broker_id == 3).body)[("t", 0)]
+    assert lai3["is_new"] and lai3["replicas"] == [1, 3, 2] and lai3["adding_replicas"] == [3]
+    expand_isr(cluster, ctl, "t", 0, [1, 2, 3])
+    # the move completes, then the deletion it held back runs
+    wait_for(lambda: cluster.admin.get_topic_assignment("t") is None, "t deleted after its move")
+    ctl.barrier().result(timeout=30)
+    deleted = {s.broker_id for s in rec.of(STOP_REPLICA)
+               if any(p["delete_partition"] for p in partitions_of(s.body).values())}
+    assert deleted == {1, 2, 3}

@@ -90,8 +90,11 @@ class TopicDeletionManager:
                 log.info("%sHalted deletion of topics %s due to %s", self._prefix(), ",".join(sorted(halted)), reason)
 
     def is_topic_eligible_for_deletion(self, topic: str) -> bool:
+        # a move in progress holds the deletion back whatever cleared the ineligible mark (a broker that
+        # started): both would change the same replicas' states and the topic's znode
         return (self.ctx.is_topic_queued_up_for_deletion(topic) and not self.ctx.is_topic_deletion_in_progress(topic)
-                and topic not in self.ctx.topics_ineligible_for_deletion)
+                and topic not in self.ctx.topics_ineligible_for_deletion
+                and not any(tp.topic == topic for tp in self.ctx.partitions_being_reassigned))
 
     def resume_deletions(self) -> None:
         retry: set[str] = set()
