@@ -1,5 +1,5 @@
-"""Pure parts of the controller: replica placement (Kafka's documented layouts) and the leader
-election strategies. No ZooKeeper, no threads."""
+"""Pure parts of the controller: replica placement (Kafka's documented layouts), the leader
+election strategies and the replica sets of a reassignment. No ZooKeeper, no threads."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from collections import Counter
 
 import pytest
 
+from tieredlog.cluster.znodes import ReplicaAssignment
 from tieredlog.controller import election
 from tieredlog.controller.placement import AdminOperationError, RackAwareMode, assign_replicas, rack_alternated_brokers
+from tieredlog.controller.reassignment import origin_replicas, reassign_to, target_replicas
 from tieredlog.errors import InvalidPartitionsError, InvalidReplicationFactorError
 
 # ---- placement -----------------------------------------------------------------------------------------
@@ -115,3 +117,18 @@ def test_offline_replica_leaves_the_isr_except_the_last_member() -> None:
     assert election.isr_without_replica(1, [1, 2, 3], 2) == (1, (1, 3))
     assert election.isr_without_replica(1, [1, 2], 1) == (-1, (2,))
     assert election.isr_without_replica(1, [1], 1) == (-1, (1,))
+
+
+# ---- reassignment: RS = TRS + ORS, AR = TRS - ORS, RR = ORS - TRS ----------------------------------------------
+
+
+def test_reassign_to_lists_the_target_first_and_keeps_the_original_replicas_of_a_replaced_move() -> None:
+    moving = reassign_to(ReplicaAssignment((1, 2, 3)), (4, 5, 6))
+    assert moving == ReplicaAssignment((4, 5, 6, 1, 2, 3), (4, 5, 6), (1, 2, 3))
+    assert (origin_replicas(moving), target_replicas(moving)) == ((1, 2, 3), (4, 5, 6))
+    # a new target: the original replicas are still [1,2,3]; 5 and 6 are not wanted any more
+    assert reassign_to(moving, (4, 1)) == ReplicaAssignment((4, 1, 2, 3), (4,), (2, 3))
+    # a cancellation is a move back to the original replicas: nothing added, nothing removed
+    assert reassign_to(moving, origin_replicas(moving)) == ReplicaAssignment((1, 2, 3))
+    # a smaller replication factor only removes
+    assert reassign_to(ReplicaAssignment((1, 2, 3)), (2, 1)) == ReplicaAssignment((2, 1, 3), (), (3,))
