@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ test: lint system-deps
 
 bench: install-test system-deps
 	$(PY) -m bench
+
+# The cluster benchmark alone (also part of `make bench`): 3 brokers and ZooKeeper, failover time and RF 3 vs
+# RF 1 produce throughput; CLUSTER_BENCH_REPEATS and CLUSTER_BENCH_RECORDS size it.
+bench-cluster: install-test system-deps
+	$(PY) -m bench bench_cluster
 
 # The long fuzz run: many more hostile frames than `make test` sends, and hypothesis over every schema.
 fuzz: install-test system-deps
