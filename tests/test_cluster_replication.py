@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 def member(connect: str, broker_id: int) -> dict[str, str]:
     return {"zookeeper.connect": connect, "broker.id": str(broker_id), "zookeeper.session.timeout.ms": "6000",
             "replica.lag.time.max.ms": "4000", "replica.fetch.backoff.ms": "200",
+            "leader.imbalance.check.interval.seconds": "5",
             "remote.log.storage.system.enable": "false"}
 
 
@@ -39,6 +40,15 @@ def partition_state(b: BrokerProcess, topic: str) -> list[tuple[int, int, list[i
         return []
     return [(p.leader_id, p.leader_epoch, sorted(p.replica_nodes), sorted(p.isr_nodes))
             for p in sorted(t.partitions, key=lambda p: p.partition_index)]
+
+
+def preferred_and_leader(b: BrokerProcess, topic: str) -> tuple[int, int] | None:
+    """(the preferred replica: first of the assignment, the leader) of partition 0."""
+    with KafkaClient(b.bootstrap, timeout=10) as c:
+        r = c.request(METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+    (t,) = r.topics
+    p = next((p for p in t.partitions if p.partition_index == 0), None)
+    return None if p is None or not p.replica_nodes else (p.replica_nodes[0], p.leader_id)
 
 
 def start_cluster(broker_factory: Callable[..., BrokerProcess], connect: str, n: int = 3) -> dict[int, BrokerProcess]:
@@ -180,6 +190,9 @@ def test_leader_killed_twice_under_an_idempotent_acks_all_producer_loses_and_dup
         stop.set()
         writer.join(150)
     assert not failed, failed[:5]
+    # the auto rebalance gives leadership back to the preferred replica once it is in the ISR again
+    wait_until(lambda: (pl := preferred_and_leader(brokers[1], "safe")) is not None and pl[0] == pl[1], timeout=60,
+               message="leadership back on the preferred replica")
     got = consume_all(bootstrap(brokers), "safe", len(acked), timeout_s=90)
     values = [int(m.value()) for m in got]
     # exactly once, in order: the log holds every acknowledged record once, and nothing else
