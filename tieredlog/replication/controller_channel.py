@@ -115,8 +115,8 @@ class AlterPartitionManager:
                 answers = {}
                 await asyncio.sleep(self._retry_backoff_s)
             for tp, (partition, change) in batch.items():
-                if partition.on_isr_change_answered(change, answers.get(tp)):
-                    pass
+                partition.on_isr_change_answered(change, answers.get(tp))
+                # an ISR change may move the HW or fail acks=all waiters: the replica manager looks again
                 self._on_answered(tp)
 
     async def _send(self, batch: dict[TopicPartition, tuple[Partition, IsrChange]]) -> dict[TopicPartition, PartitionState]:
