@@ -32,7 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.cluster.errors import ControllerMovedError
 from tieredlog.cluster.zk import Watch, ZkClient
-from tieredlog.cluster.znodes import ReplicaAssignment, TopicAssignment
+from tieredlog.cluster.znodes import REASSIGN_PARTITIONS_PATH, ReplicaAssignment, TopicAssignment
 from tieredlog.controller.context import (
     ControllerContext,
     LeaderAndIsr,
@@ -140,7 +140,7 @@ class PartitionReassigner:
         results.update(self._trigger(builds))
         failed = {tp: e for tp, e in results.items() if e[0] is not ErrorCode.none}
         if failed:
-            log.warning("Controller %d: failed reassignment through %s: %s", self.controller_id, "/admin/reassign_partitions",
+            log.warning("Controller %d: failed reassignment through %s: %s", self.controller_id, REASSIGN_PARTITIONS_PATH,
                         ", ".join(f"{tp}: {code.name} ({message})" for tp, (code, message) in sorted(failed.items())))
         log.info("Controller %d: every partition of /admin/reassign_partitions handled; deleting it", self.controller_id)
         self.zk.delete_partition_reassignment(expected_controller_epoch_zk_version=self.ctx.epoch_zk_version)
