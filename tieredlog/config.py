@@ -68,7 +68,9 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "", 0),
     _d("background.threads", "int", 10, "threads of the log's background work: retention, flushes, checkpoints, deletes", 1),
     _d("log.cleaner.enable", "bool", True),
-    _d("offsets.topic.replication.factor", "int", 1, "", 1),
+    # in a cluster: replicas of __consumer_offsets when the first FindCoordinator creates it (Kafka's
+    # default); a broker alone ignores it
+    _d("offsets.topic.replication.factor", "int", 3, "replicas of __consumer_offsets, created in a cluster", 1),
     _d("offsets.topic.num.partitions", "int", 50, "", 1),
     _d("transaction.state.log.replication.factor", "int", 1, "", 1),
     _d("transaction.state.log.min.isr", "int", 1, "", 1),
@@ -80,6 +82,8 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("offset.metadata.max.bytes", "int", 4096, "largest metadata string of a committed offset", 0),
     _d("offsets.topic.segment.bytes", "int", 104857600, "segment.bytes of __consumer_offsets when created", 1),
     _d("offsets.retention.minutes", "int", 10080, "", 1),
+    _d("offsets.commit.timeout.ms", "int", 5000,
+       "in a cluster, how long an offset commit or a group's assignment waits for the ISR", 1),
     _d("producer.id.expiration.ms", "int", 86400000, "", 1),
     _d("replica.lag.time.max.ms", "int", 30000, "", 0),
     # replication (tieredlog.replication): Kafka's names and defaults

@@ -45,6 +45,9 @@ class GroupAdmin:
         """(error, [(group id, protocol type, state)]); `states` filters case-insensitively."""
         if (code := self.state.not_ready_error()) is not None:
             return code, []
+        if self.state.any_loading():
+            # Kafka too: the list would miss the groups of a partition still loading
+            return ErrorCode.coordinator_load_in_progress, []
         wanted = {s.lower() for s in states}
         listed = [
             (g.group_id, g.protocol_type or "", g.state.value)
@@ -61,6 +64,8 @@ class GroupAdmin:
             return dead(code)
         if not valid_group_id(group_id, allow_empty=True):
             return dead(ErrorCode.invalid_group_id)
+        if (code := self.state.ownership_error(group_id)) is not None:
+            return dead(code)
         group = self.state.groups.get(group_id)
         if group is None:
             return dead(ErrorCode.none)
@@ -83,6 +88,9 @@ class GroupAdmin:
                 continue
             if not valid_group_id(group_id, allow_empty=True):
                 result[group_id] = ErrorCode.invalid_group_id
+                continue
+            if (code := self.state.ownership_error(group_id)) is not None:
+                result[group_id] = code
                 continue
             group = self.state.groups.get(group_id)
             if group is None or group.is_state(GroupState.DEAD):

@@ -1,16 +1,17 @@
 """What the group coordinator needs from outside its package, as small typed Protocols.
 
 `tieredlog/server/coordinators.py` hands in the implementations: the Broker (which hosts
-`__consumer_offsets`), the topic's partition logs (UnifiedLogs), and the consumer protocol's
-subscription decoder (kio's schema behind the server's frame guard: the coordinator never imports
-the protocol package).
+`__consumer_offsets`), the topic's partition logs (UnifiedLogs), in a cluster the ReplicaManager
+(appends at the partition's leader epoch, acks=all waits), and the consumer protocol's subscription
+decoder (kio's schema behind the server's frame guard: the coordinator never imports the protocol
+package).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Collection, Protocol
 
-from tieredlog.log.types import FetchDataInfo, FetchIsolation, LogAppendInfo
+from tieredlog.log.types import AppendOrigin, FetchDataInfo, FetchIsolation, LogAppendInfo, TopicPartition
 
 
 class OffsetsTopicLog(Protocol):
@@ -29,6 +30,23 @@ class OffsetsTopicLog(Protocol):
     def read(
         self, fetch_offset: int, max_bytes: int, isolation: FetchIsolation = ..., min_one_message: bool = ...
     ) -> FetchDataInfo: ...
+
+
+class OffsetsTopicReplicas(Protocol):
+    """In a cluster: the replica manager's produce path for the `__consumer_offsets` partitions this
+    broker leads (Kafka's coordinator appends through ReplicaManager.appendRecords with acks=-1)."""
+
+    def append_to_leader(self, tp: TopicPartition, records: bytes | bytearray, required_acks: int,
+                         origin: AppendOrigin = ...) -> LogAppendInfo:
+        """Append at the partition's current leader epoch; NotLeaderOrFollowerError when this broker no
+        longer leads it, NotEnoughReplicasError when the ISR is below min.insync.replicas."""
+        ...
+
+    async def wait_for_acks(self, tp: TopicPartition, required_offset: int,
+                            timeout_s: float) -> type[Exception] | None:
+        """None once the ISR has everything below ``required_offset``, else the error class
+        (NotLeaderOrFollowerError, NotEnoughReplicasAfterAppendError, RequestTimedOutError)."""
+        ...
 
 
 class InternalTopic(Protocol):

@@ -98,6 +98,9 @@ class GroupMetadata:
     # Members that got a JoinGroup response for this generation but have not sent SyncGroup yet.
     pending_sync: set[str] = field(default_factory=set)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    # In a cluster a commit reaches `offsets` once the ISR has it, and two commits' waits may end in
+    # either order: the number of the newest commit applied per partition keeps an older one out.
+    offset_commit_seq: dict[tuple[str, int], int] = field(default_factory=dict)
     # True once a brand-new member joins during the very first rebalance (InitialDelayedJoin extends).
     new_member_added: bool = False
     # The pending DelayedJoin: `join_initial` marks Kafka's InitialDelayedJoin, which never completes early.

@@ -1,4 +1,5 @@
-"""Loading `__consumer_offsets` at start-up (Kafka's GroupMetadataManager.loadGroupsAndOffsets).
+"""Loading `__consumer_offsets` (Kafka's GroupMetadataManager.loadGroupsAndOffsets): at start-up for
+a broker alone, in a cluster for each partition this broker becomes the leader of.
 
 Every record of every partition is replayed in log order; the last value of a key wins and a
 tombstone deletes it. A group with stored members comes back Stable with its last generation, so its
@@ -9,6 +10,7 @@ skipped (one line for all of them): damage or a newer Kafka's schema never stops
 from __future__ import annotations
 
 import logging
+from typing import Iterable
 
 from tieredlog.coordinator import schema
 from tieredlog.coordinator.group import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
@@ -18,11 +20,16 @@ log = logging.getLogger(__name__)
 
 
 def load_groups(store: GroupStore, now_ms: int) -> dict[str, GroupMetadata]:
+    return load_records(store.replay(), now_ms)
+
+
+def load_records(records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> dict[str, GroupMetadata]:
+    """The groups that ``records`` (key, value or None), in log order, leave behind."""
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
     stored: dict[str, schema.StoredGroup | None] = {}
     unreadable = 0
     first_unreadable: schema.SchemaError | None = None
-    for key_bytes, value in store.replay():
+    for key_bytes, value in records:
         try:
             key = schema.decode_key(key_bytes)
             if isinstance(key, schema.OffsetKey):

@@ -27,7 +27,7 @@ from tieredlog.coordinator.group import (
     Protocols,
 )
 from tieredlog.coordinator.state import CoordinatorState, cancel, valid_group_id
-from tieredlog.coordinator.storage import store_error_code
+from tieredlog.coordinator.storage import WaitForIsr, store_error_code
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +60,34 @@ def _resolve(future: asyncio.Future | None, value: object) -> None:
 class GroupMembership:
     def __init__(self, state: CoordinatorState) -> None:
         self.state = state
+        # in a cluster: SyncGroup assignments waiting for the ISR (kept so they are not collected)
+        self._store_tasks: set[asyncio.Task] = set()
 
     # -- shared with the other parts -----------------------------------------------------------------
     def shutdown(self) -> None:
         """Cancel every timer; parked clients rediscover the coordinator and rejoin."""
         for group in self.state.groups.values():
-            cancel(group.join_handle)
-            cancel(group.sync_handle)
-            for handle in group.pending_members.values():
-                cancel(handle)
-            for member in group.members.values():
-                cancel(member.heartbeat_handle)
-                _resolve(member.awaiting_join, JoinResult(ErrorCode.not_coordinator, member.member_id))
-                _resolve(member.awaiting_sync, SyncResult(ErrorCode.not_coordinator))
-                member.awaiting_join = member.awaiting_sync = None
+            self._release(group)
+        for task in list(self._store_tasks):
+            task.cancel()
+
+    def unload(self, group: GroupMetadata) -> None:
+        """Kafka's onGroupUnloaded: this broker no longer leads the group's partition. Its timers stop,
+        parked members get NOT_COORDINATOR (they find the new coordinator), the group is Dead here."""
+        self._release(group)
+        if not group.is_state(GroupState.DEAD):
+            group.transition_to(GroupState.DEAD, self.state.scheduler.now_ms())
+
+    def _release(self, group: GroupMetadata) -> None:
+        cancel(group.join_handle)
+        cancel(group.sync_handle)
+        for handle in group.pending_members.values():
+            cancel(handle)
+        for member in group.members.values():
+            cancel(member.heartbeat_handle)
+            _resolve(member.awaiting_join, JoinResult(ErrorCode.not_coordinator, member.member_id))
+            _resolve(member.awaiting_sync, SyncResult(ErrorCode.not_coordinator))
+            member.awaiting_join = member.awaiting_sync = None
 
     def validate_member(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> ErrorCode:
         member = group.members.get(member_id)
@@ -133,6 +147,8 @@ class GroupMembership:
             return fail(code)
         if not valid_group_id(group_id, allow_empty=False):
             return fail(ErrorCode.invalid_group_id)
+        if (code := self.state.ownership_error(group_id)) is not None:
+            return fail(code)
         if not (config.min_session_timeout_ms <= session_timeout_ms <= config.max_session_timeout_ms):
             return fail(ErrorCode.invalid_session_timeout)
         is_unknown = member_id == UNKNOWN_MEMBER_ID
@@ -391,6 +407,8 @@ class GroupMembership:
             return fail(code)
         if not valid_group_id(group_id, allow_empty=False):
             return fail(ErrorCode.invalid_group_id)
+        if (code := self.state.ownership_error(group_id)) is not None:
+            return fail(code)
         group = self.state.groups.get(group_id)
         if group is None:
             return fail(ErrorCode.unknown_member_id)
@@ -421,21 +439,51 @@ class GroupMembership:
         if group.is_leader(member_id):
             full = {mid: assignments.get(mid, b"") for mid in group.members}
             try:
-                self._store_group(group, full)
+                wait = self._store_group(group, full)
             except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
-                self._reset_and_propagate_assignment_error(group, store_error_code(exc))
-                self._maybe_prepare_rebalance(group, "failed to store the group assignment")
+                self._assignment_not_stored(group, store_error_code(exc, group_metadata=True))
                 return future
-            for mid, member_ in group.members.items():
-                member_.assignment = full[mid]
-                _resolve(member_.awaiting_sync, SyncResult(ErrorCode.none, member_.assignment, group.protocol_type,
-                                                           group.protocol_name))
-                member_.awaiting_sync = None
-            group.transition_to(GroupState.STABLE, self.state.scheduler.now_ms())
-            if not group.pending_sync:
-                cancel(group.sync_handle)
-                group.sync_handle = None
+            if wait is None:
+                self._assignment_stored(group, full)
+            else:
+                # in a cluster the members get their assignment once the ISR has it (Kafka's storeGroup
+                # callback); the group stays CompletingRebalance meanwhile
+                task = asyncio.get_running_loop().create_task(
+                    self._await_assignment(group, group.generation_id, full, wait))
+                self._store_tasks.add(task)
+                task.add_done_callback(self._store_tasks.discard)
         return future
+
+    def _assignment_stored(self, group: GroupMetadata, full: dict[str, bytes]) -> None:
+        for mid, member_ in group.members.items():
+            member_.assignment = full.get(mid, b"")
+            _resolve(member_.awaiting_sync, SyncResult(ErrorCode.none, member_.assignment, group.protocol_type,
+                                                       group.protocol_name))
+            member_.awaiting_sync = None
+        group.transition_to(GroupState.STABLE, self.state.scheduler.now_ms())
+        if not group.pending_sync:
+            cancel(group.sync_handle)
+            group.sync_handle = None
+
+    def _assignment_not_stored(self, group: GroupMetadata, code: ErrorCode) -> None:
+        self._reset_and_propagate_assignment_error(group, code)
+        self._maybe_prepare_rebalance(group, "failed to store the group assignment")
+
+    async def _await_assignment(self, group: GroupMetadata, generation: int, full: dict[str, bytes],
+                                wait: WaitForIsr) -> None:
+        try:
+            await wait()
+            code = ErrorCode.none
+        except Exception as exc:  # noqa: BLE001 - a failed wait is the members' answer, not the broker's
+            code = store_error_code(exc, group_metadata=True)
+        # the group may have moved on meanwhile (a rebalance, a member gone, its partition resigned)
+        if (self.state.groups.get(group.group_id) is not group or group.generation_id != generation
+                or not group.is_state(GroupState.COMPLETING_REBALANCE)):
+            return
+        if code == ErrorCode.none:
+            self._assignment_stored(group, full)
+        else:
+            self._assignment_not_stored(group, code)
 
     # -- Heartbeat / LeaveGroup ----------------------------------------------------------------------
     def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> ErrorCode:
@@ -443,6 +491,8 @@ class GroupMembership:
             return code
         if not valid_group_id(group_id, allow_empty=False):
             return ErrorCode.invalid_group_id
+        if (code := self.state.ownership_error(group_id)) is not None:
+            return code
         group = self.state.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -468,6 +518,8 @@ class GroupMembership:
             return code, []
         if not valid_group_id(group_id, allow_empty=False):
             return ErrorCode.invalid_group_id, []
+        if (code := self.state.ownership_error(group_id)) is not None:
+            return code, []
         group = self.state.groups.get(group_id)
         if group is None:
             return ErrorCode.none, [(mid, iid, ErrorCode.unknown_member_id) for mid, iid in leaving]
@@ -499,7 +551,7 @@ class GroupMembership:
         return ErrorCode.none, results
 
     # -- group metadata records ----------------------------------------------------------------------
-    def _store_group(self, group: GroupMetadata, assignments: dict[str, bytes]) -> None:
+    def _store_group(self, group: GroupMetadata, assignments: dict[str, bytes]) -> WaitForIsr | None:
         protocol = group.protocol_name
         now = self.state.scheduler.wall_clock_ms()
         value = schema.StoredGroup(
@@ -518,10 +570,11 @@ class GroupMembership:
             ],
         )
         record = (schema.encode_group_key(group.group_id), schema.encode_group_value(value))
-        self.state.store.append(group.group_id, [record], now)
+        return self.state.store.append(group.group_id, [record], now)
 
     def _store_group_quietly(self, group: GroupMetadata) -> None:
         try:
+            # in a cluster not waited for: Kafka answers the rebalance without it too
             self._store_group(group, {})
         except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
             # Kafka only logs this too: an empty group's metadata is rebuilt by the next join.

@@ -4,9 +4,16 @@ A commit from a group member must come from the current generation (and counts a
 commit with a negative generation to an Empty group is a standalone consumer's. Every accepted
 commit is one OffsetCommitValue record in the group's `__consumer_offsets` partition, a deletion a
 tombstone. Offset expiry (offsets.retention.minutes) is not done.
+
+Alone, a broker's commit is committed once appended (`commit_offsets` answers at once). In a cluster
+the answer waits until the ISR has the record (`handle_commit_offsets`), and only then does the offset
+become what OffsetFetch returns (Kafka's pending offset commits).
 """
 
 from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -15,11 +22,22 @@ from tieredlog.coordinator.contracts import SubscribedTopics
 from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState, OffsetAndMetadata
 from tieredlog.coordinator.membership import GroupMembership
 from tieredlog.coordinator.state import CoordinatorState, valid_group_id
-from tieredlog.coordinator.storage import store_error_code
+from tieredlog.coordinator.storage import WaitForIsr, store_error_code
 
 TopicPartition = tuple[str, int]
 # (offset, leader epoch, metadata) as OffsetCommit carries them
 OffsetCommit = tuple[int, int, "str | None"]
+
+
+@dataclass
+class _PendingCommit:
+    """A commit appended to the leader's log whose answer waits for the ISR."""
+
+    group: GroupMetadata
+    accepted: dict[TopicPartition, OffsetAndMetadata]
+    result: dict[TopicPartition, ErrorCode]  # the partitions refused before the append
+    wait: WaitForIsr
+    seq: int
 
 
 class CommittedOffsets:
@@ -27,6 +45,7 @@ class CommittedOffsets:
         self.state = state
         self.membership = membership
         self.subscriptions = subscriptions
+        self._commit_seq = itertools.count()
 
     def commit_offsets(
         self,
@@ -36,7 +55,49 @@ class CommittedOffsets:
         generation_id: int,
         offsets: dict[TopicPartition, OffsetCommit],
     ) -> dict[TopicPartition, ErrorCode]:
-        """Commit (offset, leader epoch, metadata) per partition; returns the error code per partition."""
+        """Commit (offset, leader epoch, metadata) per partition; returns the error code per partition.
+        Answers at once, so the store must commit inline (one broker); in a cluster the server awaits
+        `handle_commit_offsets`."""
+        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets)
+        if isinstance(outcome, _PendingCommit):
+            raise TypeError("the store replicates its appends: await handle_commit_offsets")
+        return outcome
+
+    async def handle_commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, OffsetCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """`commit_offsets` for any store: in a cluster, answered once the ISR has the commit (or its
+        wait failed: COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR as Kafka maps them)."""
+        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets)
+        if not isinstance(outcome, _PendingCommit):
+            return outcome
+        pending = outcome
+        try:
+            await pending.wait()
+        except Exception as exc:  # noqa: BLE001 - a failed wait is this commit's answer, not the broker's
+            code = store_error_code(exc)
+            return {**pending.result, **{tp: code for tp in pending.accepted}}
+        group = pending.group
+        for tp, value in pending.accepted.items():
+            # an older commit whose wait ended after a newer one's must not overwrite it
+            if group.offset_commit_seq.get(tp, -1) < pending.seq:
+                group.offsets[tp] = value
+                group.offset_commit_seq[tp] = pending.seq
+        return {**pending.result, **{tp: ErrorCode.none for tp in pending.accepted}}
+
+    def _commit(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: dict[TopicPartition, OffsetCommit],
+    ) -> dict[TopicPartition, ErrorCode] | _PendingCommit:
         def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return {tp: code for tp in offsets}
 
@@ -44,6 +105,8 @@ class CommittedOffsets:
             return all_(code)
         if not valid_group_id(group_id, allow_empty=True):
             return all_(ErrorCode.invalid_group_id)
+        if (code := self.state.ownership_error(group_id)) is not None:
+            return all_(code)
         group = self.state.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -65,7 +128,7 @@ class CommittedOffsets:
 
     def _store_offsets(
         self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetCommit]
-    ) -> dict[TopicPartition, ErrorCode]:
+    ) -> dict[TopicPartition, ErrorCode] | _PendingCommit:
         now = self.state.scheduler.wall_clock_ms()
         result: dict[TopicPartition, ErrorCode] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -81,10 +144,12 @@ class CommittedOffsets:
                 for (t, p), v in accepted.items()
             ]
             try:
-                self.state.store.append(group.group_id, records, now)
+                wait = self.state.store.append(group.group_id, records, now)
             except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
                 code = store_error_code(exc)
                 return {**result, **{tp: code for tp in accepted}}
+            if wait is not None:
+                return _PendingCommit(group, accepted, result, wait, next(self._commit_seq))
             group.offsets.update(accepted)
             result.update({tp: ErrorCode.none for tp in accepted})
         return result
@@ -97,6 +162,8 @@ class CommittedOffsets:
             return code, {}
         if not valid_group_id(group_id, allow_empty=True):
             return ErrorCode.invalid_group_id, {}
+        if (code := self.state.ownership_error(group_id)) is not None:
+            return code, {}
         group = self.state.groups.get(group_id)
         committed = {} if group is None or group.is_state(GroupState.DEAD) else group.offsets
         if partitions is None:
@@ -111,6 +178,8 @@ class CommittedOffsets:
             return code, {}
         if not valid_group_id(group_id, allow_empty=False):
             return ErrorCode.invalid_group_id, {}
+        if (code := self.state.ownership_error(group_id)) is not None:
+            return code, {}
         group = self.state.groups.get(group_id)
         if group is None or group.is_state(GroupState.DEAD):
             return ErrorCode.group_id_not_found, {}

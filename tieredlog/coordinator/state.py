@@ -7,6 +7,7 @@ see the same groups, so they get one `CoordinatorState` instead of reaching into
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -17,6 +18,16 @@ from tieredlog.coordinator.timer import Cancellable, Scheduler
 
 
 @dataclass
+class PartitionOwnership:
+    """In a cluster: the `__consumer_offsets` partitions this coordinator serves, Kafka's
+    ownedPartitions and loadingPartitions, each with the leader epoch it was elected at."""
+
+    partition_for: Callable[[str], int]
+    owned: dict[int, int] = field(default_factory=dict)
+    loading: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
 class CoordinatorState:
     config: GroupConfig
     scheduler: Scheduler
@@ -24,9 +35,28 @@ class CoordinatorState:
     groups: dict[str, GroupMetadata] = field(default_factory=dict)
     # False until the store is loaded and again after shutdown: requests then get COORDINATOR_NOT_AVAILABLE.
     active: bool = False
+    # None: one broker, which coordinates every group; in a cluster, the partitions led here
+    ownership: PartitionOwnership | None = None
 
     def not_ready_error(self) -> ErrorCode | None:
         return None if self.active else ErrorCode.coordinator_not_available
+
+    def ownership_error(self, group_id: str) -> ErrorCode | None:
+        """The rest of Kafka's validateGroupStatus, in a cluster: COORDINATOR_LOAD_IN_PROGRESS while the
+        group's partition loads, NOT_COORDINATOR when this broker does not lead it (the client finds
+        the coordinator again)."""
+        own = self.ownership
+        if own is None:
+            return None
+        partition = own.partition_for(group_id)
+        if partition in own.loading:
+            return ErrorCode.coordinator_load_in_progress
+        if partition not in own.owned:
+            return ErrorCode.not_coordinator
+        return None
+
+    def any_loading(self) -> bool:
+        return self.ownership is not None and bool(self.ownership.loading)
 
     def new_group(self, group_id: str) -> GroupMetadata:
         group = self.groups[group_id] = GroupMetadata(group_id, state_timestamp_ms=self.scheduler.now_ms())

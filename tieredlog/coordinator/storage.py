@@ -1,23 +1,27 @@
 """`__consumer_offsets` as the coordinator's durable store: real record batches in real partition logs.
 
 Each group lives in partition abs(hashCode(group)) % offsets.topic.num.partitions, as in Kafka, so a
-group's records stay in order. Appends go through UnifiedLog.append_as_leader like any produce; on
-start-up every partition is read back from its log start to rebuild the coordinator's state.
-`MemoryGroupStore` keeps the same records in a list, for the state-machine tests.
+group's records stay in order. Alone, a broker appends through UnifiedLog.append_as_leader at epoch 0
+and what it appends is committed at once; on start-up every partition is read back from its log start
+to rebuild the coordinator's state. In a cluster (`ReplicatedGroupStore`) appends go through the
+replica manager at the partition's leader epoch and `append` hands back a wait for the ISR; a
+partition is read back when this broker becomes its leader. `MemoryGroupStore` keeps the same
+records in a list, for the state-machine tests.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Awaitable, Callable, Iterable, Iterator, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog import errors
 from tieredlog.coordinator.config import GroupConfig
-from tieredlog.coordinator.contracts import CoordinatorBroker, OffsetsTopicLog
+from tieredlog.coordinator.contracts import CoordinatorBroker, OffsetsTopicLog, OffsetsTopicReplicas
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.log.batch_reader import LogBatches
+from tieredlog.log.types import AppendOrigin, TopicPartition
 from tieredlog.records.batch import BatchHeader
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch
@@ -33,14 +37,30 @@ def offsets_topic_configs(config: GroupConfig) -> dict[str, str]:
     return {"cleanup.policy": "compact", "segment.bytes": str(config.offsets_topic_segment_bytes)}
 
 
+# Awaited after a replicated append: returns once the ISR has the records, raises the KafkaError
+# (NotLeaderOrFollowerError, NotEnoughReplicasAfterAppendError, RequestTimedOutError) otherwise.
+WaitForIsr = Callable[[], Awaitable[None]]
+
+
 class GroupStore(Protocol):
     """Durable log of `__consumer_offsets` records (key, value or None for a tombstone)."""
 
-    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
-        """Write the records to the group's partition; raises `tieredlog.errors.KafkaError` on failure."""
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
+               timestamp_ms: int) -> WaitForIsr | None:
+        """Write the records to the group's partition; raises `tieredlog.errors.KafkaError` on failure.
+        None when what is appended is committed already (one broker); in a cluster, the wait for the ISR."""
 
     def replay(self) -> Iterable[tuple[bytes, bytes | None]]:
         """Every record of every partition, in log order per partition."""
+
+
+class PartitionedGroupStore(GroupStore, Protocol):
+    """A store over the partitions of `__consumer_offsets`, each read back on its own (a cluster
+    member loads the partitions it leads)."""
+
+    def partition_for(self, group_id: str) -> int: ...
+
+    def replay_partition(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]: ...
 
 
 class MemoryGroupStore:
@@ -49,18 +69,25 @@ class MemoryGroupStore:
     def __init__(self) -> None:
         self.records: list[tuple[str, bytes, bytes | None]] = []
 
-    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
+               timestamp_ms: int) -> WaitForIsr | None:
         self.records.extend((group_id, key, value) for key, value in records)
+        return None
 
     def replay(self) -> Iterable[tuple[bytes, bytes | None]]:
         return [(key, value) for _, key, value in self.records]
 
 
-def store_error_code(exc: Exception) -> ErrorCode:
-    """Kafka's mapping of a failed `__consumer_offsets` append to what the group client should see."""
+def store_error_code(exc: Exception, group_metadata: bool = False) -> ErrorCode:
+    """Kafka's mapping of a failed `__consumer_offsets` append to what the group client should see.
+    ``group_metadata``: the append of a generation's assignment (SyncGroup), where Kafka answers a
+    timed-out wait for the ISR with REBALANCE_IN_PROGRESS (the members join again) rather than
+    COORDINATOR_NOT_AVAILABLE."""
     if not isinstance(exc, errors.KafkaError):
         log.error("__consumer_offsets append failed", exc_info=exc)
         return ErrorCode.unknown_server_error
+    if group_metadata and isinstance(exc, errors.RequestTimedOutError):
+        return ErrorCode.rebalance_in_progress
     if isinstance(exc, (errors.NotEnoughReplicasError, errors.NotEnoughReplicasAfterAppendError,
                         errors.RequestTimedOutError, errors.UnknownTopicOrPartitionError)):
         return ErrorCode.coordinator_not_available
@@ -90,9 +117,10 @@ class LogGroupStore:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> None:
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
+               timestamp_ms: int) -> WaitForIsr | None:
         if not records:
-            return
+            return None
         plog = self._get_log(self.partition_for(group_id))
         if plog is None:
             raise errors.CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} partition for {group_id} has no log")
@@ -100,12 +128,18 @@ class LogGroupStore:
         plog.append_as_leader(batch, LEADER_EPOCH)
         # A single replica is the whole ISR: what is appended is committed.
         plog.update_high_watermark(plog.log_end_offset)
+        return None
 
     def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
         for partition in range(self.num_partitions):
-            plog = self._get_log(partition)
-            if plog is not None:
-                yield from self._replay_partition(partition, plog)
+            yield from self.replay_partition(partition)
+
+    def replay_partition(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        """Every record of one partition, from its log start to its log end (reads the disk: call it
+        off the event loop once requests are served)."""
+        plog = self._get_log(partition)
+        if plog is not None:
+            yield from self._replay_partition(partition, plog)
 
     def _replay_partition(self, partition: int, plog: OffsetsTopicLog) -> Iterator[tuple[bytes, bytes | None]]:
         end = plog.log_end_offset
@@ -138,3 +172,38 @@ class LogGroupStore:
             if stopped:
                 parts.append(f"stopped at offset {stopped[0]} of {end}: {stopped[1]}")
             log.error("%s-%d: loading %s", OFFSETS_TOPIC, partition, "; ".join(parts))
+
+
+class ReplicatedGroupStore(LogGroupStore):
+    """`__consumer_offsets` in a cluster: appends go to the partition's leader through the replica
+    manager, at its leader epoch, with acks=-1; `append` returns the wait for the ISR, which the
+    coordinator awaits before it answers (Kafka's appendRecords with offsets.commit.timeout.ms).
+    The partition count is the topic's, known once its metadata arrives (`num_partitions` is set then)."""
+
+    def __init__(self, get_log: Callable[[int], OffsetsTopicLog | None], num_partitions: int,
+                 replicas: OffsetsTopicReplicas, *, commit_timeout_ms: int,
+                 on_appended: Callable[[TopicPartition], None] = lambda tp: None):
+        """``on_appended(tp)`` wakes the followers' fetches parked at the log end, so the ISR catches up
+        now rather than at the end of their replica.fetch.wait.max.ms."""
+        super().__init__(get_log, num_partitions)
+        self._replicas = replicas
+        self._timeout_s = commit_timeout_ms / 1000
+        self._on_appended = on_appended
+
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
+               timestamp_ms: int) -> WaitForIsr | None:
+        if not records:
+            return None
+        tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
+        batch = bytearray(build_batch([(key, value, [], timestamp_ms) for key, value in records]))
+        info = self._replicas.append_to_leader(tp, batch, -1, AppendOrigin.COORDINATOR)
+        self._on_appended(tp)
+        required = info.last_offset + 1
+        replicas, timeout_s = self._replicas, self._timeout_s
+
+        async def wait_for_isr() -> None:
+            error = await replicas.wait_for_acks(tp, required, timeout_s)
+            if error is not None:
+                raise error(f"{tp}: the ISR did not acknowledge offset {required - 1}")
+
+        return wait_for_isr

@@ -29,6 +29,7 @@ from tieredlog.protocol.api import (
     SYNC_GROUP,
 )
 from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.coordinators import GroupCoordinatorLocator
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -52,8 +53,11 @@ def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
 
 
 def group_handlers(broker: Broker) -> dict[int, Handler]:
+    locator: GroupCoordinatorLocator | None = None  # in a cluster, made on first use
+
     # -- FindCoordinator ---------------------------------------------------------------------------------
-    def coordinator_entry(key: str, key_type: int) -> dict:
+    async def coordinator_entry(key: str, key_type: int) -> dict:
+        nonlocal locator
         entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none, "error_message": None}
         coordinator = broker.group_coordinator
         if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
@@ -64,6 +68,11 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             entry["error_code"] = ErrorCode.coordinator_not_available
         elif key_type == GROUP_KEY_TYPE and (coordinator is None or not coordinator.active):
             entry["error_code"] = ErrorCode.coordinator_not_available
+        elif broker.cluster_node is not None:
+            # the leader of the group's __consumer_offsets partition, wherever it is
+            locator = locator or GroupCoordinatorLocator(broker)
+            code, node_id, host, port = await locator.find(key)
+            entry.update(error_code=code, node_id=node_id, host=host, port=port)
         else:
             # One broker coordinates every group (and leads every __consumer_offsets partition).
             entry.update(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port)
@@ -73,8 +82,8 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
         if ctx.api_version >= 4:
             keys = getattr(req, "coordinator_keys", ()) or ()
-            return {"throttle_time": 0, "coordinators": [coordinator_entry(k, key_type) for k in keys]}
-        entry = coordinator_entry(getattr(req, "key", ""), key_type)
+            return {"throttle_time": 0, "coordinators": [await coordinator_entry(k, key_type) for k in keys]}
+        entry = await coordinator_entry(getattr(req, "key", ""), key_type)
         entry.pop("key")
         entry["throttle_time"] = 0
         return entry
@@ -194,7 +203,8 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         if coordinator is None:
             errors_by_tp.update({tp: ErrorCode.coordinator_not_available for tp in requested})
         elif requested:
-            errors_by_tp.update(coordinator.commit_offsets(
+            # alone answered at once; in a cluster once the ISR has the commit
+            errors_by_tp.update(await coordinator.handle_commit_offsets(
                 req.group_id,
                 req.member_id,
                 getattr(req, "group_instance_id", None),
