@@ -38,13 +38,18 @@ class DevClusterError(Exception):
 
 
 class Broker:
-    def __init__(self, broker_id: int, port: int, base: Path, zk_connect: str, overrides: dict[str, str]) -> None:
+    def __init__(self, broker_id: int, port: int, base: Path, zk_connect: str, n_brokers: int,
+                 overrides: dict[str, str]) -> None:
         self.broker_id = broker_id
         self.port = port
         self.data_dir = base / f"broker-{broker_id}" / "data"
         self.log_path = base / f"broker-{broker_id}.log"
         self.props = {"zookeeper.connect": zk_connect, "broker.id": str(broker_id),
-                      "listeners": f"PLAINTEXT://{HOST}:{port}", "log.dirs": str(self.data_dir), **overrides}
+                      "listeners": f"PLAINTEXT://{HOST}:{port}", "log.dirs": str(self.data_dir),
+                      # Kafka's default of 3 would leave consumer groups without a coordinator on a
+                      # cluster of one or two brokers (Kafka's own single-broker sample config sets 1)
+                      "offsets.topic.replication.factor": str(min(3, n_brokers)),
+                      **overrides}
         self.proc: subprocess.Popen[bytes] | None = None
         self.reported_exit = False
 
@@ -113,7 +118,7 @@ class DevCluster:
         self.base = base
         self.zookeeper = ZooKeeperServer(base / "zookeeper", port=zk_port)
         connect = self.zookeeper.connect
-        self.brokers = [Broker(i, base_port + i - 1, base, connect, overrides) for i in range(1, n_brokers + 1)]
+        self.brokers = [Broker(i, base_port + i - 1, base, connect, n_brokers, overrides) for i in range(1, n_brokers + 1)]
         self.stopping = threading.Event()
 
     @property
