@@ -13,13 +13,15 @@ Three broker processes on one real ZooKeeper (Debian's package, as the cluster t
     every third of the timeout, so the expiry comes between 2/3 of the timeout and the whole of it
     after the kill (give or take ZooKeeper's 500 ms tick): both figures are bounded below by the
     session timeout, less up to a third. The brokers run with 6000 ms (Kafka's default is 18000) so
-    the repeats stay short. The producer's first ack then lands on whole seconds after the kill, 0-2 s
+    the repeats stay short, and without auto.leader.rebalance.enable, so only the kill moves the
+    leader. The producer's first ack then lands on whole seconds after the kill, 0-2 s
     after Metadata names the new leader: librdkafka looks again for a partition whose leader is down
     on its once-a-second topic scan.
 (b) Throughput: ``CLUSTER_BENCH_RECORDS`` (default 200 000) records of 1 KiB random bytes,
-    uncompressed, acks=all, into 3 partitions with replication factor 3 (min.insync.replicas=2), then
-    the same into 3 partitions with replication factor 1, on the same cluster in the same run; the
-    ratio is the cost of replication. On one machine the three brokers share its cores and disk.
+    uncompressed, acks=all, into 3 partitions with replication factor 1, then the same into 3
+    partitions with replication factor 3 (min.insync.replicas=2), on the same cluster in the same run,
+    ``CLUSTER_BENCH_ROUNDS`` times (default 5) alternating; the medians and their ratio, the cost of
+    replication. On one machine the three brokers share its cores and disk.
 
     .venv/bin/python -m bench bench_cluster      # or: make bench-cluster
 """
@@ -38,6 +40,9 @@ from typing import Any
 SESSION_TIMEOUT_MS = 6000
 REPEATS = int(os.environ.get("CLUSTER_BENCH_REPEATS", "5"))
 RECORDS = int(os.environ.get("CLUSTER_BENCH_RECORDS", "200000"))
+# throughput rounds, RF 1 and RF 3 alternating: a run takes seconds, and on a shared machine one
+# round's ratio moves with whatever else runs; the medians and the ratio of the medians are printed
+ROUNDS = int(os.environ.get("CLUSTER_BENCH_ROUNDS", "5"))
 VALUE_SIZE = 1024
 PARTITIONS = 3
 WAIT_S = 120.0
@@ -156,8 +161,8 @@ def main() -> None:
     from tieredlog.tools.zookeeper_server import ZooKeeperServer
 
     print(f"command: .venv/bin/python -m bench bench_cluster  (CLUSTER_BENCH_REPEATS={REPEATS}, "
-          f"CLUSTER_BENCH_RECORDS={RECORDS}); 3 brokers, zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}, "
-          f"{os.cpu_count()} cores")
+          f"CLUSTER_BENCH_RECORDS={RECORDS}, CLUSTER_BENCH_ROUNDS={ROUNDS}); 3 brokers, zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}, "
+          f"auto.leader.rebalance.enable=false, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         zk = ZooKeeperServer(tmp / "zk").start()
@@ -169,6 +174,9 @@ def main() -> None:
                     "zookeeper.connect": connect, "broker.id": str(i),
                     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
                     "remote.log.storage.system.enable": "false", "log.segment.bytes": str(256 << 20),
+                    # no preferred-leader election of its own: a controller that just took office
+                    # runs one after 5 s, and a leader moved that way mid-repeat is no failover
+                    "auto.leader.rebalance.enable": "false",
                 }).start()
             with ZkClient(connect) as zkc:
                 _wait(lambda: zkc.get_all_broker_ids() == [1, 2, 3], "three registered brokers")
@@ -203,14 +211,20 @@ def main() -> None:
             _wait(lambda: full_isr_everywhere(brokers, "tput-rf3", PARTITIONS, 3), "tput-rf3's full ISR")
             _wait(lambda: full_isr_everywhere(brokers, "tput-rf1", PARTITIONS, 1), "tput-rf1's leaders")
             print(f"\n(b) produce throughput: {RECORDS} records of {VALUE_SIZE} B, uncompressed, acks=all, "
-                  f"{PARTITIONS} partitions, same cluster")
-            print(f"  {'topic':<34}{'records/s':>12}{'MiB/s':>9}")
-            rps1, mib1 = throughput(bootstrap, "tput-rf1")
-            print(f"  {'RF 1':<34}{rps1:12.0f}{mib1:9.1f}")
-            rps3, mib3 = throughput(bootstrap, "tput-rf3")
-            print(f"  {'RF 3 (min.insync.replicas=2)':<34}{rps3:12.0f}{mib3:9.1f}")
+                  f"{PARTITIONS} partitions, same cluster, {ROUNDS} rounds")
+            print(f"  {'run':<40}{'records/s':>12}{'MiB/s':>9}")
+            rates: dict[str, list[float]] = {"tput-rf1": [], "tput-rf3": []}
+            labels = {"tput-rf1": "RF 1", "tput-rf3": "RF 3 (min.insync.replicas=2)"}
+            for r in range(ROUNDS):
+                for topic in ("tput-rf1", "tput-rf3"):
+                    rps, mib = throughput(bootstrap, topic)
+                    rates[topic].append(rps)
+                    print(f"  {f'round {r + 1}: {labels[topic]}':<40}{rps:12.0f}{mib:9.1f}")
+            med1, med3 = statistics.median(rates["tput-rf1"]), statistics.median(rates["tput-rf3"])
+            for topic, med in (("tput-rf1", med1), ("tput-rf3", med3)):
+                print(f"  {f'median: {labels[topic]}':<40}{med:12.0f}{med * VALUE_SIZE / (1 << 20):9.1f}")
             isr_after = [len(isr) for _, _, isr in partition_states(brokers[1].bootstrap, "tput-rf3")]
-            print(f"  RF 3 / RF 1: {rps3 / rps1:.2f}x  (ISR sizes after the RF 3 run: {isr_after})")
+            print(f"  RF 3 / RF 1 (medians): {med3 / med1:.2f}x  (ISR sizes after the RF 3 runs: {isr_after})")
         finally:
             for b in brokers.values():
                 b.stop()
