@@ -72,3 +72,11 @@ def test_a_topic_config_changed_through_one_broker_reaches_every_broker(
     admin.alter_configs([res])[res].result(30)
     wait_until(lambda: topic_config(brokers[2], "conf", "retention.ms") == "7200000", timeout=30,
                message="the other broker sees the change")
+
+    # a manual replica assignment is kept as given: its first replica is the preferred leader
+    admin.create_topics([NewTopic("manual", num_partitions=2, replica_assignment=[[2, 1], [1, 2]])])["manual"].result(30)
+    wait_until(lambda: [p[0] for p in partition_state(brokers[1], "manual")] == [2, 1], timeout=30,
+               message="leaders are the first replicas of the assignment")
+    bad = admin.create_topics([NewTopic("bad", num_partitions=1, replica_assignment=[[1, 7]])])["bad"]
+    with pytest.raises(Exception, match="not registered"):
+        bad.result(30)

@@ -37,17 +37,21 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 
 
-def _check_assignments(broker: Broker, assignments: Any) -> int:
-    """Manual assignments name replicas; on one broker they must all be this node."""
-    n = 0
+def _check_assignments(broker: Broker, assignments: Any) -> list[list[int]]:
+    """Manual assignments name replicas: registered brokers (alone: this node), no duplicates, the
+    same number for every partition."""
+    registered = broker.registered_broker_ids()
+    out: list[list[int]] = []
     for a in assignments:
         ids = list(a.broker_ids)
-        if not ids or any(b != broker.node_id for b in ids):
+        if not ids or any(b not in registered for b in ids):
             raise InvalidReplicaAssignmentError(f"Replica assignment {ids} names brokers that are not registered")
-        if len(ids) > 1:
+        if len(set(ids)) != len(ids):
             raise InvalidReplicaAssignmentError(f"Duplicate brokers in replica assignment {ids}")
-        n += 1
-    return n
+        if out and len(ids) != len(out[0]):
+            raise InvalidReplicaAssignmentError("All partitions should have the same number of replicas")
+        out.append(ids)
+    return out
 
 
 async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
@@ -70,10 +74,16 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
             if total > MAX_PARTITIONS_PER_REQUEST:
                 raise PolicyViolationError(TOO_MANY_PARTITIONS)
             configs = {c.name: c.value for c in t.configs if c.value is not None}
+            manual: dict[int, list[int]] | None = None
             if t.assignments:
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     raise InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignments were set.")
-                partitions, rf = _check_assignments(broker, t.assignments), 1
+                replicas = _check_assignments(broker, t.assignments)
+                manual = {a.partition_index: r for a, r in zip(t.assignments, replicas)}
+                if sorted(manual) != list(range(len(manual))):
+                    raise InvalidReplicaAssignmentError(
+                        f"Unexpected existing partition indexes in the assignment: {sorted(manual)}")
+                partitions, rf = len(replicas), len(replicas[0])
             else:
                 partitions = broker.config["num.partitions"] if t.num_partitions == -1 else t.num_partitions
                 rf = broker.config["default.replication.factor"] if t.replication_factor == -1 else t.replication_factor
@@ -81,7 +91,7 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
             if req.validate_only:
                 meta = None
             else:
-                meta = broker.create_topic(t.name, partitions, rf, configs)
+                meta = broker.create_topic(t.name, partitions, rf, configs, assignment=manual)
                 entry["topic_id"] = meta.topic_id
                 created.append(entry)
             entry.update(num_partitions=partitions, replication_factor=rf)
@@ -151,11 +161,8 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
         try:
             if added > MAX_PARTITIONS_PER_REQUEST:
                 raise PolicyViolationError(TOO_MANY_PARTITIONS)
-            if t.assignments:
-                for a in t.assignments:
-                    if any(b != broker.node_id for b in a.broker_ids) or len(a.broker_ids) != 1:
-                        raise InvalidReplicaAssignmentError(f"Invalid replica assignment {list(a.broker_ids)}")
-            broker.create_partitions(t.name, t.count, req.validate_only)
+            new_replicas = _check_assignments(broker, t.assignments) if t.assignments else None
+            broker.create_partitions(t.name, t.count, req.validate_only, assignment=new_replicas)
         except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=str(exc))
         out.append(entry)

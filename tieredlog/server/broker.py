@@ -26,6 +26,7 @@ from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     TopicAlreadyExistsError,
@@ -438,15 +439,25 @@ class Broker:
         if pending:
             await self.cluster_node.wait_for_metadata(lambda md: all(done(md) for _, done in pending), wait_s)
 
+    def registered_broker_ids(self) -> set[int]:
+        """Brokers a replica assignment may name: every registered one in a cluster, else this one."""
+        if self.cluster is None:
+            return {self.node_id}
+        return set(self.cluster.brokers) | {self.node_id}
+
     def create_topic(
-        self, name: str, partitions: int, replication_factor: int = 1, configs: dict[str, str] | None = None
+        self, name: str, partitions: int, replication_factor: int = 1, configs: dict[str, str] | None = None,
+        assignment: dict[int, list[int]] | None = None,
     ) -> TopicMetadata:
+        """``assignment``: replicas per partition chosen by the client (CreateTopics' manual assignment);
+        otherwise Kafka's placement over the registered brokers."""
         configs = {k: str(v) for k, v in (configs or {}).items()}
         self.check_new_topic(name, partitions, replication_factor, configs)
         t = TopicMetadata(name, uuid.uuid4(), partitions, configs)
         node = self.cluster_node
         if node is not None:
-            assignment = node.assign(partitions, replication_factor)
+            if assignment is None:
+                assignment = node.assign(partitions, replication_factor)
             self._zk_pending.append((
                 functools.partial(node.create_topic, name, assignment, t.topic_id, configs),
                 lambda md: name in md.topics and all(p.leader >= 0 for p in md.topics[name].partitions.values()),
@@ -494,7 +505,8 @@ class Broker:
                 self.log_manager.delete_log(tp)
         log.info("deleted topic %s", name)
 
-    def create_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
+    def create_partitions(self, name: str, count: int, validate_only: bool = False,
+                          assignment: list[list[int]] | None = None) -> None:
         t = self.topics.get(name)
         if t is None:
             raise UnknownTopicOrPartitionError(f"Topic {name} not found")
@@ -507,10 +519,16 @@ class Broker:
         old = t.partitions
         node = self.cluster_node
         if node is not None:
-            first = node.metadata.partition(name, 0)
-            rf = len(first.replicas) if first is not None and first.replicas else 1
-            assignment = node.assign(count - old, rf, start_partition_id=old)
-            self._zk_pending.append((functools.partial(node.add_partitions, name, assignment),
+            if assignment is not None:
+                if len(assignment) != count - old:
+                    raise InvalidReplicaAssignmentError(
+                        f"Increasing the number of partitions by {count - old} but {len(assignment)} assignments provided.")
+                new = {old + i: r for i, r in enumerate(assignment)}
+            else:
+                first = node.metadata.partition(name, 0)
+                rf = len(first.replicas) if first is not None and first.replicas else 1
+                new = node.assign(count - old, rf, start_partition_id=old)
+            self._zk_pending.append((functools.partial(node.add_partitions, name, new),
                                      lambda md: name in md.topics and len(md.topics[name].partitions) >= count))
             return
         t.partitions = count

@@ -54,6 +54,10 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
         await broker.shutdown()
         return 1
     loop = asyncio.get_running_loop()
+    # before the registration: a SIGTERM while it runs must still shut down in order
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     if broker.cluster is not None:
         # Kafka's order: registered once the listeners accept connections (the registration
         # advertises them), then the controller election
@@ -65,9 +69,6 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
             await broker.shutdown()
             return 1
         broker.cluster.start_controller_election()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     log.info(
         "broker %d started, listening on %s, advertised %s:%d, cluster %s",
         broker.node_id, ", ".join(f"{h}:{p}" for h, p in bound), broker.advertised_host, broker.advertised_port,
