@@ -22,6 +22,7 @@ from tieredlog.protocol.client import KafkaClient
 pytestmark = pytest.mark.integration
 
 OFFSETS_PARTITIONS = 3
+COORDINATOR_NOT_AVAILABLE = 15
 GROUP = "orders-readers"
 TOPIC = "orders"
 
@@ -103,7 +104,15 @@ def commit(c: Consumer) -> bool:
 
 def test_group_commits_survive_the_coordinator_broker_killed(
         broker_factory: Callable[..., BrokerProcess], zk_connect: str) -> None:  # noqa: F811
-    brokers = start_cluster(broker_factory, zk_connect)
+    # two brokers are fewer than the offsets topic's replication factor: no coordinator, no topic yet
+    brokers = start_cluster(broker_factory, zk_connect, n=2)
+    assert find_coordinator(brokers[1], GROUP) == (COORDINATOR_NOT_AVAILABLE, -1)
+    with ZkClient(zk_connect) as zk:
+        assert "__consumer_offsets" not in zk.get_all_topics()
+    brokers[3] = broker_factory(member(zk_connect, 3))
+    # the first FindCoordinator with three brokers registered creates the topic; then its leader answers
+    wait_until(lambda: find_coordinator(brokers[3], GROUP)[0] == 0, timeout=30,
+               message="a coordinator once the third broker registered")
     admin = AdminClient({"bootstrap.servers": bootstrap(brokers)})
     admin.create_topics([NewTopic(TOPIC, 3, 3)])[TOPIC].result(30)
     wait_until(lambda: [isr for *_, isr in partition_state(brokers[1], TOPIC)] == [[1, 2, 3]] * 3,

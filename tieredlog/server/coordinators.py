@@ -87,6 +87,7 @@ class GroupCoordinatorLocator:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._create_started: float | None = None  # time.monotonic() of the last creation attempt
+        self._warned_live: int | None = None  # the broker count last warned about (clients ask every second)
 
     async def find(self, group_id: str) -> tuple[ErrorCode, int, str, int]:
         """(error, node id, host, port) of the group's coordinator."""
@@ -118,6 +119,9 @@ class GroupCoordinatorLocator:
         rf = broker.config["offsets.topic.replication.factor"]
         live = len(node.membership.brokers)
         if live < rf:
+            if live == self._warned_live:
+                return
+            self._warned_live = live
             log.warning("Number of alive brokers '%d' does not meet the required replication factor '%d' for the "
                         "offsets topic (configured via 'offsets.topic.replication.factor'). This error can be "
                         "ignored if the cluster is starting up and not all brokers are up yet.", live, rf)
