@@ -21,6 +21,7 @@ from tieredlog.cluster.config_changes import notify_topic_config_change
 from tieredlog.cluster.membership import ZkClusterMembership
 from tieredlog.cluster.znodes import ReplicaAssignment, TopicAssignment
 from tieredlog.config import BrokerConfig
+from tieredlog.controller.channel import inter_broker_endpoint
 from tieredlog.errors import InvalidReplicationFactorError
 from tieredlog.replication.metadata_cache import MetadataCache
 
@@ -47,19 +48,6 @@ def detach_state_change_log(handler: logging.Handler) -> None:
     handler.close()
 
 
-def inter_broker_listener(config: BrokerConfig) -> str:
-    """Kafka's inter.broker.listener.name, else the listener whose protocol is
-    security.inter.broker.protocol (PLAINTEXT), else the first one."""
-    name = config.get("inter.broker.listener.name")
-    listeners = config.advertised_listeners
-    if name:
-        return str(name)
-    for listener in listeners:
-        if listener.name.upper() == str(config.get("security.inter.broker.protocol") or "PLAINTEXT").upper():
-            return listener.name
-    return listeners[0].name
-
-
 class ClusterNode:
     """Implements ``ControllerLocator`` for the replication layer."""
 
@@ -67,7 +55,8 @@ class ClusterNode:
         self.config = config
         self.membership = membership
         self.broker_id = config.node_id
-        self.listener = inter_broker_listener(config)
+        self._listener_name: str | None = config.get("inter.broker.listener.name")
+        self._security_protocol = str(config.get("security.inter.broker.protocol") or "PLAINTEXT")
         self.metadata = MetadataCache()
         self._metadata_changed = asyncio.Event()
 
@@ -80,7 +69,8 @@ class ClusterNode:
         info = self.membership.brokers.get(cid)
         if info is None:
             return None
-        ep = next((e for e in info.endpoints if e.listener_name == self.listener), None)
+        # the same choice the controller makes to reach brokers
+        ep = inter_broker_endpoint(info, self._listener_name, self._security_protocol)
         if ep is None:
             return None
         return cid, ep.host or "127.0.0.1", ep.port
