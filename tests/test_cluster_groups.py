@@ -12,11 +12,12 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from test_cluster_replication import bootstrap, member, partition_state, start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.coordinator.schema import partition_for
-from tieredlog.protocol.api import FIND_COORDINATOR, METADATA
+from tieredlog.protocol.api import FIND_COORDINATOR
 from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
@@ -27,35 +28,9 @@ GROUP = "orders-readers"
 TOPIC = "orders"
 
 
-def member(connect: str, broker_id: int) -> dict[str, str]:
-    return {"zookeeper.connect": connect, "broker.id": str(broker_id), "zookeeper.session.timeout.ms": "6000",
-            "replica.lag.time.max.ms": "4000", "replica.fetch.backoff.ms": "200",
-            "remote.log.storage.system.enable": "false",
-            "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS), "offsets.topic.replication.factor": "3",
-            "group.initial.rebalance.delay.ms": "1000"}
-
-
-def partition_state(b: BrokerProcess, topic: str) -> list[tuple[int, int, list[int], list[int]]]:
-    """(leader, leader epoch, replicas, isr) per partition, from one broker's Metadata."""
-    with KafkaClient(b.bootstrap, timeout=10) as c:
-        r = c.request(METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
-    (t,) = r.topics
-    if t.error_code != 0:
-        return []
-    return [(p.leader_id, p.leader_epoch, sorted(p.replica_nodes), sorted(p.isr_nodes))
-            for p in sorted(t.partitions, key=lambda p: p.partition_index)]
-
-
-def start_cluster(broker_factory: Callable[..., BrokerProcess], connect: str, n: int = 3) -> dict[int, BrokerProcess]:
-    brokers = {i: broker_factory(member(connect, i)) for i in range(1, n + 1)}
-    with ZkClient(connect) as zk:
-        wait_until(lambda: zk.get_all_broker_ids() == list(brokers), message="every broker registered")
-        wait_until(lambda: zk.get_controller_id() is not None, message="a controller elected")
-    return brokers
-
-
-def bootstrap(brokers: dict[int, BrokerProcess]) -> str:
-    return ",".join(b.bootstrap for b in brokers.values() if b.alive())
+# a small __consumer_offsets, on every broker of the cluster
+GROUP_OVERRIDES = {"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS), "offsets.topic.replication.factor": "3",
+                   "group.initial.rebalance.delay.ms": "1000"}
 
 
 def find_coordinator(b: BrokerProcess, group: str) -> tuple[int, int]:
@@ -105,11 +80,11 @@ def commit(c: Consumer) -> bool:
 def test_group_commits_survive_the_coordinator_broker_killed(
         broker_factory: Callable[..., BrokerProcess], zk_connect: str) -> None:  # noqa: F811
     # two brokers are fewer than the offsets topic's replication factor: no coordinator, no topic yet
-    brokers = start_cluster(broker_factory, zk_connect, n=2)
+    brokers = start_cluster(broker_factory, zk_connect, n=2, overrides=GROUP_OVERRIDES)
     assert find_coordinator(brokers[1], GROUP) == (COORDINATOR_NOT_AVAILABLE, -1)
     with ZkClient(zk_connect) as zk:
         assert "__consumer_offsets" not in zk.get_all_topics()
-    brokers[3] = broker_factory(member(zk_connect, 3))
+    brokers[3] = broker_factory(member(zk_connect, 3, GROUP_OVERRIDES))
     # the first FindCoordinator with three brokers registered creates the topic; then its leader answers
     wait_until(lambda: find_coordinator(brokers[3], GROUP)[0] == 0, timeout=30,
                message="a coordinator once the third broker registered")

@@ -24,7 +24,11 @@ from tieredlog.protocol.client import KafkaClient
 pytestmark = pytest.mark.integration
 
 
-def member(connect: str, broker_id: int) -> dict[str, str]:
+def member(connect: str, broker_id: int, overrides: dict[str, str] | None = None) -> dict[str, str]:
+    return {**_member(connect, broker_id), **(overrides or {})}
+
+
+def _member(connect: str, broker_id: int) -> dict[str, str]:
     return {"zookeeper.connect": connect, "broker.id": str(broker_id), "zookeeper.session.timeout.ms": "6000",
             "replica.lag.time.max.ms": "4000", "replica.fetch.backoff.ms": "200",
             "leader.imbalance.check.interval.seconds": "5",
@@ -51,8 +55,9 @@ def preferred_and_leader(b: BrokerProcess, topic: str) -> tuple[int, int] | None
     return None if p is None or not p.replica_nodes else (p.replica_nodes[0], p.leader_id)
 
 
-def start_cluster(broker_factory: Callable[..., BrokerProcess], connect: str, n: int = 3) -> dict[int, BrokerProcess]:
-    brokers = {i: broker_factory(member(connect, i)) for i in range(1, n + 1)}
+def start_cluster(broker_factory: Callable[..., BrokerProcess], connect: str, n: int = 3,
+                  overrides: dict[str, str] | None = None) -> dict[int, BrokerProcess]:
+    brokers = {i: broker_factory(member(connect, i, overrides)) for i in range(1, n + 1)}
     with ZkClient(connect) as zk:
         wait_until(lambda: zk.get_all_broker_ids() == list(brokers), message="every broker registered")
         wait_until(lambda: zk.get_controller_id() is not None, message="a controller elected")
