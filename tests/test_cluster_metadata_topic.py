@@ -19,7 +19,7 @@ from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.protocol.api import CREATE_TOPICS, METADATA
 from tieredlog.protocol.client import KafkaClient
-from tieredlog.replication.metadata_topic_client import MetadataTopicError, ReplicatedMetadataTopic
+from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic
 from tieredlog.rlmm.partitioner import metadata_partition
 from tieredlog.rlmm.topic import METADATA_TOPIC
 from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager
@@ -30,6 +30,7 @@ from tieredlog.rsm import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from tieredlog.server.produce_api import INTERNAL_TOPICS_CLIENT_ID
 
 pytestmark = pytest.mark.integration
 
@@ -117,17 +118,6 @@ class ClientRouting:
         return self.partition_count
 
 
-def first_append(topic: ReplicatedMetadataTopic, partition: int, value: bytes) -> int:
-    """``topic.append``, skipping the test while the broker refuses Produce to the topic (it treats
-    ``__remote_log_metadata`` as internal, as Kafka does not; the broker's side is not ours)."""
-    try:
-        return topic.append(partition, value)
-    except MetadataTopicError as exc:
-        if exc.error_code.name == "invalid_topic_exception":
-            pytest.skip(f"the broker refuses Produce to {METADATA_TOPIC}: {exc}")
-        raise
-
-
 def segment(tp: TopicIdPartition) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, uuid.uuid4()), 0, 99, 1_700_000_000_000, 1,
                                     1_700_000_000_000, 4096, {0: 0})
@@ -144,8 +134,8 @@ def test_two_clients_share_the_replicated_metadata_topic_across_a_leader_failove
     # the last broker standing cannot hand its leaderships to anyone: its shutdown need not wait 3 x 5 s
     brokers = start_cluster(broker_factory, zk_connect, overrides={"controlled.shutdown.retry.backoff.ms": "200"})
     routing = ClientRouting(brokers)
-    a = ReplicatedMetadataTopic(routing, client_id="rlmm-1", request_timeout_s=30)
-    b = ReplicatedMetadataTopic(routing, client_id="rlmm-2", request_timeout_s=30)
+    a = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, request_timeout_s=30)
+    b = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, request_timeout_s=30)
     managers: list[TopicBasedRemoteLogMetadataManager] = []
     try:
         a.ensure_created(PARTITIONS)
@@ -157,7 +147,7 @@ def test_two_clients_share_the_replicated_metadata_topic_across_a_leader_failove
         p = (rlmm_partition + 1) % PARTITIONS  # the raw records go where the managers never read
 
         # 1. two writers at once: every append gets its own offset, consecutive; both read the same
-        written: dict[int, bytes] = {first_append(a, p, b"first"): b"first"}
+        written: dict[int, bytes] = {a.append(p, b"first"): b"first"}
         lock = threading.Lock()
 
         def write(topic: ReplicatedMetadataTopic, name: bytes) -> None:

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 from broker_harness import BrokerProcess
 from helpers import free_port
-from test_cluster_metadata_topic import ClientRouting, first_append
+from test_cluster_metadata_topic import ClientRouting
 
 from tieredlog.protocol.api import DELETE_RECORDS, PRODUCE
 from tieredlog.protocol.client import KafkaClient
@@ -22,6 +22,7 @@ from tieredlog.records.record import build_batch
 from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic
 from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
 from tieredlog.rlmm.topic import METADATA_TOPIC
+from tieredlog.server.produce_api import INTERNAL_TOPICS_CLIENT_ID
 
 PARTITIONS = 4
 CLIENT_LOG = "tieredlog.replication.metadata_topic_client"
@@ -43,13 +44,13 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
 
 @pytest.fixture
 def topic(single: tuple[BrokerProcess, ClientRouting]) -> Iterator[ReplicatedMetadataTopic]:
-    t = ReplicatedMetadataTopic(single[1], client_id="mtc-test", request_timeout_s=10)
+    t = ReplicatedMetadataTopic(single[1], client_id=INTERNAL_TOPICS_CLIENT_ID, request_timeout_s=10)
     yield t
     t.close()
 
 
 def produce_raw(b: BrokerProcess, partition: int, batch: bytes) -> int:
-    with KafkaClient(b.bootstrap) as c:
+    with KafkaClient(b.bootstrap, client_id=INTERNAL_TOPICS_CLIENT_ID) as c:
         r = c.request(PRODUCE, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
             {"name": METADATA_TOPIC, "partition_data": [{"index": partition, "records": batch}]}]}, version=9)
     p = r.responses[0].partition_responses[0]
@@ -60,7 +61,7 @@ def produce_raw(b: BrokerProcess, partition: int, batch: bytes) -> int:
 def test_read_starts_inside_a_batch_skips_null_values_and_decodes_every_codec(single, topic) -> None:
     b, _ = single
     p = 0
-    assert first_append(topic, p, b"v0") == 0
+    assert topic.append(p, b"v0") == 0
     for codec in range(5):  # none, gzip, snappy, lz4, zstd
         base = produce_raw(b, p, build_batch([(None, b"c%d-0" % codec), (b"k", None), (None, b"c%d-2" % codec)],
                                              codec=codec))
@@ -78,7 +79,7 @@ def test_read_below_the_log_start_goes_on_from_there_and_says_so_once(single, to
     b, _ = single
     p = 1
     for i in range(6):
-        assert first_append(topic, p, b"r%d" % i) == i
+        assert topic.append(p, b"r%d" % i) == i
     with KafkaClient(b.bootstrap) as c:
         r = c.request(DELETE_RECORDS, {"topics": [{"name": METADATA_TOPIC, "partitions": [
             {"partition_index": p, "offset": 4}]}], "timeout": 5000})
@@ -94,9 +95,9 @@ def test_a_corrupt_batch_ends_the_read_with_one_line(single, topic, caplog) -> N
     b, _ = single
     p = 2
     for i in range(3):
-        first_append(topic, p, b"good%d" % i)
-    first_append(topic, p, b"damaged-value")
-    first_append(topic, p, b"after")
+        topic.append(p, b"good%d" % i)
+    topic.append(p, b"damaged-value")
+    topic.append(p, b"after")
     segment = b.data_dir / f"{METADATA_TOPIC}-{p}" / ("0" * 20 + ".log")
     data = bytearray(segment.read_bytes())
     at = data.rfind(b"damaged-value")
@@ -116,12 +117,12 @@ def test_a_corrupt_batch_ends_the_read_with_one_line(single, topic, caplog) -> N
 def test_end_offset_is_cached_for_its_max_age(single) -> None:
     routing = single[1]
     p = 3
-    writer = ReplicatedMetadataTopic(routing, client_id="writer")
-    cached = ReplicatedMetadataTopic(routing, client_id="cached", end_offset_max_age_s=3600)
-    fresh = ReplicatedMetadataTopic(routing, client_id="fresh", end_offset_max_age_s=0)
+    writer = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID)
+    cached = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, end_offset_max_age_s=3600)
+    fresh = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, end_offset_max_age_s=0)
     try:
         start = cached.end_offset(p)
-        first_append(writer, p, b"x")
+        writer.append(p, b"x")
         assert cached.end_offset(p) == start  # within its max age: no request
         assert fresh.end_offset(p) == start + 1  # a ListOffsets each time
         assert list(cached.read(p, start)) == [(start, b"x")]
@@ -169,7 +170,7 @@ def test_every_call_gives_up_after_the_request_timeout(endpoint) -> None:
 def test_the_connection_is_reopened_after_the_broker_restarts(single, topic) -> None:
     b, _ = single
     p = 3
-    first_append(topic, p, b"before")
+    topic.append(p, b"before")
     end = topic.end_offset(p)
     b.restart()  # same port, same data: the client's socket is dead
     assert topic.append(p, b"after") == end

@@ -4,12 +4,13 @@ DeleteRecords, truncation and the idempotent/transactional paths."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from tieredlog import errors
 from tieredlog.log.config import LogConfig
-from tieredlog.log.types import AppendOrigin, FetchIsolation
+from tieredlog.log.types import AppendOrigin, EpochEntry, FetchIsolation
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import iter_headers, validate_batch
 from tieredlog.records.record import build_batch, build_control_batch
@@ -556,3 +557,33 @@ def test_list_offsets_goes_on_past_a_batch_whose_matching_records_are_below_the_
     found = plog.fetch_offset_by_timestamp(t + 50)
     assert (found.offset, found.timestamp) == (3, t + 60)
     assert plog.fetch_offset_by_timestamp(t + 61) is None
+
+
+def test_rebuild_from_remote_restarts_the_log_with_the_remote_lineage_and_producer_state(tmp_path):
+    # the producer snapshot shipped with the remote segment ending at offset 5 (taken by the leader)
+    now = int(time.time() * 1000)  # a snapshot's producers expire by wall-clock time when loaded
+    leader = make_log(tmp_path / "leader", clock=Clock(now))
+    leader.append_as_leader(batch(3, ts=now, producer_id=42, producer_epoch=0, base_sequence=0), 0)
+    leader.append_as_leader(batch(3, ts=now, producer_id=42, producer_epoch=0, base_sequence=3), 1)
+    snapshot = leader.producer_state.take_snapshot(6).read_bytes()
+
+    follower = make_log(tmp_path / "follower", clock=Clock(now))
+    follower.append_as_follower(batch(2, ts=now, base_offset=0, partition_leader_epoch=0))  # stale local data
+    follower.rebuild_from_remote(6, 0, [EpochEntry(0, 0), EpochEntry(1, 3), EpochEntry(2, 6)], snapshot)
+
+    assert (follower.log_start_offset, follower.local_log_start_offset, follower.log_end_offset) == (0, 6, 6)
+    assert follower.high_watermark == 6
+    assert follower.highest_offset_in_remote_storage == 5
+    # epochs starting at or after the new start come from the leader's batches, not the remote index
+    assert [tuple(e) for e in follower.leader_epoch_cache.epoch_entries()] == [(0, 0), (1, 3)]
+    assert follower.producer_state.last_entry(42).last_seq == 5
+    # replication resumes at 6: the next idempotent batch of producer 42 is in sequence
+    follower.append_as_follower(batch(1, ts=now, base_offset=6, partition_leader_epoch=2, producer_id=42,
+                                      producer_epoch=0, base_sequence=6))
+    assert follower.log_end_offset == 7
+    # a restart finds the same local log and lineage on disk (the log start offset below the local one is
+    # the LogManager's log-start-offset checkpoint's to keep)
+    follower.close()
+    again = make_log(tmp_path / "follower", clock=Clock(now))
+    assert (again.local_log_start_offset, again.log_end_offset) == (6, 7)
+    assert [tuple(e) for e in again.leader_epoch_cache.epoch_entries()][-1] == (2, 6)

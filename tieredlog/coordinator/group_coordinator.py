@@ -124,7 +124,9 @@ class GroupCoordinator:
         if own is None:
             return
         held = own.owned.get(partition, own.loading.get(partition))
-        if held is not None and leader_epoch < held:
+        if held is None:
+            return  # never led here (a new follower): nothing to drop
+        if leader_epoch < held:
             return  # news of an older leadership than the one this broker holds
         own.owned.pop(partition, None)
         own.loading.pop(partition, None)  # a load under way sees this and throws its result away

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from tieredlog import errors
+from tieredlog.atomic_file import atomic_write
 from tieredlog.log.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA_FILE,
@@ -40,6 +41,7 @@ from tieredlog.log.segment import LogSegment
 from tieredlog.log.storage_errors import describe_os_error, storage_error_log
 from tieredlog.log.types import (
     AppendOrigin,
+    EpochEntry,
     FetchDataInfo,
     FetchIsolation,
     LogAppendInfo,
@@ -548,6 +550,25 @@ class UnifiedLog:
             self.high_watermark = new_offset
             self.leader_epoch_cache.clear_and_flush()
             self.producer_state.truncate_fully_and_start_at(new_offset)
+
+    def rebuild_from_remote(self, next_offset: int, log_start_offset: int, epochs: list[EpochEntry],
+                            producer_snapshot: bytes | None) -> None:
+        """KIP-405's BuildingRemoteLogAuxState, the local half: the history below ``next_offset``
+        lives in the remote tier, so the log restarts empty there with the leader-epoch lineage and
+        the producer state of the remote segment that ends just below it. Touches the disk."""
+        with self._lock:
+            self.truncate_fully_and_start_at(next_offset, log_start_offset)
+            self.leader_epoch_cache.assign_all(e for e in epochs if e.start_offset < next_offset)
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+            if producer_snapshot is not None:
+                atomic_write(snapshot_path(self.dir, next_offset), producer_snapshot)
+                self.producer_state.truncate_fully_and_reload_snapshots()
+                self.producer_state.load(next_offset, next_offset)
+            # what the remote tier holds is below next_offset: local retention may count on it
+            self.highest_offset_in_remote_storage = max(self.highest_offset_in_remote_storage, next_offset - 1)
+            log.info("%s: rebuilt from the remote tier: log start %d, local log start %d, leader epochs %s",
+                     self.topic_partition, self.log_start_offset, next_offset,
+                     [tuple(e) for e in self.leader_epoch_cache.epoch_entries()])
 
     # ---- retention --------------------------------------------------------------------------------
     def delete_old_segments(self, now_ms: int | None = None) -> int:

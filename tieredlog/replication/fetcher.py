@@ -7,7 +7,17 @@ where the two diverge before it fetches anything. Then it fetches from its log e
 the leader's batches as they are (offsets and epochs included), and takes the leader's high
 watermark and log start offset. A fenced or moved partition waits for the controller's next word.
 
-Network waits are awaits on the event loop; truncation runs on an executor (it touches files).
+A fetch below the leader's local log start of a tiered partition answers
+OFFSET_MOVED_TO_TIERED_STORAGE: the partition enters ``BUILDING_REMOTE_LOG_AUX_STATE`` (KIP-405). The
+follower asks the leader for its earliest local offset and that offset's epoch (ListOffsets -4),
+reads the leader-epoch lineage and producer snapshot of the remote segment just below it through
+the remote tier (``RemoteAuxStateSource``, on the remote reader pool), restarts its log there and
+fetches only what the leader still has locally. Until the leader's segment metadata reaches this
+broker, or while the object store is down, the partition retries after its backoff; the other
+partitions of the fetcher go on.
+
+Network waits are awaits on the event loop; truncation and the rebuild run on an executor (they
+touch files).
 """
 
 from __future__ import annotations
@@ -16,13 +26,14 @@ import asyncio
 import enum
 import logging
 import struct
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.log.types import TopicPartition
-from tieredlog.protocol.api import FETCH, OFFSET_FOR_LEADER_EPOCH
+from tieredlog.protocol.api import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from tieredlog.protocol.async_client import AsyncKafkaConnection
 
 if TYPE_CHECKING:
@@ -33,6 +44,8 @@ log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12  # topic names, current_leader_epoch, log_start_offset; every tieredlog broker serves it
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+LIST_OFFSETS_VERSION = 8  # the first with EARLIEST_LOCAL_TIMESTAMP (KIP-405)
+EARLIEST_LOCAL_TIMESTAMP = -4
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 _BATCH_HEADER = struct.Struct(">qi")  # base offset, batch length
@@ -53,6 +66,25 @@ class FetcherConfig:
 class FetchState(enum.Enum):
     TRUNCATING = "truncating"
     FETCHING = "fetching"
+    BUILDING_REMOTE_LOG_AUX_STATE = "building-remote-log-aux-state"
+
+
+class RemoteLogAuxStateView(Protocol):
+    """What the fetcher uses of a remote segment's auxiliary state (tieredlog.rlm.follower)."""
+
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def epochs(self) -> list: ...
+    @property
+    def producer_snapshot(self) -> bytes | None: ...
+
+
+class RemoteAuxStateSource(Protocol):
+    """The remote tier, as a follower rebuilding from it needs it (the RemoteLogManager)."""
+
+    def fetch_aux_state_async(self, topic_partition: TopicPartition, target_epoch: int,
+                              target_offset: int) -> Future: ...
 
 
 @dataclass(slots=True)
@@ -62,6 +94,7 @@ class PartitionFetchState:
     state: FetchState = FetchState.TRUNCATING
     delayed_until: float = 0.0
     warned: set[str] = field(default_factory=set)
+    leader_log_start_offset: int = -1  # from the OFFSET_MOVED_TO_TIERED_STORAGE answer
 
 
 def whole_batches(records: bytes | memoryview) -> memoryview:
@@ -143,6 +176,10 @@ class ReplicaFetcher:
                 truncating = {tp: s for tp, s in ready.items() if s.state is FetchState.TRUNCATING}
                 if truncating:
                     await self._truncate(truncating)
+                building = {tp: s for tp, s in ready.items()
+                            if s.state is FetchState.BUILDING_REMOTE_LOG_AUX_STATE and self.partitions.get(tp) is s}
+                if building:
+                    await self._build_remote_log_aux_state(building)
                 fetching = {tp: s for tp, s in ready.items()
                             if s.state is FetchState.FETCHING and self.partitions.get(tp) is s}
                 if fetching:
@@ -161,11 +198,11 @@ class ReplicaFetcher:
                 for s in ready.values():
                     s.delayed_until = loop.time() + backoff_s
 
-    def _delay(self, s: PartitionFetchState, why: str) -> None:
+    def _delay(self, s: PartitionFetchState, why: str, waiting_for: str = "the controller") -> None:
         s.delayed_until = asyncio.get_running_loop().time() + self._config.backoff_ms / 1000
         if why not in s.warned:
             s.warned.add(why)
-            log.info("%s: %s: %s; waiting for the controller", self.name, s.partition.tp, why)
+            log.info("%s: %s: %s; waiting for %s", self.name, s.partition.tp, why, waiting_for)
 
     # ---- truncation (KIP-101 / KIP-279) -----------------------------------------------------------
 
@@ -228,6 +265,93 @@ class ReplicaFetcher:
         if done:
             s.state = FetchState.FETCHING
 
+    # ---- BuildingRemoteLogAuxState (KIP-405) -------------------------------------------------------
+
+    async def _build_remote_log_aux_state(self, states: dict[TopicPartition, PartitionFetchState]) -> None:
+        """Kafka's TierStateMachine: where the leader's local log starts, which remote segment ends
+        just below it, and the follower's log restarted after that segment with its lineage."""
+        conn = await self._connection()
+        timeout = self._config.socket_timeout_ms / 1000
+        by_topic: dict[str, list[dict]] = {}
+        for tp, s in states.items():
+            by_topic.setdefault(tp.topic, []).append({
+                "partition_index": tp.partition, "current_leader_epoch": s.leader_epoch,
+                "timestamp": EARLIEST_LOCAL_TIMESTAMP})
+        resp = await conn.request(LIST_OFFSETS, {
+            "replica_id": self.broker_id, "isolation_level": 0,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }, version=LIST_OFFSETS_VERSION, timeout_s=timeout)
+        earliest_local: dict[TopicPartition, tuple[int, int]] = {}
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_index)
+                asked = states.get(tp)
+                if asked is None or self.partitions.get(tp) is not asked:
+                    continue
+                code = ErrorCode(p.error_code)
+                if code != ErrorCode.none:
+                    self._delay(asked, f"ListOffsets(EARLIEST_LOCAL) answered {code.name}")
+                    continue
+                earliest_local[tp] = (p.offset, p.leader_epoch)
+        for tp, (local_start, epoch_at_it) in earliest_local.items():
+            s = states[tp]
+            if self.partitions.get(tp) is not s:
+                continue
+            await self._rebuild_one(conn, s, local_start, epoch_at_it)
+
+    async def _target_epoch(self, conn: AsyncKafkaConnection, s: PartitionFetchState, target: int,
+                            epoch_at_local_start: int) -> int | None:
+        """The epoch of the leader's offset ``target`` (just below its local log start): the epoch
+        before the one at the local start when that one ends after ``target`` (epochs with no data
+        in between), else the epoch at the local start."""
+        if epoch_at_local_start <= 0:
+            return 0
+        tp = s.partition.tp
+        resp = await conn.request(OFFSET_FOR_LEADER_EPOCH, {
+            "replica_id": self.broker_id,
+            "topics": [{"topic": tp.topic, "partitions": [{
+                "partition": tp.partition, "current_leader_epoch": s.leader_epoch,
+                "leader_epoch": epoch_at_local_start - 1}]}],
+        }, version=OFFSET_FOR_LEADER_EPOCH_VERSION, timeout_s=self._config.socket_timeout_ms / 1000)
+        p = resp.topics[0].partitions[0]
+        code = ErrorCode(p.error_code)
+        if code != ErrorCode.none:
+            self._delay(s, f"OffsetForLeaderEpoch answered {code.name}")
+            return None
+        return p.leader_epoch if p.end_offset > target and p.leader_epoch >= 0 else epoch_at_local_start
+
+    async def _rebuild_one(self, conn: AsyncKafkaConnection, s: PartitionFetchState, local_start: int,
+                           epoch_at_local_start: int) -> None:
+        plog = s.partition.log
+        if local_start <= plog.log_end_offset:
+            s.state = FetchState.FETCHING  # the leader's local log reaches us again (it was re-elected, say)
+            return
+        source = self._rm.remote_aux
+        if source is None:
+            self._delay(s, "the leader's data below its local log start is tiered, but this broker has no "
+                           "remote tier (remote.log.storage.system.enable=false)", "a configuration change")
+            return
+        target = local_start - 1
+        target_epoch = await self._target_epoch(conn, s, target, epoch_at_local_start)
+        if target_epoch is None:
+            return
+        try:
+            aux = await asyncio.wrap_future(source.fetch_aux_state_async(s.partition.tp, target_epoch, target))
+        except Exception as exc:  # noqa: BLE001 - not yet in the metadata, object store down: retried
+            self._delay(s, f"remote log aux state for epoch {target_epoch} at offset {target} is not available "
+                           f"yet ({exc})", "the remote tier")
+            return
+        if self.partitions.get(s.partition.tp) is not s:
+            return  # moved while the remote tier answered
+        leader_start = max(s.leader_log_start_offset, 0)
+        await self._rm.rebuild_from_remote(s.partition, aux.next_offset, min(leader_start, aux.next_offset),
+                                           aux.epochs, aux.producer_snapshot)
+        log.info("%s: %s rebuilt its auxiliary state from the remote tier up to offset %d (leader's local log "
+                 "starts at %d, epoch %d); fetching from there", self.name, s.partition.tp, aux.next_offset,
+                 local_start, epoch_at_local_start)
+        s.warned.clear()
+        s.state = FetchState.FETCHING
+
     # ---- fetch ------------------------------------------------------------------------------------
 
     async def _fetch(self, states: dict[TopicPartition, PartitionFetchState]) -> None:
@@ -286,8 +410,11 @@ class ReplicaFetcher:
                 s.state = FetchState.TRUNCATING  # we are past the leader's end: an unclean election
             return
         if code == ErrorCode.offset_moved_to_tiered_storage:
-            self._delay(s, "the leader's local log starts above our log end offset (tiered storage follower "
-                           "rebuild is not supported yet)")
+            log.info("%s: %s: offset %d is only in the leader's remote tier: rebuilding from it",
+                     self.name, partition.tp, plog.log_end_offset)
+            s.leader_log_start_offset = p.log_start_offset  # type: ignore[attr-defined]
+            s.state = FetchState.BUILDING_REMOTE_LOG_AUX_STATE
+            self._wakeup.set()
             return
         self._delay(s, f"fetch answered {code.name}")
 

@@ -24,7 +24,7 @@ from tieredlog.log.config import LogConfig
 from tieredlog.log.types import AppendOrigin, LogAppendInfo, TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.replication.delayed_produce import DelayedProduce
-from tieredlog.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from tieredlog.replication.fetcher import FetcherConfig, RemoteAuxStateSource, ReplicaFetcherManager
 from tieredlog.replication.partition import IsrChangeSender, Partition, PartitionState
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,8 @@ class ReplicaLogs(Protocol):
 
     def delete_log(self, tp: TopicPartition) -> bool: ...
 
+    def checkpoint_log_start_offsets(self) -> bool: ...
+
 
 @dataclass(frozen=True, slots=True)
 class LeaderAndIsrPartition:
@@ -52,6 +54,8 @@ class LeaderAndIsrPartition:
 
 # (tp, is_leader, leader_epoch): the group coordinator and the remote tier follow leadership
 LeadershipListener = Callable[[TopicPartition, bool, int], None]
+# (tp, replicas as this broker last knew them, delete): StopReplica, before the log is deleted
+StopListener = Callable[[TopicPartition, tuple[int, ...], bool], None]
 
 
 def _now_ms() -> int:
@@ -74,6 +78,10 @@ class ReplicaManager:
         self.delayed_produce = DelayedProduce()
         self.fetchers = ReplicaFetcherManager(broker_id, self, fetcher_config)
         self.leadership_listeners: list[LeadershipListener] = []
+        # told before StopReplica stops (and maybe deletes) a partition here; the remote tier's tasks stop
+        self.stop_listeners: list[StopListener] = []
+        # the remote tier a follower rebuilds from when its leader's data is tiered (None: no remote tier)
+        self.remote_aux: RemoteAuxStateSource | None = None
         self._isr_task: asyncio.Task | None = None
         # one LeaderAndIsr / StopReplica at a time: each awaits log creation on an executor
         self._state_lock = asyncio.Lock()
@@ -178,6 +186,17 @@ class ReplicaManager:
         # an ISR change may move the HW, and may fail or complete acks=all waiters (min.insync.replicas)
         self.high_watermark_moved(tp)
 
+    async def rebuild_from_remote(self, partition: Partition, next_offset: int, log_start_offset: int,
+                                  epochs: list, producer_snapshot: bytes | None) -> None:
+        """A follower's log restarts at ``next_offset`` over the remote tier (KIP-405); the log start
+        offset below it is checkpointed at once, so a crash cannot forget that the history is remote."""
+
+        def rebuild() -> None:
+            partition.log.rebuild_from_remote(next_offset, log_start_offset, epochs, producer_snapshot)
+            self._logs.checkpoint_log_start_offsets()
+
+        await asyncio.get_running_loop().run_in_executor(None, rebuild)
+
     # ---- the controller's decisions ---------------------------------------------------------------
 
     async def become_leader_or_follower(self, controller_id: int, controller_epoch: int,
@@ -244,9 +263,9 @@ class ReplicaManager:
 
         to_fetch: dict[TopicPartition, tuple[Partition, tuple[str, int]]] = {}
         for p, state in followers:
-            was_leader = p.is_leader
             changed = p.make_follower(state)
-            if was_leader:
+            if changed:
+                # a leader resigning, or a new follower: both stop leading work and start following
                 self._notify_leadership(p.tp, False, state.leader_epoch)
             # parked acks=all appends of a former leader fail now: the new leader may truncate them
             self.high_watermark_moved(p.tp)
@@ -281,6 +300,11 @@ class ReplicaManager:
                     continue
                 if p is not None and p.is_leader:
                     self._notify_leadership(tp, False, p.leader_epoch)
+                for listener in self.stop_listeners:
+                    try:
+                        listener(tp, p.replicas if p is not None else (), delete)
+                    except Exception:  # noqa: BLE001 - the replica stops all the same
+                        log.exception("stop listener failed for %s", tp)
                 if delete:
                     self.partitions.pop(tp, None)
                     self.high_watermark_moved(tp)

@@ -38,7 +38,7 @@ from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.contracts import LogProvider, TieredLog
 from tieredlog.rlm.copier import RLMCopyTask
 from tieredlog.rlm.expiration import RLMExpirationTask
-from tieredlog.rlm.follower import RLMFollowerTask
+from tieredlog.rlm.follower import RemoteLogAuxState, RLMFollowerTask, fetch_aux_state
 from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.metrics import RemoteStorageMetrics, metrics
@@ -52,6 +52,7 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteState,
+    RemoteStorageException,
     RemoteStorageManager,
     TopicIdPartition,
 )
@@ -500,6 +501,35 @@ class RemoteLogManager:
     def fetch_remote_log_segment_metadata(
         self, topic_partition: TopicPartition, epoch: int, offset: int
     ) -> RemoteLogSegmentMetadata | None:
-        """For the follower's rebuild of its aux state (KIP-405 BuildingRemoteLogAuxState)."""
+        """The finished remote segment holding ``offset`` of ``epoch``, if the RLMM knows one."""
         tp = TopicPartition(*topic_partition)
         return self.lifecycle.segment_for(self._tip(tp, self.logs.get_log(tp)), epoch, offset)
+
+    def fetch_aux_state_async(self, topic_partition: TopicPartition, target_epoch: int, target_offset: int) -> Future:
+        """KIP-405 BuildingRemoteLogAuxState: a future of the ``RemoteLogAuxState`` of the remote
+        segment holding ``target_offset`` of ``target_epoch`` (its leader-epoch lineage and producer
+        snapshot), read on the remote reader pool, never on the caller's thread. A partition that is
+        not tiered here, or whose segment the RLMM does not know yet, fails the future: the
+        follower's fetcher retries after its backoff."""
+        tp = TopicPartition(*topic_partition)
+        try:
+            plog = self.logs.get_log(tp)
+            if plog is None:
+                raise UnknownTopicOrPartitionError(f"{tp} is not hosted here")
+            if not self.is_tiered(plog):
+                raise RemoteStorageException(
+                    f"{tp}: the leader's data is tiered but remote storage is not enabled for it here")
+            tip = self._tip(tp, plog)
+            self.metrics.build_aux_state_requests.inc()
+            return self.reader_pool.submit(self._fetch_aux_state, tip, target_epoch, target_offset)
+        except Exception as exc:
+            fut: Future = Future()
+            fut.set_exception(exc)
+            return fut
+
+    def _fetch_aux_state(self, tip: TopicIdPartition, target_epoch: int, target_offset: int) -> RemoteLogAuxState:
+        try:
+            return fetch_aux_state(self.lifecycle, self.rsm, tip, target_epoch, target_offset)
+        except Exception:
+            self.metrics.build_aux_state_errors.inc()
+            raise

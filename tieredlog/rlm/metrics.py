@@ -57,6 +57,10 @@ class RemoteStorageMetrics:
         self.fetch_errors = Counter(p + "remotefetcherrors", "RemoteFetchErrorsPerSec: failed remote reads", t)
         self.delete_requests = Counter(p + "remotedeleterequests", "RemoteDeleteRequestsPerSec", t)
         self.delete_errors = Counter(p + "remotedeleteerrors", "RemoteDeleteErrorsPerSec", t)
+        self.build_aux_state_requests = Counter(
+            p + "buildremotelogauxstaterequests", "BuildRemoteLogAuxStateRequestsPerSec: follower rebuilds from the remote tier")
+        self.build_aux_state_errors = Counter(
+            p + "buildremotelogauxstateerrors", "BuildRemoteLogAuxStateErrorsPerSec: rebuild attempts that failed (retried)")
         self.copy_lag_bytes = Gauge(p + "remotecopylagbytes", "RemoteCopyLagBytes: local-only bytes not yet copied", tp)
         self.copy_lag_segments = Gauge(p + "remotecopylagsegments", "RemoteCopyLagSegments", tp)
         self.remote_log_size_bytes = Gauge(p + "remotelogsizebytes", "RemoteLogSizeBytes", tp)

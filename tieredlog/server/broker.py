@@ -104,6 +104,8 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.remote_log_manager: RemoteLogManager | None = None  # None = no remote tier
         self.append_watchers = PartitionWatchers()
+        # told (on the event loop) after a topic's logs took new configs: the remote tier in a cluster
+        self.topic_config_listeners: list[Callable[[str], None]] = []
         self.cluster_id = ""
         # set when zookeeper.connect is: registration, controller election, the live brokers
         self.cluster: ZkClusterMembership | None = None
@@ -184,7 +186,9 @@ class Broker:
             # serves the groups of the __consumer_offsets partitions the controller makes this broker lead
             self.group_coordinator = create_cluster_group_coordinator(self)
             await self.group_coordinator.start()
-            log.warning("cluster mode: the remote tier is not served yet in a cluster (topics are local-only)")
+            from tieredlog.server.remote_tier import create_cluster_remote_log_manager
+
+            self.remote_log_manager = create_cluster_remote_log_manager(self)
         # Retention, flushes and checkpoints run on the LogManager's own scheduler threads: not on the
         # event loop, and on no pool remote-storage work shares, so a slow object store cannot starve them.
         flush_ms = self.config["log.flush.scheduler.interval.ms"]
@@ -209,12 +213,16 @@ class Broker:
         except InvalidConfigError as exc:
             log.warning("ignoring the new configs of topic %s: %s", name, exc)
             return
+        changed = t.configs != overrides
         t.configs = dict(overrides)
         for p in range(t.partitions):
             plog = self.log_manager.get_log(TopicPartition(name, p))
             if plog is not None:
                 plog.config = cfg
-        log.info("topic %s configs are now %s", name, overrides)
+        for listener in self.topic_config_listeners:
+            listener(name)
+        if changed:
+            log.info("topic %s configs are now %s", name, overrides)
 
     def _on_become_controller(self, epoch: int) -> None:
         if self.controller is not None:

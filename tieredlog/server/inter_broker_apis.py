@@ -59,6 +59,8 @@ async def _learn_topics(broker: Broker, topics: dict[str, tuple[Any, int]]) -> N
             broker.topics[name] = t
             if topic_id is not None:
                 broker.topics_by_id[topic_id] = t
+            # logs loaded at start-up, before the topic was known here, ran on the broker's defaults
+            broker.apply_topic_configs(name, t.configs)
         elif partitions > t.partitions:
             t.partitions = partitions
 

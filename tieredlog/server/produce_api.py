@@ -39,7 +39,13 @@ def error_code_of(exc: BaseException) -> ErrorCode:
     return ErrorCode.unknown_server_error
 
 
-def _append(broker: Broker, topic: str, partition: int, records: bytes | None, acks: int) -> dict:
+# Kafka's AdminUtils.ADMIN_CLIENT_ID: the one client id that may append to internal topics (here the
+# brokers' own remote log metadata producers use it)
+INTERNAL_TOPICS_CLIENT_ID = "__admin_client"
+
+
+def _append(broker: Broker, topic: str, partition: int, records: bytes | None, acks: int,
+            internal_allowed: bool = False) -> dict:
     out: dict[str, Any] = {"index": partition, "base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
     plog = broker.get_partition_log(topic, partition)
     rm = broker.replica_manager
@@ -48,7 +54,7 @@ def _append(broker: Broker, topic: str, partition: int, records: bytes | None, a
         return out
     try:
         meta = broker.get_topic(topic)
-        if meta is not None and meta.internal:
+        if meta is not None and meta.internal and not internal_allowed:
             # As Kafka's ReplicaManager: only the broker appends to its internal topics, so no client
             # forges committed offsets or feeds the coordinators' start-up loads its own bytes.
             raise InvalidTopicError(f"Cannot append to internal topic {topic}")
@@ -87,6 +93,7 @@ def _append(broker: Broker, topic: str, partition: int, records: bytes | None, a
 async def handle_produce(ctx: RequestContext, req: Any) -> Any:
     broker = ctx.broker
     acks = req.acks
+    internal_allowed = ctx.client_id == INTERNAL_TOPICS_CLIENT_ID
     responses = []
     any_error = False
     waits = []
@@ -97,7 +104,7 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
                 parts.append({"index": pd.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1})
                 any_error = True
                 continue
-            res = _append(broker, td.name, pd.index, pd.records, acks)
+            res = _append(broker, td.name, pd.index, pd.records, acks, internal_allowed)
             any_error = any_error or res["error_code"] != ErrorCode.none
             required = res.pop("_required_offset", None)
             if acks == -1 and required is not None:

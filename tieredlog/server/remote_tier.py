@@ -12,20 +12,35 @@ Defaults (Kafka's names):
 - RLMM: ``TopicBasedRemoteLogMetadataManager`` over ``__remote_log_metadata`` stored in this
   broker's own logs; it receives ``rlmm.config.*`` plus ``broker.id``, ``log.dir``, ``cluster.id``.
 - The RLM leads every hosted tiered partition (one broker) via ``watch_log_manager``.
+
+In a ZooKeeper cluster (``create_cluster_remote_log_manager``):
+- ``__remote_log_metadata`` is an ordinary replicated topic, created through the controller with
+  ``remote.log.metadata.topic.replication.factor`` replicas (fewer, with a warning, when fewer brokers
+  are registered) the first time a broker needs it; the RLMM reads and writes it as a Kafka client
+  of each partition's leader (``ReplicatedMetadataTopic``), so it follows leadership like any client.
+- The RLM follows the replica manager: copy and expiration tasks for the partitions this broker
+  leads, follower tasks for the others, a follower rebuilding from the remote tier reads through it.
+- StopReplica stops a partition's tasks; a topic deletion deletes its remote data on one broker, the
+  partition's first assigned replica (journaled, so a restart finishes it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tieredlog.errors import TopicAlreadyExistsError
+from tieredlog.log.types import TopicPartition
+from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic
 from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.manager import RemoteLogManager
 from tieredlog.rlmm.topic import LogMetadataTopic
 from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager, TopicBasedRlmmConfig
 from tieredlog.rsm.api import RemoteStorageManager
 from tieredlog.rsm.registry import load_remote_storage_manager
+from tieredlog.server.produce_api import INTERNAL_TOPICS_CLIENT_ID
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -77,4 +92,110 @@ def create_remote_log_manager(broker: Broker) -> RemoteLogManager | None:
         "remote log manager started: rsm=%s, task interval %d ms, %d copier / %d reader threads",
         type(rsm).__name__, cfg.task_interval_ms, cfg.effective_copier_threads, cfg.reader_threads,
     )
+    return rlm
+
+
+class BrokerMetadataTopicRouting:
+    """``MetadataTopicRouting`` over a cluster member: leaders from its metadata cache, the topic
+    created through ZooKeeper on the broker's event loop."""
+
+    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, replication_factor: int,
+                 timeout_s: float) -> None:
+        self._broker = broker
+        self._loop = loop
+        self._replication_factor = replication_factor
+        self._timeout_s = timeout_s
+
+    def leader_endpoint(self, partition: int) -> tuple[str, int] | None:
+        node = self._broker.cluster_node
+        assert node is not None
+        pm = node.metadata.partition(METADATA_TOPIC, partition)
+        if pm is None or pm.leader < 0:
+            return None
+        ep = node.client_endpoint(pm.leader)
+        return None if ep is None else (ep[1], ep[2])
+
+    def create_topic(self, num_partitions: int, configs: dict[str, str]) -> int:
+        # the RLMM's loader thread: the topic table and ZooKeeper writes belong to the event loop
+        return asyncio.run_coroutine_threadsafe(self._create(num_partitions, configs), self._loop).result(
+            self._timeout_s + 5)
+
+    async def _create(self, num_partitions: int, configs: dict[str, str]) -> int:
+        broker = self._broker
+        node = broker.cluster_node
+        assert node is not None
+        if broker.get_topic(METADATA_TOPIC) is None:
+            live = len(node.membership.brokers)
+            rf = self._replication_factor
+            if live < rf:
+                log.warning("%s is created with replication factor %d: only %d broker(s) are registered "
+                            "(remote.log.metadata.topic.replication.factor=%d)", METADATA_TOPIC, max(live, 1),
+                            live, rf)
+                rf = max(live, 1)
+            try:
+                broker.create_topic(METADATA_TOPIC, num_partitions, rf, configs)
+                await broker.topics_durable(wait_s=0)
+            except TopicAlreadyExistsError:
+                pass  # another broker created it first
+
+        def led(md: Any) -> bool:
+            entry = md.topics.get(METADATA_TOPIC)
+            return entry is not None and bool(entry.partitions) and all(
+                pm.leader >= 0 for pm in entry.partitions.values())
+
+        if not await node.wait_for_metadata(led, self._timeout_s):
+            raise TimeoutError(f"{METADATA_TOPIC} has partitions without a leader")
+        return len(node.metadata.topics[METADATA_TOPIC].partitions)
+
+
+def create_cluster_remote_log_manager(broker: Broker) -> RemoteLogManager | None:
+    """The RLM of a cluster member, following its replica manager; None if tiering is disabled."""
+    cfg = RemoteLogManagerConfig.from_broker_config(broker.config)
+    if not cfg.system_enable:
+        log.info("remote.log.storage.system.enable=false: no remote tier")
+        return None
+    rm = broker.replica_manager
+    assert rm is not None
+    configs: dict[str, Any] = dict(cfg.rlmm_configs)
+    configs.update({"broker.id": cfg.broker_id, "log.dir": cfg.first_log_dir, "cluster.id": broker.cluster_id or ""})
+    rcfg = TopicBasedRlmmConfig.from_configs(configs)
+    timeout_s = broker.config["request.timeout.ms"] / 1000
+    routing = BrokerMetadataTopicRouting(broker, asyncio.get_running_loop(), rcfg.replication_factor, timeout_s)
+    # the one client id Kafka lets append to internal topics
+    topic = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, request_timeout_s=timeout_s,
+                                    retention_ms=rcfg.retention_ms)
+    rlmm = TopicBasedRemoteLogMetadataManager(topic, configs)
+    rlm = RemoteLogManager(cfg, broker.log_manager, build_rsm(cfg), rlmm)
+    rlm.start()
+
+    def on_leadership(tp: TopicPartition, is_leader: bool, _leader_epoch: int) -> None:
+        if is_leader:
+            rlm.on_leadership_change([tp], ())
+        else:
+            rlm.on_leadership_change((), [tp])
+
+    def on_stop(tp: TopicPartition, replicas: tuple[int, ...], delete: bool) -> None:
+        if not delete:
+            rlm.stop_partitions([tp])
+        elif replicas and replicas[0] == cfg.broker_id:
+            # one broker deletes the remote copies: every replica gets this StopReplica
+            rlm.on_topic_deleted([tp])
+        else:
+            rlm.stop_partitions([tp])
+
+    def on_topic_configs(topic: str) -> None:
+        # remote.storage.enable may have just become known (a log loaded before its topic) or set
+        for p in list(rm.partitions.values()):
+            if p.tp.topic == topic:
+                on_leadership(p.tp, p.is_leader, p.leader_epoch)
+
+    rm.leadership_listeners.append(on_leadership)
+    broker.topic_config_listeners.append(on_topic_configs)
+    rm.stop_listeners.append(on_stop)
+    rm.remote_aux = rlm
+    # partitions the controller assigned before the RLM existed (the replica manager starts first)
+    for p in list(rm.partitions.values()):
+        on_leadership(p.tp, p.is_leader, p.leader_epoch)
+    log.info("remote log manager started (cluster): rsm=%s, task interval %d ms", type(rlm.rsm).__name__,
+             cfg.task_interval_ms)
     return rlm
