@@ -60,7 +60,7 @@ from tieredlog.controller.state_machines import (
     ReplicaStateMachine,
     StateChangeFailedError,
 )
-from tieredlog.controller.topic_deletion import TopicDeletionManager
+from tieredlog.controller.topic_deletion import TopicDeletionListener, TopicDeletionManager
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("state.change.logger")
@@ -72,8 +72,10 @@ AUTO_REBALANCE_INITIAL_DELAY_S = 5.0  # Kafka waits this long after a failover b
 
 class KafkaController:
     def __init__(self, zk: ZkClient, broker_id: int, config: ControllerConfig | None = None,
-                 sender_factory: SenderFactory | None = None) -> None:
+                 sender_factory: SenderFactory | None = None,
+                 on_topic_deleted: TopicDeletionListener | None = None) -> None:
         self.zk = zk
+        self._on_topic_deleted = on_topic_deleted
         self.broker_id = broker_id
         self.config = config or ControllerConfig()
         self._sender_factory = sender_factory or self._default_sender
@@ -317,7 +319,8 @@ class KafkaController:
         self._replicas = ReplicaStateMachine(ctx, self.zk, batch, self.broker_id)
         self._partitions = PartitionStateMachine(ctx, self.zk, batch, self.broker_id, self._unclean_enabled)
         self._deletion = TopicDeletionManager(ctx, self.zk, batch, self._replicas, self._partitions,
-                                              self.config.delete_topic_enable, self.broker_id)
+                                              self.config.delete_topic_enable, self.broker_id,
+                                              on_topic_deleted=self._on_topic_deleted)
         self._reassigner = PartitionReassigner(ctx, self.zk, batch, self._replicas, self._partitions, self._deletion,
                                                self.broker_id, znode_watch=self._on_reassignment)
         self._active = True

@@ -14,6 +14,8 @@ Runs on the controller event thread only.
 from __future__ import annotations
 
 import logging
+import uuid
+from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from tieredlog.cluster import znodes
@@ -25,11 +27,24 @@ from tieredlog.controller.state_machines import PartitionStateMachine, ReplicaSt
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class DeletedTopic:
+    """A topic whose replicas have all stopped and deleted their logs, as it was configured."""
+
+    name: str
+    topic_id: uuid.UUID | None
+    partitions: list[int]
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+TopicDeletionListener = Callable[[DeletedTopic], None]
+
+
 class TopicDeletionManager:
     def __init__(self, ctx: ControllerContext, zk: ZkClient, batch: ControllerBrokerRequestBatch,
                  replica_state_machine: ReplicaStateMachine, partition_state_machine: PartitionStateMachine,
                  delete_topic_enable: bool, controller_id: int,
-                 on_topic_deleted: Callable[[str], None] = lambda topic: None) -> None:
+                 on_topic_deleted: TopicDeletionListener | None = None) -> None:
         self.ctx = ctx
         self.zk = zk
         self.batch = batch
@@ -153,9 +168,17 @@ class TopicDeletionManager:
     def _complete_delete_topic(self, topic: str) -> None:
         replicas = self.ctx.replicas_in_state(topic, ReplicaState.DELETION_SUCCESSFUL)
         self.replicas.handle_state_changes(replicas, ReplicaState.NON_EXISTENT)
+        if self.on_topic_deleted is not None:
+            # told before the znodes go: the configs say whether the topic had a remote tier to remove
+            deleted = DeletedTopic(topic, self.ctx.topic_ids.get(topic),
+                                   sorted(tp.partition for tp in self.ctx.partitions_for_topic(topic)),
+                                   self.zk.get_topic_config(topic))
+            try:
+                self.on_topic_deleted(deleted)
+            except Exception:
+                log.exception("%sTopic deletion listener failed for %s", self._prefix(), topic)
         fence = self.ctx.epoch_zk_version
         self.zk.delete_recursive(znodes.topic_path(topic), expected_controller_epoch_zk_version=fence)
         self.zk.delete_topic_config(topic, expected_controller_epoch_zk_version=fence)
         self.zk.remove_topic_deletion_marker(topic, expected_controller_epoch_zk_version=fence)
         self.ctx.remove_topic(topic)
-        self.on_topic_deleted(topic)

@@ -52,6 +52,7 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
     RemoteResourceNotFoundException,
     TopicIdPartition,
 )
@@ -207,6 +208,22 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         # is needed again if the replica comes back.
         with self._lock:
             self._assigned -= set(partitions)
+
+    def load_metadata_partition(self, p: int) -> None:
+        """Start reading metadata partition ``p`` whole, whatever user partitions this broker hosts:
+        its leader removes the remote data of the deleted topics that map to it."""
+        self._schedule_load(p)
+
+    def partitions_pending_delete(self, p: int) -> list[TopicIdPartition]:
+        """Partitions of metadata partition ``p`` marked for deletion and not yet deleted (MARKED, or
+        STARTED by a broker that stopped midway); empty until ``p`` is loaded."""
+        if p not in self._loaded:
+            self._schedule_load(p)
+            return []
+        self._catch_up(p)
+        with self._lock:
+            return [tp for tp, md in self._stores[p].delete_metadata.items()
+                    if md.state != RemotePartitionDeleteState.DELETE_PARTITION_FINISHED]
 
     def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
         return self.partition_for(topic_id_partition) in self._loaded

@@ -22,6 +22,7 @@ from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
 from tieredlog.config import BrokerConfig
 from tieredlog.controller.config import ControllerConfig
 from tieredlog.controller.controller import KafkaController
+from tieredlog.controller.topic_deletion import DeletedTopic
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.errors import (
     InvalidConfigError,
@@ -48,6 +49,7 @@ from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_ke
 
 if TYPE_CHECKING:
     from tieredlog.rlm.manager import RemoteLogManager
+    from tieredlog.rlm.partition_remover import RemotePartitionRemover
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,8 @@ class Broker:
         self.log_manager: Any = None
         self.group_coordinator: GroupCoordinator | None = None
         self.remote_log_manager: RemoteLogManager | None = None  # None = no remote tier
+        # in a cluster: deletes the remote data of deleted topics (set with the cluster's RLM)
+        self.remote_partition_remover: RemotePartitionRemover | None = None
         self.append_watchers = PartitionWatchers()
         # told (on the event loop) after a topic's logs took new configs: the remote tier in a cluster
         self.topic_config_listeners: list[Callable[[str], None]] = []
@@ -146,7 +150,8 @@ class Broker:
             self.cluster_id = await loop.run_in_executor(None, self.cluster.connect)
             self.cluster_node = ClusterNode(self.config, self.cluster)
             self._state_change_log = attach_state_change_log(first)
-            controller = KafkaController(self.cluster.zk, self.node_id, ControllerConfig.from_broker_config(self.config))
+            controller = KafkaController(self.cluster.zk, self.node_id, ControllerConfig.from_broker_config(self.config),
+                                         on_topic_deleted=self._on_topic_deleted_by_controller)
             controller.start()
             self.controller = controller
             self._config_changes = ConfigChangeListener(
@@ -231,6 +236,20 @@ class Broker:
     def _on_resign(self) -> None:
         if self.controller is not None:
             self.controller.on_resign()
+
+    def _on_topic_deleted_by_controller(self, topic: DeletedTopic) -> None:
+        """The controller's event thread: every replica of ``topic`` has stopped and deleted its log;
+        a tiered topic's remote data is marked for the remote partition remover."""
+        remover = self.remote_partition_remover
+        tiered = str(topic.configs.get("remote.storage.enable", "")).strip().lower() == "true"
+        if remover is None or not tiered:
+            return
+        if topic.topic_id is None:
+            log.warning("topic %s was deleted without a topic id: its remote data is left in place", topic.name)
+            return
+        from tieredlog.rsm.api import TopicIdPartition
+
+        remover.mark(TopicIdPartition(topic.topic_id, topic.name, p) for p in topic.partitions)
 
     def _make_replica_manager(self) -> ReplicaManager:
         c = self.config

@@ -20,8 +20,9 @@ In a ZooKeeper cluster (``create_cluster_remote_log_manager``):
   of each partition's leader (``ReplicatedMetadataTopic``), so it follows leadership like any client.
 - The RLM follows the replica manager: copy and expiration tasks for the partitions this broker
   leads, follower tasks for the others, a follower rebuilding from the remote tier reads through it.
-- StopReplica stops a partition's tasks; a topic deletion deletes its remote data on one broker, the
-  partition's first assigned replica (journaled, so a restart finishes it).
+- StopReplica stops a partition's tasks. A deleted topic's remote data is removed by the
+  ``RemotePartitionRemover``: the controller marks each partition DELETE_PARTITION_MARKED once every
+  replica has stopped, and the leader of the matching ``__remote_log_metadata`` partition deletes it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tieredlog.log.types import TopicPartition
 from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic
 from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.manager import RemoteLogManager
+from tieredlog.rlm.partition_remover import RemotePartitionRemover
 from tieredlog.rlmm.topic import LogMetadataTopic
 from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager, TopicBasedRlmmConfig
 from tieredlog.rsm.api import RemoteStorageManager
@@ -167,19 +169,20 @@ def create_cluster_remote_log_manager(broker: Broker) -> RemoteLogManager | None
     rlmm = TopicBasedRemoteLogMetadataManager(topic, configs)
     rlm = RemoteLogManager(cfg, broker.log_manager, build_rsm(cfg), rlmm)
     rlm.start()
+    remover = RemotePartitionRemover(rlmm, rlm.lifecycle, rlm.expirer, cfg.task_interval_ms)
 
     def on_leadership(tp: TopicPartition, is_leader: bool, _leader_epoch: int) -> None:
-        if is_leader:
+        if tp.topic == METADATA_TOPIC:
+            remover.on_metadata_leadership(tp.partition, is_leader)
+        elif is_leader:
             rlm.on_leadership_change([tp], ())
         else:
             rlm.on_leadership_change((), [tp])
 
-    def on_stop(tp: TopicPartition, replicas: tuple[int, ...], delete: bool) -> None:
-        if not delete:
-            rlm.stop_partitions([tp])
-        elif replicas and replicas[0] == cfg.broker_id:
-            # one broker deletes the remote copies: every replica gets this StopReplica
-            rlm.on_topic_deleted([tp])
+    def on_stop(tp: TopicPartition, _replicas: tuple[int, ...], _delete: bool) -> None:
+        # a deleted topic's remote data is the remover's, once the controller has seen every replica stop
+        if tp.topic == METADATA_TOPIC:
+            remover.on_metadata_leadership(tp.partition, False)
         else:
             rlm.stop_partitions([tp])
 
@@ -193,6 +196,7 @@ def create_cluster_remote_log_manager(broker: Broker) -> RemoteLogManager | None
     broker.topic_config_listeners.append(on_topic_configs)
     rm.stop_listeners.append(on_stop)
     rm.remote_aux = rlm
+    broker.remote_partition_remover = remover
     # partitions the controller assigned before the RLM existed (the replica manager starts first)
     for p in list(rm.partitions.values()):
         on_leadership(p.tp, p.is_leader, p.leader_epoch)
