@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench bench-cluster fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster bench-replica-join fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench: install-test system-deps
 # RF 1 produce throughput; CLUSTER_BENCH_REPEATS and CLUSTER_BENCH_RECORDS size it.
 bench-cluster: install-test system-deps
 	$(PY) -m bench bench_cluster
+
+# A new replica joining a partition with REPLICA_JOIN_REMOTE_GIB (default 4) GiB remote and
+# REPLICA_JOIN_LOCAL_MIB (default 200) MiB local, beside copying the local part alone and the whole history.
+bench-replica-join: install-test system-deps
+	$(PY) -m bench bench_replica_join
 
 # The long fuzz run: many more hostile frames than `make test` sends, and hypothesis over every schema.
 fuzz: install-test system-deps
