@@ -145,7 +145,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self._consumed.setdefault(p, 0)
                 self._unsnapshotted.setdefault(p, 0)
                 self._read_locks.setdefault(p, threading.Lock())
-        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlmm-loader")
+        # a few loads at once: in a cluster, one metadata partition whose leader is unreachable must not
+        # hold back the loading of the others behind it
+        self._loader = ThreadPoolExecutor(max_workers=min(n, 4), thread_name_prefix="rlmm-loader")
         if self._snapshot_dir is not None and self.config.snapshot_interval_ms > 0:
             self._snapshotter = threading.Thread(target=self._snapshot_loop, name="rlmm-snapshot", daemon=True)
             self._snapshotter.start()
