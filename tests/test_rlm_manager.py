@@ -331,3 +331,72 @@ def test_remote_storage_disabled_deletes_remote_segments_without_a_partition_del
     # the partition itself is not marked deleted: tiering it again later must work
     assert rlm.pending_deletes.read() == []
     assert state.tip not in rlmm._store.delete_metadata and state.tip in rlmm._store.caches
+
+
+def _one_record(value: bytes) -> bytes:
+    return build_batch([(None, value, [], 1_000_000)])
+
+
+def _values(data: bytes) -> list[tuple[int, bytes]]:
+    from tieredlog.records.record import decode_batch
+
+    return [(r.offset, r.value) for pos, _ in iter_headers(data) for r in decode_batch(data, pos)[1]]
+
+
+def _remote_records(rlm: RemoteLogManager, plog: UnifiedLog, offset: int) -> list[tuple[int, bytes]]:
+    """What a consumer fetching from ``offset`` reads of the remote tier, fetch after fetch."""
+    out: list[tuple[int, bytes]] = []
+    while offset < plog.local_log_start_offset:
+        got = _values(rlm.read(TP, offset, 1 << 20, timeout=10))
+        assert got, f"nothing read at {offset}"
+        out += got
+        offset = got[-1][0] + 1
+    return out
+
+
+def test_two_lineages_tiered_over_the_same_offsets_are_read_and_expired_each_by_its_own_log(env, tmp_path):
+    """KIP-405 scenario 5 in small: A tiers seg-0-3 in epoch 0; B, elected uncleanly after offset 1,
+    rewrites 2-4 in epoch 1 and tiers its own seg-0-3. The metadata serves epoch 0's offsets from
+    B's copy (the last one), yet each log reads its own records, and A's remote retention deletes
+    B's copy only once A's log start has passed it."""
+    plog_a, rsm, rlmm, rlm_a, events = env
+    size = len(_one_record(b"x0"))
+    cfg = LogConfig(**{**plog_a.config.__dict__, "segment_bytes": 4 * size + size // 2})
+    plog_a.config = cfg
+    plog_b = UnifiedLog(tmp_path / "b" / f"{TP.topic}-{TP.partition}", cfg, topic_id=plog_a.topic_id)
+    for value in (b"x0", b"x1", b"a2", b"a3", b"a4"):
+        plog_a.append_as_leader(_one_record(value), 0)
+    for value, epoch in ((b"x0", 0), (b"x1", 0), (b"b2", 1), (b"b3", 1), (b"b4", 1)):
+        plog_b.append_as_leader(_one_record(value), epoch)
+    rlm_b = RemoteLogManager(rlm_a.config, Logs(plog_b), rsm, rlmm)
+    rlm_b.start()
+    try:
+        for plog, rlm in ((plog_a, rlm_a), (plog_b, rlm_b)):
+            plog.update_high_watermark(plog.log_end_offset)
+            rlm.copy_task(state_for(rlm, plog)).run(TaskContext())
+            plog.delete_old_segments()
+            assert plog.local_log_start_offset == 4
+        seg_a, seg_b = finished(rlmm, state_for(rlm_a, plog_a).tip)
+        assert [(m.start_offset, m.end_offset, m.segment_leader_epochs) for m in (seg_a, seg_b)] == [
+            (0, 3, {0: 0}), (0, 3, {0: 0, 1: 2})]
+        assert rlmm.remote_log_segment_metadata(seg_a.topic_id_partition, 0, 0) == seg_b
+
+        assert _remote_records(rlm_a, plog_a, 0) == [(0, b"x0"), (1, b"x1"), (2, b"a2"), (3, b"a3")]
+        assert _remote_records(rlm_a, plog_a, 2) == [(2, b"a2"), (3, b"a3")]
+        assert _remote_records(rlm_b, plog_b, 0) == [(0, b"x0"), (1, b"x1"), (2, b"b2"), (3, b"b3")]
+
+        # A's expiration: B's copy is not a duplicate of A's, and it stays while its offsets are A's log too
+        state = state_for(rlm_a, plog_a)
+        rlm_a.expiration_task(state).run(TaskContext())
+        assert finished(rlmm, state.tip) == [seg_a, seg_b]
+        # retention of one batch: A's seg-0-3 goes and the log start moves past both copies
+        plog_a.config = LogConfig(**{**cfg.__dict__, "retention_bytes": size})
+        rlm_a.expiration_task(state).run(TaskContext())
+        assert plog_a.log_start_offset == 4
+        rlm_a.expiration_task(state).run(TaskContext())
+        assert finished(rlmm, state.tip) == []
+        assert [e.segment_id for e in events if e.type == "DELETE_SEGMENT"] == [
+            seg_a.remote_log_segment_id.id, seg_b.remote_log_segment_id.id]
+    finally:
+        rlm_b.shutdown()
+

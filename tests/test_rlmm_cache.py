@@ -142,6 +142,18 @@ def test_new_leader_reupload_supersedes_previous_copy(cache):
     assert cache.highest_offset_for_epoch(0) == 200
 
 
+def test_a_copy_of_another_history_from_the_same_offset_stays_listed_under_the_epoch(cache):
+    """Two unclean elections leave seg-0-3 twice: A's in epoch 0, B's with epoch 1 from offset 2. Reads
+    of epoch 0 go to the later copy, and the earlier one stays listed under the epoch for retention."""
+    a = finished(cache, seg(0, 3, {0: 0}))
+    b = finished(cache, seg(0, 3, {0: 0, 1: 2}))
+    assert cache.remote_log_segment_metadata(0, 1).remote_log_segment_id == b.remote_log_segment_id
+    assert cache.remote_log_segment_metadata(0, 2) is None  # B's epoch 0 ends at 1
+    assert {m.remote_log_segment_id for m in cache.list_remote_log_segments(0)} == {
+        a.remote_log_segment_id, b.remote_log_segment_id}
+    assert cache.highest_offset_for_epoch(0) == 3
+
+
 def test_overlapping_segments_read_newest(cache):
     s0 = finished(cache, seg(10, 90, {0: 10}))
     s1 = finished(cache, seg(5, 100, {0: 5}))

@@ -66,6 +66,25 @@ def epoch_of_offset_in_segment(md: RemoteLogSegmentMetadata, offset: int) -> int
     return best_epoch
 
 
+def holds_offset_on_lineage(md: RemoteLogSegmentMetadata, lineage: Sequence[tuple[int, int]], offset: int) -> bool:
+    """Does the segment hold this log's record at ``offset``? It does when it puts ``offset`` in the
+    epoch the log's lineage puts it in: one leader wrote each (epoch, offset), once (KIP-101). Such
+    a segment may still diverge from the log before or after ``offset`` (see ``lineage_end_in_segment``)."""
+    epoch = epoch_for_offset(filtered_epochs(lineage), offset)
+    return epoch is None or epoch_of_offset_in_segment(md, offset) == epoch
+
+
+def lineage_end_in_segment(md: RemoteLogSegmentMetadata, lineage: Sequence[tuple[int, int]], offset: int) -> int | None:
+    """Reading ``md`` from ``offset`` (a record it holds on the log's lineage), the first offset past
+    which it holds another history's records: the first epoch change after ``offset`` where the
+    segment and the lineage disagree. None when they agree to the segment's end."""
+    if epoch_for_offset(lineage, offset) is None:
+        return None
+    ours = {start: epoch for epoch, start in filtered_epochs(lineage) if offset < start <= md.end_offset}
+    theirs = {start: epoch for epoch, start in md.segment_leader_epochs.items() if offset < start <= md.end_offset}
+    return min((s for s in ours.keys() | theirs.keys() if ours.get(s) != theirs.get(s)), default=None)
+
+
 def is_within_lineage(
     md: RemoteLogSegmentMetadata, lineage: Sequence[tuple[int, int]], log_end_offset: int
 ) -> bool:

@@ -30,7 +30,13 @@ from tieredlog.records.errors import CorruptRecordError
 from tieredlog.records.record import record_at_or_after  # decompresses: only for timestamp lookups
 from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
-from tieredlog.rlm.lineage import as_pairs, epoch_of_offset_in_segment, is_within_lineage
+from tieredlog.rlm.lineage import (
+    as_pairs,
+    epoch_of_offset_in_segment,
+    holds_offset_on_lineage,
+    is_within_lineage,
+    lineage_end_in_segment,
+)
 from tieredlog.rlm.pool import RemoteReaderPool
 from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
@@ -42,6 +48,7 @@ from tieredlog.rsm.api import (
 log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 
 # Extra bytes asked for beyond max_bytes: the offset index entry found is up to
 # index.interval.bytes (4 KiB by default) plus one batch before the wanted offset.
@@ -77,7 +84,7 @@ class _Stream:
     """
 
     __slots__ = ("tip", "md", "next_offset", "data", "p", "data_pos", "ahead", "fetched_to", "reserved", "chunk",
-                 "first_chunk", "log", "next_started")
+                 "first_chunk", "log", "next_started", "lineage_end")
 
     def __init__(self, tip, md: RemoteLogSegmentMetadata, next_offset: int, pos: int, log=None) -> None:
         self.tip = tip
@@ -93,6 +100,9 @@ class _Stream:
         self.chunk = CHUNK_MIN  # size of the next ranged read
         self.first_chunk = CHUNK_MIN  # ... back to this under memory pressure
         self.next_started = False  # the next segment's stream has been set up
+        # from here on the segment holds another history's records (a copy made before a truncation)
+        self.lineage_end: int | None = None if log is None else lineage_end_in_segment(
+            md, as_pairs(log.leader_epoch_cache.epoch_entries()), next_offset)
 
     @property
     def pos(self) -> int:
@@ -216,10 +226,19 @@ class RemoteReadPath:
 
     # -- segment lookup -------------------------------------------------------------------------
     def find_segment(self, tip: TopicIdPartition, log, offset: int) -> RemoteLogSegmentMetadata | None:
+        lineage = as_pairs(log.leader_epoch_cache.epoch_entries())
+
+        def on_lineage(md: RemoteLogSegmentMetadata) -> bool:
+            # After unclean elections several segments hold the same offsets with different records, and
+            # the metadata serves an epoch's offset from the last copy of it, whichever history that is.
+            # A copy that leaves the lineage only past ``offset`` still serves it (after hard failures
+            # it may be the only copy of it): reads stop where it leaves (_Stream.lineage_end).
+            return holds_offset_on_lineage(md, lineage, offset)
+
         epoch = log.leader_epoch_cache.epoch_for_offset(offset)
         if epoch is not None:
             md = self._lifecycle.segment_for(tip, epoch, offset)
-            if md is not None:
+            if md is not None and on_lineage(md):
                 return md
         # Below the local log the leader-epoch cache may have been truncated (or the offset's
         # epoch is older than the cache): use the epochs recorded in the remote segments.
@@ -227,12 +246,15 @@ class RemoteReadPath:
             m
             for m in self._lifecycle.segments(tip)
             if m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED and m.start_offset <= offset <= m.end_offset
+            and on_lineage(m)
         ]
-        for m in sorted(candidates, key=lambda m: -m.event_timestamp_ms):
+        candidates.sort(key=lambda m: -m.event_timestamp_ms)
+        for m in candidates:
             found = self._lifecycle.segment_for(tip, epoch_of_offset_in_segment(m, offset), offset)
-            if found is not None:
+            if found is not None and on_lineage(found):
                 return found
-        return None
+        # the metadata serves another history's copy of that epoch: this one holds the log's own records
+        return candidates[0] if candidates else None
 
     # -- bytes --------------------------------------------------------------------------------
     def fetch_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
@@ -466,6 +488,10 @@ class RemoteReadPath:
         ``inline``: on a thread that must not block, the next segment is set up on the pool."""
         s.next_offset = next_offset
         start_next = self._start_next_segment_on_pool if inline else self._start_next_segment
+        if s.lineage_end is not None and next_offset >= s.lineage_end:
+            # the rest of this copy is another history: the next fetch looks the offset up afresh
+            self.prefetch.release(s)
+            return
         if next_offset > s.md.end_offset or s.pos >= s.size:
             self.prefetch.release(s)
             if not s.next_started and s.log is not None and next_offset > s.md.end_offset:
@@ -647,9 +673,12 @@ def _cut(s: _Stream, limit: int) -> tuple[bytes | memoryview, int, int] | None:
     stop = min(n, p + limit)
     end = last = p
     i32_at = _I32.unpack_from  # peek_size's checks per batch cost 10% of a cut of small batches
+    lineage_end = s.lineage_end
     while stop - end >= LOG_OVERHEAD:
         size = i32_at(buf, end + BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD
         if size < HEADER_SIZE or end + size > stop:
+            break
+        if lineage_end is not None and end > p and _I64.unpack_from(buf, end)[0] >= lineage_end:
             break
         last = end
         end += size

@@ -105,6 +105,11 @@ class LeaderEpochState:
             last = self.offsets[-1]
             self.unreferenced.add(self.offset_to_id[last])
             self._remove(last)
+        replaced = self.offset_to_id.get(start)
+        if replaced is not None and replaced != sid:
+            # another copy of the epoch from the same offset (the other side of an unclean election):
+            # still listed under the epoch, so retention finds and deletes it (Kafka's oldEntry)
+            self.unreferenced.add(replaced)
         self._put(start, sid)
         self.unreferenced.discard(sid)
         if self.highest_log_offset is None or epoch_end > self.highest_log_offset:
