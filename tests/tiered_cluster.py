@@ -1,10 +1,12 @@
 """Helpers of the tiered-cluster tests: broker processes on one ZooKeeper sharing a remote tier (a
-folder every broker's LocalTieredStorage writes, as they would share a bucket), and small probes of
-what each broker holds: remote segment manifests, leader-epoch checkpoints, local segment files."""
+folder every broker's LocalTieredStorage writes, as they would share a bucket, or one S3 bucket and
+key prefix), and small probes of what each broker holds: remote segment manifests, leader-epoch
+checkpoints, local segment files, metrics."""
 
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -15,11 +17,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from test_cluster_replication import member, partition_state
 from zk_harness import wait_until
 
+from tests.s3servers import ACCESS_KEY, REGION, SECRET_KEY
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
 from tieredlog.protocol.api import LIST_OFFSETS
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
+from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate
+from tieredlog.rsm.keys import uuid_to_base64
+from tieredlog.tools.remote import iter_metadata_records
 
 EARLIEST = -2
 LATEST = -1
@@ -58,9 +64,9 @@ def create_topic_in_zk(connect: str, name: str, replicas: list[int], configs: di
     return topic_id
 
 
-def produce_values(servers: str, topic: str, values: list[bytes]) -> None:
-    """One record per batch, acks=all, each acknowledged before the next is sent."""
-    p = Producer({"bootstrap.servers": servers, "acks": "all", "linger.ms": 0, "enable.idempotence": False,
+def produce_values(servers: str, topic: str, values: list[bytes], acks: str = "all") -> None:
+    """One record per batch, acks=all unless told, each acknowledged before the next is sent."""
+    p = Producer({"bootstrap.servers": servers, "acks": acks, "linger.ms": 0, "enable.idempotence": False,
                   "compression.type": "none", "message.timeout.ms": 60000})
     errors: list[Any] = []
     for v in values:
@@ -134,3 +140,60 @@ def wait_metadata_isr(b: BrokerProcess, isr: list[int], timeout: float = 40) -> 
     wait_until(lambda: (s := partition_state(b, METADATA_TOPIC)) and len(s) == METADATA_PARTITIONS
                and all(p[0] >= 0 and p[3] == sorted(isr) for p in s), timeout=timeout,
                message=f"{METADATA_TOPIC} in sync on {isr}")
+
+
+def s3_tiered_member(connect: str, broker_id: int, s3_url: str, bucket: str, prefix: str,
+                     overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """A cluster member tiering into an S3 bucket at ``s3_url`` (a server, or a proxy in front of it)
+    under ``prefix``; every member given the same bucket and prefix shares one remote tier."""
+    return member(connect, broker_id, {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "s3",
+        "rsm.config.storage.s3.bucket.name": bucket,
+        "rsm.config.storage.s3.endpoint.url": s3_url,
+        "rsm.config.storage.s3.region": REGION,
+        "rsm.config.storage.s3.path.style.access.enabled": "true",
+        "rsm.config.storage.aws.access.key.id": ACCESS_KEY,
+        "rsm.config.storage.aws.secret.access.key": SECRET_KEY,
+        "rsm.config.key.prefix": prefix,
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": str(METADATA_PARTITIONS),
+        **(overrides or {}),
+    })
+
+
+def metric_value(metrics_port: int, sample: str) -> float:
+    """One sample (``name`` or ``name{labels}``) of a broker's /metrics; 0 before it first counts."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.split(" ")[1])
+    return 0.0
+
+
+def local_log_bytes(b: BrokerProcess, topic: str) -> int:
+    """Bytes of partition 0's local segment files on broker ``b`` (0 when it holds no replica)."""
+    return sum(p.stat().st_size for p in (b.data_dir / f"{topic}-0").glob("*.log"))
+
+
+def metadata_events(b: BrokerProcess, topic: str) -> dict[str, list[tuple[str, int]]]:
+    """Partition 0's remote segments as broker ``b``'s replicas of __remote_log_metadata recorded them:
+    segment id (as in the object names) -> [(state, broker id)] in the order written."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for _p, _offset, event in sorted(iter_metadata_records(b.data_dir), key=lambda r: (r[0], r[1])):
+        if isinstance(event, (RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate)):
+            tip = event.remote_log_segment_id.topic_id_partition
+            if tip.topic == topic and tip.partition == 0:
+                out.setdefault(uuid_to_base64(event.remote_log_segment_id.id), []).append(
+                    (event.state.name, event.broker_id))
+    return out
+
+
+def remote_objects(remote_dir: Path, topic: str) -> dict[str, set[str]]:
+    """Every object of partition 0 in the remote tier, committed or not: segment id -> suffixes."""
+    out: dict[str, set[str]] = {}
+    for path in remote_dir.glob(f"{topic}-*/0/*-*.*"):
+        stem, _, suffix = path.name.partition(".")
+        out.setdefault(stem.split("-", 1)[1], set()).add(suffix)
+    return out
