@@ -20,7 +20,7 @@ from zk_harness import wait_until
 from tests.s3servers import ACCESS_KEY, REGION, SECRET_KEY
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
-from tieredlog.protocol.api import LIST_OFFSETS
+from tieredlog.protocol.api import LIST_OFFSETS, METADATA
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
 from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate
@@ -131,6 +131,19 @@ METADATA_PARTITIONS = 2
 def create_metadata_topic(servers: str, replication_factor: int) -> None:
     """Create __remote_log_metadata ahead of the brokers (they create it with as many replicas as
     brokers are registered when they first need it)."""
+    addresses = servers.split(",")
+
+    def cluster_known() -> bool:
+        # the admin client sends CreateTopics to the controller its broker names: right after start-up
+        # a broker may not know it, nor the other brokers the replicas go to, yet
+        for address in addresses:
+            with KafkaClient(address, timeout=10) as c:
+                r = c.request(METADATA, {"topics": [], "allow_auto_topic_creation": False})
+            if r.controller_id < 0 or len(r.brokers) < len(addresses):
+                return False
+        return True
+
+    wait_until(cluster_known, timeout=30, message="every broker knows the others and the controller")
     admin = AdminClient({"bootstrap.servers": servers})
     admin.create_topics([NewTopic(METADATA_TOPIC, METADATA_PARTITIONS, replication_factor)])[METADATA_TOPIC].result(30)
 

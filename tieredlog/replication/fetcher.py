@@ -14,7 +14,8 @@ reads the leader-epoch lineage and producer snapshot of the remote segment just 
 the remote tier (``RemoteAuxStateSource``, on the remote reader pool), restarts its log there and
 fetches only what the leader still has locally. Until the leader's segment metadata reaches this
 broker, or while the object store is down, the partition retries after its backoff; the other
-partitions of the fetcher go on.
+partitions of the fetcher go on, also while a remote read waits on a store that does not answer (the
+partition waits for it in a task of its own, off the fetch loop).
 
 Network waits are awaits on the event loop; truncation and the rebuild run on an executor (they
 touch files).
@@ -95,6 +96,7 @@ class PartitionFetchState:
     delayed_until: float = 0.0
     warned: set[str] = field(default_factory=set)
     leader_log_start_offset: int = -1  # from the OFFSET_MOVED_TO_TIERED_STORAGE answer
+    rebuild: asyncio.Task | None = None  # the remote aux state read and rebuild in flight
 
 
 def whole_batches(records: bytes | memoryview) -> memoryview:
@@ -125,11 +127,14 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._conn: AsyncKafkaConnection | None = None
         self._task: asyncio.Task | None = None
+        self._rebuilds: set[asyncio.Task] = set()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     async def stop(self) -> None:
+        for rebuild in list(self._rebuilds):
+            rebuild.cancel()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -163,10 +168,12 @@ class ReplicaFetcher:
         backoff_s = self._config.backoff_ms / 1000
         while True:
             now = loop.time()
-            ready = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now}
+            # a partition whose rebuild is in flight waits for it: the rebuild wakes the fetcher when done
+            ready = {tp: s for tp, s in self.partitions.items() if s.delayed_until <= now and s.rebuild is None}
             if not ready:
                 self._wakeup.clear()
-                wake = min((s.delayed_until for s in self.partitions.values()), default=now + 1.0)
+                wake = min((s.delayed_until for s in self.partitions.values() if s.rebuild is None),
+                           default=now + 1.0)
                 try:
                     await asyncio.wait_for(self._wakeup.wait(), max(wake - now, 0.01))
                 except asyncio.TimeoutError:
@@ -335,22 +342,40 @@ class ReplicaFetcher:
         target_epoch = await self._target_epoch(conn, s, target, epoch_at_local_start)
         if target_epoch is None:
             return
+        # the read takes as long as the object store does (its retries and timeouts): awaited here, it
+        # would stall every other partition of this fetcher out of the ISR
+        read = source.fetch_aux_state_async(s.partition.tp, target_epoch, target)
+        s.rebuild = asyncio.get_running_loop().create_task(
+            self._rebuild_when_read(s, read, target_epoch, target, local_start, epoch_at_local_start),
+            name=f"{self.name}-rebuild-{s.partition.tp}")
+        self._rebuilds.add(s.rebuild)
+        s.rebuild.add_done_callback(self._rebuilds.discard)
+
+    async def _rebuild_when_read(self, s: PartitionFetchState, read: Future, target_epoch: int, target: int,
+                                 local_start: int, epoch_at_local_start: int) -> None:
         try:
-            aux = await asyncio.wrap_future(source.fetch_aux_state_async(s.partition.tp, target_epoch, target))
-        except Exception as exc:  # noqa: BLE001 - not yet in the metadata, object store down: retried
-            self._delay(s, f"remote log aux state for epoch {target_epoch} at offset {target} is not available "
-                           f"yet ({exc})", "the remote tier")
-            return
-        if self.partitions.get(s.partition.tp) is not s:
-            return  # moved while the remote tier answered
-        leader_start = max(s.leader_log_start_offset, 0)
-        await self._rm.rebuild_from_remote(s.partition, aux.next_offset, min(leader_start, aux.next_offset),
-                                           aux.epochs, aux.producer_snapshot)
-        log.info("%s: %s rebuilt its auxiliary state from the remote tier up to offset %d (leader's local log "
-                 "starts at %d, epoch %d); fetching from there", self.name, s.partition.tp, aux.next_offset,
-                 local_start, epoch_at_local_start)
-        s.warned.clear()
-        s.state = FetchState.FETCHING
+            try:
+                aux = await asyncio.wrap_future(read)
+            except Exception as exc:  # noqa: BLE001 - not yet in the metadata, object store down: retried
+                self._delay(s, f"remote log aux state for epoch {target_epoch} at offset {target} is not "
+                               f"available yet ({exc})", "the remote tier")
+                return
+            if self.partitions.get(s.partition.tp) is not s:
+                return  # moved while the remote tier answered
+            leader_start = max(s.leader_log_start_offset, 0)
+            await self._rm.rebuild_from_remote(s.partition, aux.next_offset, min(leader_start, aux.next_offset),
+                                               aux.epochs, aux.producer_snapshot)
+            log.info("%s: %s rebuilt its auxiliary state from the remote tier up to offset %d (leader's local "
+                     "log starts at %d, epoch %d); fetching from there", self.name, s.partition.tp,
+                     aux.next_offset, local_start, epoch_at_local_start)
+            s.warned.clear()
+            s.state = FetchState.FETCHING
+        except Exception:  # noqa: BLE001 - the rebuild is tried again after the backoff
+            log.exception("%s: %s: rebuilding from the remote tier failed", self.name, s.partition.tp)
+            s.delayed_until = asyncio.get_running_loop().time() + self._config.backoff_ms / 1000
+        finally:
+            s.rebuild = None
+            self._wakeup.set()
 
     # ---- fetch ------------------------------------------------------------------------------------
 
