@@ -1,7 +1,8 @@
 """The leader never tiers beyond its high watermark (seeds digest §3.6: the largest remote offset stays
 at or below the LSO, which is at or below the high watermark). A follower that stops fetching while
 it is still in the ISR holds the high watermark back; segments the leader rolls above it stay local
-until the follower catches up, and are tiered then."""
+until the follower catches up, and are tiered then. The follower, learning from the remote log
+metadata what the leader tiered, deletes those segments from its own disk under local retention."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import pytest
 from broker_harness import BrokerProcess
 from test_cluster_replication import partition_state
 from tiered_cluster import (
+    BATCH_SIZE,
     LATEST_TIERED,
     METADATA_PARTITIONS,
     METADATA_TOPIC,
     create_topic_in_zk,
     list_offset,
+    local_base_offsets,
     produce_values,
     segment_bytes_for,
     segment_ranges,
@@ -62,7 +65,9 @@ def test_segments_above_the_high_watermark_wait_for_the_follower(
         zk.create_topic_assignment(METADATA_TOPIC, TopicAssignment.of(
             {p: [1] for p in range(METADATA_PARTITIONS)}, uuid.uuid4()))
     create_topic_in_zk(zk_connect, TOPIC, [1, 2], {
-        "remote.storage.enable": "true", "segment.bytes": str(segment_bytes_for(2)), "min.insync.replicas": "1"})
+        "remote.storage.enable": "true", "segment.bytes": str(segment_bytes_for(2)), "min.insync.replicas": "1",
+        # local retention keeps about the active segment: whatever is tiered goes from local disks
+        "local.retention.bytes": str(2 * BATCH_SIZE)})
     wait_until(lambda: (s := partition_state(leader, TOPIC)) and s[0][0] == 1 and s[0][3] == [1, 2], timeout=30,
                message=f"{TOPIC} led by 1 with ISR [1, 2]")
     produce_values(leader.bootstrap, TOPIC, [value(o) for o in range(4)])  # acks=all: high watermark 4
@@ -90,3 +95,7 @@ def test_segments_above_the_high_watermark_wait_for_the_follower(
     wait_until(lambda: high_watermark(leader) == 10, timeout=30, message="the follower caught up")
     wait_tiered_up_to(leader, TOPIC, 7)
     assert [(s, e) for s, e, _ in segment_ranges(remote, TOPIC)] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    # the follower learns from the remote log metadata what the leader tiered, and deletes it locally too
+    for b in (leader, follower):
+        wait_until(lambda b=b: local_base_offsets(b, TOPIC) == [8], timeout=30,
+                   message=f"broker {b.overrides['broker.id']} keeps only the untiered segment 8-9")
