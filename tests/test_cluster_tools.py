@@ -152,6 +152,11 @@ def test_describe_prints_kafka_format_and_filters_under_replicated_and_unavailab
     wait_until(lambda: everywhere(cluster, "described", lambda s: len(s) == 3 and all(len(i) == 3 for _, _, i in s)),
                timeout=60, message="described: full ISRs")
     create_with_assignment(cluster, "lonely", {0: [3]})
+    rc, out, err = tool(capsys, "topics", "--bootstrap-server", cluster.bootstrap, "create", "--topic", "strict",
+                        "--partitions", "1", "--replication-factor", "3", "--config", "min.insync.replicas=3")
+    assert rc == 0, err
+    wait_until(lambda: everywhere(cluster, "strict", lambda s: len(s) == 1 and len(s[0][2]) == 3),
+               timeout=60, message="strict: full ISR")
     b1 = cluster.brokers[1]
 
     rc, out, err = tool(capsys, "topics", "--bootstrap-server", b1.bootstrap, "describe", "--topic", "described")
@@ -160,9 +165,15 @@ def test_describe_prints_kafka_format_and_filters_under_replicated_and_unavailab
     assert out == [f"Topic: described\tTopicId: {topic_id}\tPartitionCount: 3\tReplicationFactor: 3\t"
                    "Configs: retention.ms=123456", *expected_lines(b1, "described")]
     # a healthy cluster: both filters print nothing
-    for flag in ("--under-replicated-partitions", "--unavailable-partitions"):
-        rc, out, err = tool(capsys, "topics", "--bootstrap-server", b1.bootstrap, "describe", flag)
+    mine = ("--topic", "described|lonely|strict")  # the module's other tests create topics of their own
+    for flags in (("--under-replicated-partitions",), ("--unavailable-partitions",),
+                  (*mine, "--under-min-isr-partitions")):
+        rc, out, err = tool(capsys, "topics", "--bootstrap-server", b1.bootstrap, "describe", *flags)
         assert (rc, out) == (0, []), err
+    # min.insync.replicas is 1 by default: strict's ISR is exactly its minimum of 3, lonely's its 1 of 1
+    rc, out, err = tool(capsys, "topics", "--bootstrap-server", b1.bootstrap, "describe", *mine, "--at-min-isr-partitions")
+    assert rc == 0, err
+    assert out == expected_lines(b1, "lonely") + expected_lines(b1, "strict")
 
     cluster.brokers[3].kill9()
     wait_until(lambda: states(b1, "lonely") and states(b1, "lonely")[0][0] == -1
@@ -176,6 +187,12 @@ def test_describe_prints_kafka_format_and_filters_under_replicated_and_unavailab
     rc, out, err = tool(capsys, "topics", "--bootstrap-server", b1.bootstrap, "describe", "--unavailable-partitions")
     assert rc == 0, err
     assert out == expected_lines(b1, "lonely") and out[0].startswith("\tTopic: lonely\tPartition: 0\tLeader: none\t")
+    # under its minimum: strict (2 of 3 in sync) and lonely (no leader, as Kafka counts it)
+    wait_until(lambda: everywhere(cluster, "strict", lambda s: len(s[0][2]) == 2), timeout=30,
+               message="strict's ISR without broker 3")
+    rc, out, err = tool(capsys, "topics", "--bootstrap-server", b1.bootstrap, "describe", *mine, "--under-min-isr-partitions")
+    assert rc == 0, err
+    assert out == expected_lines(b1, "lonely") + expected_lines(b1, "strict")
 
     rc, _, err = tool(capsys, "topics", "--bootstrap-server", b1.bootstrap, "describe", "--topic", "absent")
     assert rc == 1 and "Topic 'absent' does not exist as expected" in err

@@ -1,7 +1,8 @@
 """`tieredlog topics --bootstrap-server HOST:PORT create|delete|list|describe|alter-config`.
 
 `describe` prints what kafka-topics.sh --describe prints, in its format, with its filters
-(`--under-replicated-partitions`, `--unavailable-partitions`).
+(`--under-replicated-partitions`, `--under-min-isr-partitions`, `--at-min-isr-partitions`,
+`--unavailable-partitions`).
 
 Speaks the Kafka protocol like any admin client (tieredlog.protocol.client), so it works against any
 Kafka-compatible broker.
@@ -111,6 +112,17 @@ def _describe_configs(c: KafkaClient, topic: str) -> list[Any]:
     return list(r.configs)
 
 
+def _min_isr(c: KafkaClient, topic: str) -> int | None:
+    """The topic's effective min.insync.replicas; None when its configs cannot be read."""
+    for e in _describe_configs(c, topic):
+        if e.name == "min.insync.replicas" and e.value is not None:
+            try:
+                return int(e.value)
+            except ValueError:
+                return None
+    return None
+
+
 def _reassignments(c: KafkaClient) -> dict[tuple[str, int], Any]:
     """The reassignments in progress, from the controller; none when it cannot tell (a standalone
     broker, a broker without the API), as Kafka's TopicCommand carries on without them."""
@@ -158,7 +170,8 @@ def cmd_describe(c: KafkaClient, a: argparse.Namespace) -> int:
     view = describe_cluster(c, topics)
     reassignments = _reassignments(c)
     # Kafka: with a partition filter only the matching partition lines are printed, without the topic line
-    filtered = a.under_replicated_partitions or a.unavailable_partitions
+    filtered = (a.under_replicated_partitions or a.unavailable_partitions or a.under_min_isr_partitions
+                or a.at_min_isr_partitions)
     rc = 0
     for name in topics:
         t = view.topics.get(name)
@@ -177,13 +190,19 @@ def cmd_describe(c: KafkaClient, a: argparse.Namespace) -> int:
             topic_id = f"\tTopicId: {uuid_to_kafka_str(t.topic_id)}" if t.topic_id and t.topic_id.int else ""
             print(f"Topic: {name}{topic_id}\tPartitionCount: {len(t.partitions)}\tReplicationFactor: {rf}\t"
                   f"Configs: {','.join(configs)}")
+        min_isr = _min_isr(c, name) if a.under_min_isr_partitions or a.at_min_isr_partitions else None
         for p in t.partitions:
             ra = reassignments.get((name, p.partition))
             has_leader = p.leader >= 0
             under_replicated = _replication_factor(p, ra) - len(p.isr) > 0
             unavailable = not has_leader or p.leader not in view.brokers
+            # Kafka's: a partition without a leader counts as under its min ISR
+            under_min_isr = not has_leader or (min_isr is not None and len(p.isr) < min_isr)
+            at_min_isr = min_isr is not None and len(p.isr) == min_isr
             if filtered and not ((a.under_replicated_partitions and under_replicated)
-                                 or (a.unavailable_partitions and unavailable)):
+                                 or (a.unavailable_partitions and unavailable)
+                                 or (a.under_min_isr_partitions and under_min_isr)
+                                 or (a.at_min_isr_partitions and at_min_isr)):
                 continue
             line = (f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {p.leader if has_leader else 'none'}\t"
                     f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}")
@@ -231,6 +250,10 @@ def _parser() -> argparse.ArgumentParser:
     ds.add_argument("--exclude-internal", action="store_true", help="leave internal topics out")
     ds.add_argument("--under-replicated-partitions", action="store_true",
                     help="only partitions whose ISR is smaller than their replica set")
+    ds.add_argument("--under-min-isr-partitions", action="store_true",
+                    help="only partitions whose ISR is smaller than min.insync.replicas (or without a leader)")
+    ds.add_argument("--at-min-isr-partitions", action="store_true",
+                    help="only partitions whose ISR is exactly min.insync.replicas")
     ds.add_argument("--unavailable-partitions", action="store_true",
                     help="only partitions without a leader, or whose leader is not a live broker")
     al = sub.add_parser("alter-config")
