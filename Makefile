@@ -37,7 +37,8 @@ CLUSTER_ARGS ?=
 cluster: install system-deps
 	$(VENV)/bin/tieredlog dev-cluster $(CLUSTER_ARGS)
 
-# ruff over the tree, mypy over tieredlog/ (strict for records, rsm, log): pyproject.toml configures both.
+# ruff over the tree, mypy over tieredlog/ and spark_readers/ (strict for records, rsm, log, spark_readers):
+# pyproject.toml configures both.
 lint: install-test
 	$(PY) -m ruff check .
 	$(PY) -m mypy

@@ -48,6 +48,7 @@ from tieredlog.rsm.keys import (
     segment_stem,
     uuid_to_base64,
     validate_key_prefix,
+    validate_topic,
 )
 
 if TYPE_CHECKING:
@@ -299,6 +300,16 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         """Every valid segment object under the prefix (or one partition). Keys that do not parse
         (foreign objects, hand-made keys) are skipped, never trusted."""
         prefix = self.key_prefix if topic_id_partition is None else partition_prefix(self.key_prefix, topic_id_partition)
+        return self._parsed_listing(prefix)
+
+    def list_topic_segment_objects(self, topic: str) -> list[SegmentObjectKey]:
+        """Every valid segment object of ``topic``, under all its topic ids and partitions: a
+        broker-less reader knows the name, not the id. ``<topic>-`` also prefixes longer names
+        (``a-`` lists ``a-b``'s keys), so the parsed topic is compared exactly."""
+        validate_topic(topic)
+        return [k for k in self._parsed_listing(f"{self.key_prefix}{topic}-") if k.topic == topic]
+
+    def _parsed_listing(self, prefix: str) -> list[SegmentObjectKey]:
         found = []
         for key in self._list_keys(prefix):
             try:

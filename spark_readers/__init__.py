@@ -1,0 +1,24 @@
+"""Read tiered topics straight from the remote tier, without a broker: Spark's Kafka source schema,
+from the segment manifests and ranged GETs. See docs/spark.md.
+
+The core modules (``storage``, ``catalog``, ``decoder``, ``options``, ``planner``, ``read``) need only
+tieredlog and pyarrow; ``TieredLogDataSource`` needs PySpark 4 and is imported on first use, so the
+core works where PySpark is not installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spark_readers.datasource import TieredLogDataSource
+
+__all__ = ["TieredLogDataSource"]
+
+
+def __getattr__(name: str) -> object:
+    if name == "TieredLogDataSource":
+        from spark_readers.datasource import TieredLogDataSource
+
+        return TieredLogDataSource
+    raise AttributeError(f"module 'spark_readers' has no attribute {name!r}")

@@ -1,0 +1,181 @@
+"""The reader's options, named and shaped as Spark's Kafka source names them (matched case-insensitively).
+
+- ``path``: the remote tier (see :mod:`spark_readers.storage`); storage options pass through there.
+- ``topic`` or ``subscribe`` (comma-separated names), ``topicPattern`` or ``subscribePattern`` (a regex
+  matched against the whole name): exactly one of them.
+- ``startingOffsets``: ``earliest`` (default) or JSON ``{"t":{"0":23,"1":-2}}`` (-2 = earliest).
+- ``endingOffsets``: ``latest`` (default: the end of the tiered part) or JSON (-1 = latest).
+  With JSON, every partition of the topic must be listed, as in Spark.
+- ``startingTimestamp`` (epoch ms, every partition) or ``startingOffsetsByTimestamp`` (JSON of epoch ms
+  per partition): start at the earliest offset whose timestamp is at or after it; they win over
+  ``startingOffsets`` in that order, as in Spark. ``startingOffsetsByTimestampStrategy``: ``error``
+  (default) fails when no record is that recent, ``latest`` starts at the end instead.
+- ``endingTimestamp`` / ``endingOffsetsByTimestamp``: end (exclusive) at the earliest offset whose
+  timestamp is at or after it; when none is, at the end of the tiered part.
+- ``failOnDataLoss``: ``true`` (default) fails when a requested offset is no longer in the remote tier
+  or a hole lies in the range; ``false`` reads what is there.
+- ``includeHeaders``: ``false`` (default).
+- ``maxBytesPerPartition``: a segment slice larger than this (bytes, default 64 MiB) is split into
+  several input partitions at batch boundaries (from the remote offset index).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from tieredlog.rsm.keys import InvalidKeyError, validate_topic
+
+EARLIEST = -2
+LATEST = -1
+DEFAULT_MAX_BYTES_PER_PARTITION = 64 * 1024 * 1024
+
+
+class OptionError(ValueError):
+    """An option Spark's Kafka source would also refuse, or one of ours with a bad value."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """``earliest`` / ``latest`` for every partition, or one offset (or -2 / -1) per listed partition."""
+
+    default: int | None
+    per_topic: dict[str, dict[int, int]]
+    # The values are epoch-ms timestamps to look up, not offsets.
+    by_timestamp: bool = False
+
+    def for_partition(self, topic: str, partition: int, option: str) -> int:
+        if self.default is not None:
+            return self.default
+        try:
+            return self.per_topic[topic][partition]
+        except KeyError:
+            raise OptionError(f"{option} must list every partition of {topic}: partition {partition} is "
+                              "missing") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderOptions:
+    path: str
+    topics: tuple[str, ...]
+    topic_pattern: re.Pattern[str] | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    # startingOffsetsByTimestampStrategy=latest
+    start_latest_when_no_timestamp: bool
+    fail_on_data_loss: bool
+    include_headers: bool
+    max_bytes_per_partition: int
+    # storage.* and key.* options, lower-cased, for the RSM; kept out of repr (credentials)
+    storage: dict[str, str] = field(repr=False)
+
+
+def parse_options(raw: Mapping[str, str]) -> ReaderOptions:
+    options = {k.lower(): v for k, v in raw.items()}
+    named = [k for k in ("topic", "subscribe", "topicpattern", "subscribepattern") if options.get(k)]
+    if len(named) != 1:
+        raise OptionError("set exactly one of topic, subscribe, topicPattern, subscribePattern"
+                          + (f" (got {', '.join(named)})" if named else ""))
+    topics: tuple[str, ...] = ()
+    pattern = None
+    if named[0] in ("topic", "subscribe"):
+        try:
+            topics = tuple(validate_topic(t.strip()) for t in options[named[0]].split(",") if t.strip())
+        except InvalidKeyError as exc:
+            raise OptionError(f"option {named[0]}: {exc}") from None
+    else:
+        try:
+            pattern = re.compile(options[named[0]])
+        except re.error as exc:
+            raise OptionError(f"option {named[0]} is not a valid regular expression: {exc}") from None
+    return ReaderOptions(
+        path=options.get("path", ""),
+        topics=topics,
+        topic_pattern=pattern,
+        starting=_timestamp_spec(options, "starting")
+        or _offset_spec(options, "startingoffsets", "startingOffsets", "earliest", {"earliest": EARLIEST}),
+        ending=_timestamp_spec(options, "ending")
+        or _offset_spec(options, "endingoffsets", "endingOffsets", "latest", {"latest": LATEST}),
+        start_latest_when_no_timestamp=_strategy(options),
+        fail_on_data_loss=_boolean(options, "failondataloss", True),
+        include_headers=_boolean(options, "includeheaders", False),
+        max_bytes_per_partition=_positive(options, "maxbytesperpartition", DEFAULT_MAX_BYTES_PER_PARTITION),
+        storage={k: v for k, v in options.items() if k.startswith(("storage.", "key."))},
+    )
+
+
+def _offset_spec(options: Mapping[str, str], key: str, name: str, default: str,
+                 words: Mapping[str, int]) -> OffsetSpec:
+    text = options.get(key, default).strip()
+    if text.lower() in words:
+        return OffsetSpec(words[text.lower()], {})
+    try:
+        body = json.loads(text)
+        per_topic = {validate_topic(t): {int(p): int(o) for p, o in parts.items()} for t, parts in body.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise OptionError(f"option {name} must be {' or '.join(words)} or JSON like "
+                          f'{{"topic":{{"0":23}}}}: {exc}') from None
+    allowed = (EARLIEST,) if key == "startingoffsets" else (LATEST,)
+    for topic, parts in per_topic.items():
+        for partition, offset in parts.items():
+            if offset < 0 and offset not in allowed:
+                raise OptionError(f"option {name}: offset {offset} for {topic}-{partition} is not allowed")
+    return OffsetSpec(None, per_topic)
+
+
+def _timestamp_spec(options: Mapping[str, str], side: str) -> OffsetSpec | None:
+    single = options.get(f"{side}timestamp")
+    if single:
+        return OffsetSpec(_timestamp(single, f"{side}Timestamp"), {}, by_timestamp=True)
+    text = options.get(f"{side}offsetsbytimestamp")
+    if not text:
+        return None
+    name = f"{side}OffsetsByTimestamp"
+    try:
+        body = json.loads(text)
+        per_topic = {validate_topic(t): {int(p): _timestamp(v, name) for p, v in parts.items()}
+                     for t, parts in body.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise OptionError(f'option {name} must be JSON like {{"topic":{{"0":1700000000000}}}}: {exc}') from None
+    return OffsetSpec(None, per_topic, by_timestamp=True)
+
+
+def _timestamp(value: object, name: str) -> int:
+    try:
+        ts = int(str(value).strip())
+    except ValueError:
+        raise OptionError(f"option {name}: {value!r} is not a timestamp in epoch milliseconds") from None
+    if ts < 0:
+        raise OptionError(f"option {name}: timestamp {ts} is negative")
+    return ts
+
+
+def _strategy(options: Mapping[str, str]) -> bool:
+    text = options.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if text not in ("error", "latest"):
+        raise OptionError(f"option startingOffsetsByTimestampStrategy must be error or latest, not {text!r}")
+    return text == "latest"
+
+
+def _boolean(options: Mapping[str, str], key: str, default: bool) -> bool:
+    text = options.get(key)
+    if text is None or text == "":
+        return default
+    if text.strip().lower() not in ("true", "false"):
+        raise OptionError(f"option {key} must be true or false, not {text!r}")
+    return text.strip().lower() == "true"
+
+
+def _positive(options: Mapping[str, str], key: str, default: int) -> int:
+    text = options.get(key)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise OptionError(f"option {key} must be an integer, not {text!r}") from None
+    if value <= 0:
+        raise OptionError(f"option {key} must be positive")
+    return value

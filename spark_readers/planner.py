@@ -1,0 +1,131 @@
+"""From options to read tasks: one per segment slice of the requested offsets, large ones split.
+
+A task is a ranged GET of whole batches of one ``.log`` object plus the offsets to keep from them. The
+byte range comes from the segment's remote offset index (Kafka's ``.index``: each entry maps the *last*
+offset of a batch to the position where that batch starts):
+
+- the start is the position of the last entry at or below the first wanted offset (that batch ends at
+  or before it, so the wanted record is in it or after it);
+- the end is the position of the entry *after* the first one at or above the end offset (the batch of
+  that first entry may still start below the end offset; the next one cannot).
+
+Whole segments are read without their index. Slices over ``maxBytesPerPartition`` are cut at index
+positions, which are batch boundaries; every piece keeps the same offset bounds, so pieces never
+return the same record twice.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Iterator
+
+from spark_readers.catalog import Catalog, CatalogError, SegmentSlice, resolve_slices
+from spark_readers.indexes import offset_index_entries
+from spark_readers.options import EARLIEST, LATEST, OptionError, ReaderOptions
+from spark_readers.timestamps import offset_for_timestamp
+from tieredlog.rsm.api import RemoteLogSegmentMetadata
+from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
+
+
+class PlanError(Exception):
+    """The requested range cannot be read from the remote tier; names the partition and offsets."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    """Bytes ``[start_position, end_position]`` (inclusive; ``None`` = to the end) of one segment's
+    ``.log``, of which the records in ``[from_offset, to_offset)`` are returned. Picklable."""
+
+    topic: str
+    partition: int
+    metadata: RemoteLogSegmentMetadata
+    object_name: str
+    start_position: int
+    end_position: int | None
+    from_offset: int
+    to_offset: int
+
+
+def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions) -> list[ReadTask]:
+    catalog = Catalog(rsm)
+    tasks: list[ReadTask] = []
+    for topic in _topics(catalog, options):
+        by_partition = catalog.committed_segments(topic)
+        for partition in sorted(by_partition):
+            tasks.extend(_plan_partition(rsm, topic, partition, resolve_slices(by_partition[partition]), options))
+    return tasks
+
+
+def _topics(catalog: Catalog, options: ReaderOptions) -> list[str]:
+    if options.topic_pattern is None:
+        return list(options.topics)
+    pattern = options.topic_pattern
+    found = [t for t in catalog.topics() if pattern.fullmatch(t)]
+    if not found:
+        raise CatalogError(f"no topic in the remote tier matches {pattern.pattern!r}")
+    return found
+
+
+def _plan_partition(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int,
+                    slices: list[SegmentSlice], options: ReaderOptions) -> Iterator[ReadTask]:
+    name = f"{topic}-{partition}"
+    earliest, tiered_end = slices[0].from_offset, slices[-1].to_offset
+    start = options.starting.for_partition(topic, partition, "startingOffsets")
+    end = options.ending.for_partition(topic, partition, "endingOffsets")
+    if options.starting.by_timestamp:
+        found = offset_for_timestamp(rsm, slices, start)
+        if found is None and not options.start_latest_when_no_timestamp:
+            raise PlanError(f"{name}: no record in the remote tier has a timestamp at or after {start} "
+                            "(startingOffsetsByTimestampStrategy=latest starts at the end instead)")
+        start = tiered_end if found is None else found
+    if options.ending.by_timestamp:
+        found = offset_for_timestamp(rsm, slices, end)
+        end = tiered_end if found is None else found
+    start = earliest if start == EARLIEST else start
+    end = tiered_end if end == LATEST else end
+    if end > tiered_end:
+        raise PlanError(f"{name}: offsets from {tiered_end} are not in the remote tier yet (endingOffsets "
+                        f"{end}); reading the brokers' tail is not supported yet")
+    if start < earliest:
+        if options.fail_on_data_loss:
+            raise PlanError(f"{name}: offset {start} is no longer in the remote tier (earliest {earliest}); "
+                            "set failOnDataLoss=false to start at the earliest")
+        start = earliest
+    if start > end:
+        raise OptionError(f"{name}: starting offset {start} is after ending offset {end}")
+    cursor = start
+    for s in slices:
+        lo, hi = max(s.from_offset, start), min(s.to_offset, end)
+        if lo >= hi:
+            continue
+        if lo > cursor and options.fail_on_data_loss:
+            raise PlanError(f"{name}: offsets {cursor}..{lo - 1} are in no committed remote segment; "
+                            "set failOnDataLoss=false to skip them")
+        cursor = hi
+        yield from _tasks_for_slice(rsm, topic, partition, s, lo, hi, options.max_bytes_per_partition)
+
+
+def _tasks_for_slice(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, s: SegmentSlice,
+                     lo: int, hi: int, max_bytes: int) -> Iterator[ReadTask]:
+    seg = s.segment
+    object_name = seg.manifest_key.removesuffix("manifest") + "log"
+    whole = lo <= seg.start_offset and hi > seg.end_offset
+    if whole and seg.log_size <= max_bytes:
+        yield ReadTask(topic, partition, seg.metadata, object_name, 0, None, lo, hi)
+        return
+    entries = offset_index_entries(rsm, seg.metadata)
+    offsets = [o for o, _ in entries]
+    i = bisect.bisect_right(offsets, lo) - 1
+    first = entries[i][1] if i >= 0 else 0
+    j = bisect.bisect_left(offsets, hi) + 1
+    stop = entries[j][1] if j < len(entries) else seg.log_size
+    cuts = [first]
+    for _, position in entries:
+        if first < position < stop and position - cuts[-1] >= max_bytes:
+            cuts.append(position)
+    cuts.append(stop)
+    for a, b in zip(cuts, cuts[1:]):
+        if b > a:
+            yield ReadTask(topic, partition, seg.metadata, object_name, a, b - 1, lo, hi)
+

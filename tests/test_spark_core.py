@@ -1,0 +1,302 @@
+"""spark_readers without Spark: segments written by tieredlog's own LogSegment, copied by
+LocalTieredStorage (the broker's default remote tier), read back through the fsspec RSM from a
+file:// URL; the decoder against all five codecs; lineage resolution of overlapping uploads; the
+planner's ranged reads."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from spark_readers.catalog import Catalog, build_lineage, resolve_slices
+from spark_readers.decoder import CorruptSegmentError, Source, decode_records, kafka_schema
+from spark_readers.indexes import offset_index_entries
+from spark_readers.options import OptionError, parse_options
+from spark_readers.planner import PlanError, plan
+from spark_readers.read import read_task
+from spark_readers.storage import StorageError, open_storage, storage_spec
+from tieredlog.log.segment import LogSegment
+from tieredlog.records.batch import iter_headers
+from tieredlog.records.record import CONTROL_COMMIT, build_batch, build_control_batch
+from tieredlog.rlm.lineage import checkpoint_text, segment_leader_epochs
+from tieredlog.rsm.api import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from tieredlog.rsm.local import LocalTieredStorage
+
+TOPIC = "orders"
+TS0 = 1_700_000_000_000
+CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
+
+
+def record(i: int, tag: bytes = b"") -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]:
+    key = None if i % 7 == 3 else b"k%d" % i
+    value = None if i % 11 == 5 else tag + b"v%d-" % i * (1 + i % 9)
+    headers: list[tuple[str, bytes | None]] = [] if i % 3 else [("h", b"%d" % i), ("n", None)]
+    return key, value, headers, TS0 + i
+
+
+@dataclass
+class Written:
+    metadata: RemoteLogSegmentMetadata
+    records: dict[int, tuple]
+
+
+def write_segment(tmp: Path, rsm: LocalTieredStorage, tp: TopicIdPartition, epochs: list[tuple[int, int]],
+                  start: int, end: int, *, tag: bytes = b"", tag_from: int = 0, per_batch: int = 5, with_control: bool = False,
+                  jumble: bool = False) -> Written:
+    """Offsets start..end-1 in batches of ``per_batch`` records, codecs rotating, written by LogSegment
+    (which builds the offset and time indexes) and copied by LocalTieredStorage."""
+    folder = tmp / f"seg-{uuid.uuid4().hex[:8]}"
+    seg = LogSegment(folder, start, index_interval_bytes=200, active=True)
+    written: dict[int, tuple] = {}
+    offset = start
+    n = 0
+    while offset < end:
+        epoch = max(e for e, s in epochs if s <= offset)
+        if with_control and n % 4 == 3:
+            batch = build_control_batch(CONTROL_COMMIT, 7, 0, offset, TS0 + offset,
+                                        partition_leader_epoch=epoch)
+        else:
+            count = min(per_batch, end - offset)
+            records = [record(i, tag if i >= tag_from else b"A") for i in range(offset, offset + count)]
+            if jumble:  # timestamps out of offset order, as producers with skewed clocks write them
+                records = [(k, v, h, TS0 + (o * 37) % 101) for o, (k, v, h, _) in enumerate(records, offset)]
+            written.update({offset + k: r for k, r in enumerate(records)})
+            batch = build_batch(records, base_offset=offset, codec=CODECS[n % 5], partition_leader_epoch=epoch)
+        headers = [h for _, h in iter_headers(batch)]
+        seg.append(batch, headers)
+        offset = headers[-1].next_offset
+        n += 1
+    seg.close()
+    snapshot = folder / "empty.snapshot"
+    snapshot.write_bytes(b"")
+    md = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tp, uuid.uuid4()), start, offset - 1, TS0 + offset, 0, TS0 + len(list(tmp.iterdir())),
+        seg.size, segment_leader_epochs(epochs, start, offset))
+    rsm.copy_log_segment_data(md, LogSegmentData(seg.log_path, seg.offset_index_path, seg.time_index_path, None,
+                                                 snapshot, checkpoint_text(epochs)))
+    return Written(md, written)
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> tuple[LocalTieredStorage, Path]:
+    folder = tmp_path / "remote"
+    rsm = LocalTieredStorage(folder)
+    return rsm, folder
+
+
+def options(folder: Path, **extra: str) -> dict[str, str]:
+    return {"path": folder.as_uri(), "topic": TOPIC, **extra}
+
+
+def read_all(folder: Path, **extra: str) -> pa.Table:
+    opts = parse_options(options(folder, **extra))
+    rsm = open_storage(storage_spec(opts.path, opts.storage))
+    batches = [read_task(rsm, t, opts.include_headers) for t in plan(rsm, opts)]
+    return pa.Table.from_batches(batches, schema=kafka_schema(opts.include_headers))
+
+
+def expected_rows(written: dict[int, tuple], partition: int, offsets: range) -> list[dict]:
+    rows = []
+    for o in offsets:
+        key, value, headers, ts = written[o]
+        rows.append({"key": key, "value": value, "topic": TOPIC, "partition": partition, "offset": o,
+                     "timestamp": ts, "timestampType": 0,
+                     "headers": [{"key": k, "value": v} for k, v in headers] or None})
+    return rows
+
+
+def table_rows(table: pa.Table) -> list[dict]:
+    rows = table.to_pylist()
+    for r in rows:
+        r["timestamp"] = int(r["timestamp"].timestamp() * 1000)
+    return rows
+
+
+def test_reads_local_tiered_storage_folder_with_every_codec(tmp_path: Path, remote) -> None:
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    a = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 60)
+    b = write_segment(tmp_path, rsm, tp, [(0, 0)], 60, 130, with_control=True)
+    written = {**a.records, **b.records}
+    table = read_all(folder, includeHeaders="true")
+    assert table.schema == kafka_schema(True)
+    assert table_rows(table) == expected_rows(written, 0, sorted(written))  # control records skipped
+    assert read_all(folder).schema.names == kafka_schema(False).names  # no headers column by default
+
+
+def test_offset_ranges_read_sub_ranges_with_the_index(tmp_path: Path, remote) -> None:
+    rsm, folder = remote
+    tp0, tp1 = TopicIdPartition(uuid.uuid4(), TOPIC, 0), None
+    tp1 = TopicIdPartition(tp0.topic_id, TOPIC, 1)
+    w0 = write_segment(tmp_path, rsm, tp0, [(0, 0)], 0, 200, per_batch=3)
+    w1 = write_segment(tmp_path, rsm, tp1, [(0, 0)], 0, 50)
+    opts = parse_options(options(folder, startingOffsets='{"orders":{"0":37,"1":-2}}',
+                                 endingOffsets='{"orders":{"0":151,"1":-1}}'))
+    rsm_r = open_storage(storage_spec(opts.path, opts.storage))
+    tasks = plan(rsm_r, opts)
+    p0 = [t for t in tasks if t.partition == 0]
+    assert p0[0].start_position > 0 and p0[-1].end_position is not None  # a ranged GET, not the object
+    assert p0[-1].end_position < w0.metadata.segment_size_in_bytes - 1
+    table = pa.Table.from_batches([read_task(rsm_r, t, True) for t in tasks])
+    got = table_rows(table)
+    assert got == expected_rows(w0.records, 0, range(37, 151)) + expected_rows(w1.records, 1, range(0, 50))
+
+
+def test_large_segments_split_at_batch_boundaries(tmp_path: Path, remote) -> None:
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    w = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 300, per_batch=4)
+    opts = parse_options(options(folder, maxBytesPerPartition="1000", includeHeaders="true"))
+    rsm_r = open_storage(storage_spec(opts.path, opts.storage))
+    tasks = plan(rsm_r, opts)
+    assert len(tasks) > 5
+    positions = [(t.start_position, t.end_position) for t in tasks]
+    assert positions[0][0] == 0 and positions[-1][1] == w.metadata.segment_size_in_bytes - 1
+    assert all(a[1] + 1 == b[0] for a, b in zip(positions, positions[1:]))  # contiguous, no overlap
+    index_positions = {p for _, p in offset_index_entries(rsm_r, w.metadata)}
+    assert all(t.start_position == 0 or t.start_position in index_positions for t in tasks)
+    got = table_rows(pa.Table.from_batches([read_task(rsm_r, t, True) for t in tasks]))
+    assert got == expected_rows(w.records, 0, range(300))
+
+
+def test_overlapping_uploads_resolve_to_the_latest_epoch_lineage(tmp_path: Path, remote) -> None:
+    """A (epoch 0) holds 0..99; C is a retried copy of the same offsets under another segment id; B was
+    written after a failover: epoch 0 up to 49, then epoch 1 from 50 with other records (A's 50..99
+    were truncated away). The log is 0..49 of epoch 0, then B's 50..79."""
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    a = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 100, tag=b"A")
+    write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 100, tag=b"A")
+    # epoch 0's records are the same in every copy (one leader wrote them); epoch 1's differ
+    b = write_segment(tmp_path, rsm, tp, [(0, 0), (1, 50)], 0, 80, tag=b"B", tag_from=50)
+    segments = Catalog(open_storage(storage_spec(folder.as_uri(), {}))).committed_segments(TOPIC)[0]
+    assert len(segments) == 3
+    assert build_lineage(segments) == [(0, 0), (1, 50)]
+    slices = resolve_slices(segments)
+    assert [(s.from_offset, s.to_offset) for s in slices][-1][1] == 80
+    assert all(x.to_offset == y.from_offset for x, y in zip(slices, slices[1:]))
+    assert slices[-1].segment.metadata.remote_log_segment_id == b.metadata.remote_log_segment_id
+    got = table_rows(read_all(folder, includeHeaders="true"))
+    assert [r["offset"] for r in got] == list(range(80))
+    assert got[:50] == expected_rows(a.records, 0, range(50))
+    assert got[50:] == expected_rows(b.records, 0, range(50, 80))
+
+
+def test_lineage_drops_a_lower_epoch_overwritten_from_its_start() -> None:
+    def seg(epochs: dict[int, int], end: int, ts: int) -> object:
+        tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tp, uuid.uuid4()), min(epochs.values()), end, 0, 0, ts,
+                                      1, epochs)
+        from spark_readers.catalog import Segment
+        return Segment(md, 1, "x")
+
+    # epoch 2 wrote 10.. after an unclean election that discarded epoch 1's 10..; epoch 1 is gone
+    segments = [seg({0: 0}, 9, 1), seg({1: 10}, 19, 2), seg({2: 10}, 25, 3)]
+    assert build_lineage(segments) == [(0, 0), (2, 10)]  # type: ignore[arg-type]
+    slices = resolve_slices(segments)  # type: ignore[arg-type]
+    assert [(s.from_offset, s.to_offset, s.segment.metadata.event_timestamp_ms) for s in slices] == [
+        (0, 10, 1), (10, 26, 3)]
+
+
+def test_decoder_reports_the_object_and_byte_of_a_corrupt_batch() -> None:
+    batch = bytearray(build_batch([record(i) for i in range(5)], base_offset=10, codec=4))
+    good = build_batch([record(i) for i in range(3)], base_offset=0)
+    data = bytes(good) + bytes(batch[:-1]) + bytes([batch[-1] ^ 0xFF])
+    source = Source(TOPIC, 0, "orders-x/0/00000000000000000000-abc.log", 4096)
+    with pytest.raises(CorruptSegmentError, match=rf"00000000000000000000-abc.log: corrupt batch at byte {4096 + len(good)}"):
+        decode_records(data, source, 0, 100, False)
+    with pytest.raises(CorruptSegmentError, match=r"partial batch at byte 4096"):
+        decode_records(good[:-3], source, 0, 100, False)
+
+
+def test_decoder_skips_control_batches_and_out_of_range_records() -> None:
+    data = (build_batch([record(i) for i in range(4)], base_offset=0, codec=2)
+            + build_control_batch(CONTROL_COMMIT, 1, 0, 4, TS0)
+            + build_batch([record(i) for i in range(5, 9)], base_offset=5, codec=3))
+    out = decode_records(data, Source(TOPIC, 2, "x", 0), 2, 7, True)
+    assert out.column("offset").to_pylist() == [2, 3, 5, 6]
+    assert out.column("partition").to_pylist() == [2] * 4
+    assert out.schema == kafka_schema(True)
+
+
+def test_errors_are_clear(tmp_path: Path, remote) -> None:
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 20)
+    with pytest.raises(Exception, match="topic 'missing' has no committed segments"):
+        read_all(folder, topic="missing")
+    with pytest.raises(PlanError, match=r"orders-0: offsets from 20 are not in the remote tier"):
+        read_all(folder, endingOffsets='{"orders":{"0":25}}')
+    with pytest.raises(OptionError, match="exactly one of"):
+        parse_options({"path": folder.as_uri()})
+    with pytest.raises(OptionError, match="startingOffsets must list every partition"):
+        read_all(folder, startingOffsets='{"orders":{"1":0}}')
+    with pytest.raises(StorageError, match="is not a folder"):
+        open_storage(storage_spec((tmp_path / "nowhere").as_uri(), {}))
+    with pytest.raises(StorageError, match="key.prefix"):
+        storage_spec("s3://bucket/../etc", {})
+
+
+def test_a_corrupt_object_is_named_with_its_byte_position(tmp_path: Path, remote) -> None:
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    w = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 30)
+    log_file = rsm.segment_path(w.metadata, ".log")
+    data = bytearray(log_file.read_bytes())
+    data[-5] ^= 0xFF  # inside the last batch, covered by its CRC
+    log_file.write_bytes(bytes(data))
+    last = [p for p, _ in iter_headers(bytes(data))][-1]
+    with pytest.raises(CorruptSegmentError, match=rf"{log_file.name}: corrupt batch at byte {last}: .*CRC"):
+        read_all(folder)
+
+
+def test_credentials_errors_never_show_the_secret() -> None:
+    with pytest.raises(StorageError) as err:
+        open_storage(storage_spec("s3://bucket/p", {"storage.aws.access.key.id": "AKIAEXAMPLE",
+                                                     "storage.s3.endpoint.url": "http://127.0.0.1:9"}))
+    assert "storage.aws.secret.access.key" in str(err.value) and "rsm.config." not in str(err.value)
+    with pytest.raises(StorageError) as err:
+        open_storage(storage_spec("s3://bucket/p", {
+            "storage.aws.access.key.id": "AKIAEXAMPLE", "storage.aws.secret.access.key": "very-secret",
+            "storage.s3.endpoint.url": "http://127.0.0.1:9", "storage.s3.retry.max.attempts": "1",
+            "storage.s3.api.call.timeout.ms": "500"}))
+    assert "cannot reach S3 bucket 'bucket'" in str(err.value)
+    assert "very-secret" not in str(err.value) and "AKIAEXAMPLE" not in str(err.value)
+
+
+def test_timestamp_options_find_the_earliest_offset_at_or_after_the_time(tmp_path: Path, remote) -> None:
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    a = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 120, jumble=True, per_batch=3)
+    b = write_segment(tmp_path, rsm, tp, [(0, 0)], 120, 200, per_batch=3)
+    written = {**a.records, **b.records}
+
+    def first_at_or_after(ts: int) -> int:
+        return min(o for o, r in written.items() if r[3] >= ts)
+
+    for start_ts, end_ts in ((TS0 + 50, TS0 + 150), (TS0 + 100, TS0 + 170), (TS0 - 5, TS0 + 1000)):
+        got = read_all(folder, startingTimestamp=str(start_ts), endingTimestamp=str(end_ts))
+        end = first_at_or_after(end_ts) if end_ts <= TS0 + 199 else 200
+        assert got.column("offset").to_pylist() == list(range(first_at_or_after(start_ts), end)), (start_ts, end_ts)
+    by_partition = read_all(folder, startingOffsetsByTimestamp=f'{{"{TOPIC}":{{"0":{TS0 + 77}}}}}',
+                            startingOffsets="latest")  # the timestamp wins, as in Spark
+    assert by_partition.column("offset").to_pylist()[0] == first_at_or_after(TS0 + 77)
+    with pytest.raises(PlanError, match="no record in the remote tier has a timestamp at or after"):
+        read_all(folder, startingTimestamp=str(TS0 + 10_000))
+    assert read_all(folder, startingTimestamp=str(TS0 + 10_000),
+                    startingOffsetsByTimestampStrategy="latest").num_rows == 0
+
+
+def test_a_topic_name_that_prefixes_another_lists_only_its_own_segments(tmp_path: Path, remote) -> None:
+    rsm, folder = remote
+    mine = write_segment(tmp_path, rsm, TopicIdPartition(uuid.uuid4(), TOPIC, 0), [(0, 0)], 0, 10)
+    write_segment(tmp_path, rsm, TopicIdPartition(uuid.uuid4(), TOPIC + "-archive", 0), [(0, 0)], 0, 30)
+    assert Catalog(open_storage(storage_spec(folder.as_uri(), {}))).topics() == [TOPIC, TOPIC + "-archive"]
+    assert read_all(folder).column("offset").to_pylist() == sorted(mine.records)
+    opts = parse_options({"path": folder.as_uri(), "topicPattern": r"orders-.*"})
+    rsm_r = open_storage(storage_spec(opts.path, opts.storage))
+    assert sum(read_task(rsm_r, t, False).num_rows for t in plan(rsm_r, opts)) == 30
