@@ -198,7 +198,7 @@ def test_zookeeper_restart_under_registered_brokers(zookeeper_factory: Callable[
     server.restart()
     # hang guards, not speed bounds: a reconnect attempt that lands while the JVM is still starting
     # waits out kazoo's handshake timeout (the session timeout) before it tries again
-    reconnect_s = 40
+    reconnect_s = 60
     wait_until(lambda: steady.zk.connected, timeout=reconnect_s, message="the broker to reconnect")
     assert steady.zk.session_id == steady_session and registration(steady)[1] == steady_session
 
