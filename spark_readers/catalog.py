@@ -4,19 +4,38 @@ copy of each offset belongs to the log.
 Where the metadata comes from: the segment **manifests** (``<stem>.manifest``, see
 ``docs/tiered-storage.md``), not the ``__remote_log_metadata`` topic. The manifest is written last by
 every RemoteStorageManager (S3, fsspec, LocalTieredStorage), so its presence is exactly
-"COPY_SEGMENT_FINISHED" for the objects beside it, and it carries everything a reader needs (offsets,
-leader epochs, sizes, max timestamp). ``__remote_log_metadata`` lives on the brokers' local disks (a
+"COPY_SEGMENT_FINISHED" for the objects beside it, and it carries what a reader needs of each segment
+(offsets, leader epochs, sizes, max timestamp); the log's lineage comes from one leader-epoch
+checkpoint per partition (below). ``__remote_log_metadata`` lives on the brokers' local disks (a
 Kafka topic, not an object in the bucket), so reading it would need a broker or its disks; and a
 deleted segment loses its manifest first, so a listing never shows a half-deleted segment as committed.
 
-Overlapping uploads (the same offsets copied twice after a failover, or a retried copy with a new
-segment id) are resolved by the leader-epoch rule Kafka itself applies: one leader wrote each
-(epoch, offset), and a later epoch that starts at offset ``o`` replaced whatever lower epochs held from
-``o`` on. So the log's lineage is rebuilt from the segments' own epoch maps, highest epoch first: the
-highest epoch owns ``[its start, end)``; each lower epoch owns ``[its start, start of the next kept
-epoch)`` and is dropped when it starts at or after that point (it was truncated away). Each offset is
-then read from a segment that holds it under the lineage's epoch for it; when several copies of one
-epoch hold it, the one reaching furthest (then the newest upload) wins, so reads stay sequential.
+Overlapping uploads (the same offsets copied twice after a failover, a retried copy with a new segment
+id, or copies of different histories after unclean elections, KIP-405 scenarios 3 to 5) are resolved by
+the log's **leader-epoch lineage**, as the broker resolves them with its leader-epoch cache: one leader
+wrote each (epoch, offset), once (KIP-101), so a copy holds the log's record at ``o`` exactly when it
+puts ``o`` in the epoch the lineage gives ``o``.
+
+The lineage is the leader-epoch checkpoint (``<stem>.leader_epoch_checkpoint``) uploaded with the
+partition's **authoritative segment**: the one with the greatest (highest epoch in its epoch map, end
+offset, upload time). Every copy carries the uploading leader's whole lineage up to the segment's end,
+and no committed segment was written in a later epoch, so that checkpoint is the current history: a
+lineage rebuilt from the segments' own maps cannot tell an epoch that was abandoned (a leader that lost
+an unclean election, scenario 5) from one that was kept. Reading it costs one tiny GET per partition.
+
+With that lineage each epoch owns ``[its start, start of the next epoch)``, the last one up to the
+authoritative segment's end, which is the end of the tiered history (any copy reaching further was
+written by another history). Offsets below the lineage's first start were below that leader's log start
+offset (the broker cuts its cache there on retention and DeleteRecords) and are not read. Each offset is
+read from a segment that holds it under the lineage's epoch, so a segment is cut where it leaves the
+lineage; when several copies hold an offset, the one reaching furthest (then the newest upload) wins, so
+reads stay sequential.
+
+When the checkpoint is missing, malformed, or disagrees with its own segment's epoch map, the lineage is
+rebuilt from the segments' epoch maps instead (one warning): highest epoch first, each lower epoch owning
+``[its start, start of the next kept epoch)`` and dropped when it starts at or after that point. That is
+right after one unclean election, not after two. A store that fails while the checkpoint is read fails
+the query instead, as an unreadable manifest does: guessing then could return another history's records.
 """
 
 from __future__ import annotations
@@ -27,15 +46,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from tieredlog.rlm.lineage import segment_epoch_bounds
-from tieredlog.rsm.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from tieredlog.rsm.keys import MANIFEST_SUFFIX, InvalidKeyError, SegmentObjectKey, uuid_from_base64
+from tieredlog.log.checkpoints import CorruptCheckpointError, parse_leader_epoch_checkpoint
+from tieredlog.rlm.lineage import filtered_epochs, segment_epoch_bounds, segment_leader_epochs
+from tieredlog.rsm.api import (
+    IndexType,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteResourceNotFoundException,
+    TopicIdPartition,
+)
+from tieredlog.rsm.keys import INDEX_SUFFIXES, MANIFEST_SUFFIX, InvalidKeyError, SegmentObjectKey, uuid_from_base64
 from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
 
 log = logging.getLogger(__name__)
 
 # Manifests are ~1 KiB GETs: latency bound, so many at once.
 MANIFEST_READERS = 16
+# A leader-epoch checkpoint is one short line per epoch; anything this large is not one, and is not read whole.
+MAX_CHECKPOINT_BYTES = 1024 * 1024
 
 
 class CatalogError(Exception):
@@ -59,6 +88,15 @@ class Segment:
     def end_offset(self) -> int:
         """Inclusive, as in RemoteLogSegmentMetadata."""
         return self.metadata.end_offset
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """The log's ``(epoch, start offset)`` history, increasing in both, and where the tiered part of it
+    ends (exclusive; ``None``: not known, the last epoch reaches as far as any copy does)."""
+
+    epochs: list[tuple[int, int]]
+    end: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +167,45 @@ class Catalog:
                 out.setdefault(s.metadata.topic_id_partition.partition, []).append(s)
         return out
 
+    def resolve(self, segments: Sequence[Segment]) -> list[SegmentSlice]:
+        """One partition's segments resolved to slices of its log (see the module docstring)."""
+        return resolve_slices(segments, self.lineage(segments))
+
+    def resolve_partitions(self, by_partition: Mapping[int, Sequence[Segment]]) -> dict[int, list[SegmentSlice]]:
+        """:meth:`resolve` for every partition; the checkpoint GETs are latency bound, so many at once."""
+        partitions = sorted(by_partition)
+        if not partitions:
+            return {}
+        with ThreadPoolExecutor(min(MANIFEST_READERS, len(partitions))) as pool:
+            return dict(zip(partitions, pool.map(lambda p: self.resolve(by_partition[p]), partitions)))
+
+    def lineage(self, segments: Sequence[Segment]) -> Lineage:
+        """The lineage from the authoritative segment's leader-epoch checkpoint; rebuilt from the
+        segments' epoch maps (with a warning) when that checkpoint cannot be trusted."""
+        auth = authoritative_segment(segments)
+        try:
+            return lineage_from_checkpoint(auth, self._read_checkpoint(auth))
+        except (RemoteResourceNotFoundException, CorruptCheckpointError) as exc:
+            log.warning("%s: cannot use its leader-epoch checkpoint (%s); resolving overlapping segments from "
+                        "their own epoch maps, which cannot tell an abandoned epoch from a kept one",
+                        auth.manifest_key, str(exc)[:300])
+            return Lineage(build_lineage(segments), None)
+
+    def _read_checkpoint(self, segment: Segment) -> bytes:
+        source = checkpoint_key(segment)
+        try:
+            with self.rsm.fetch_index(segment.metadata, IndexType.LEADER_EPOCH) as stream:
+                data = stream.read(MAX_CHECKPOINT_BYTES + 1)
+        except RemoteResourceNotFoundException:
+            raise
+        except Exception as exc:
+            # The store answered the manifests a moment ago: a failure now is an outage, not a property
+            # of the data, and guessing the lineage could return another history's records.
+            raise CatalogError(f"cannot read {source}: {exc}") from None
+        if len(data) > MAX_CHECKPOINT_BYTES:
+            raise CorruptCheckpointError(source, None, f"larger than {MAX_CHECKPOINT_BYTES} bytes")
+        return data
+
     def _read_segment(self, key: SegmentObjectKey) -> Segment:
         try:
             manifest = self.rsm.read_manifest(key)
@@ -137,8 +214,40 @@ class Catalog:
         return segment_from_manifest(key, manifest)
 
 
+def checkpoint_key(segment: Segment) -> str:
+    """The key of the leader-epoch checkpoint uploaded with ``segment``, to name it in messages."""
+    return segment.manifest_key.removesuffix(MANIFEST_SUFFIX) + INDEX_SUFFIXES[IndexType.LEADER_EPOCH]
+
+
+def authoritative_segment(segments: Sequence[Segment]) -> Segment:
+    """The newest segment on the highest epoch: its leader-epoch checkpoint is the lineage."""
+    return max(segments, key=lambda s: (max(s.metadata.segment_leader_epochs, default=-1), s.end_offset,
+                                        s.metadata.event_timestamp_ms))
+
+
+def lineage_from_checkpoint(segment: Segment, data: bytes) -> Lineage:
+    """The lineage a segment's leader-epoch checkpoint gives, checked against the segment's own epoch
+    map: a checkpoint that does not describe the segment it was uploaded with is not trusted."""
+    source = checkpoint_key(segment)
+    md = segment.metadata
+    # The copier ships the entries below the segment's next offset; later ones would describe records
+    # no tiered copy is known to hold on this history.
+    entries = [(e.epoch, e.start_offset) for e in parse_leader_epoch_checkpoint(data, source)
+               if e.start_offset <= md.end_offset]
+    if not entries:
+        raise CorruptCheckpointError(source, None, "no epoch starts at or below the segment's end")
+    if any(e < 0 or o < 0 for e, o in entries) or any(
+            e2 <= e1 or o2 < o1 for (e1, o1), (e2, o2) in zip(entries, entries[1:])):
+        raise CorruptCheckpointError(source, None, "epochs and start offsets do not increase")
+    expected = segment_leader_epochs(entries, md.start_offset, md.end_offset + 1)
+    if expected != md.segment_leader_epochs:
+        raise CorruptCheckpointError(source, None, f"gives the segment epochs {expected}, its manifest "
+                                     f"{dict(md.segment_leader_epochs)}")
+    return Lineage(filtered_epochs(entries), md.end_offset + 1)
+
+
 def build_lineage(segments: Sequence[Segment]) -> list[tuple[int, int]]:
-    """The log's ``(epoch, start offset)`` history as the segments show it, the highest epoch winning
+    """The fallback lineage, rebuilt from the segments' own epoch maps with the highest epoch winning
     (see the module docstring). Increasing in both epoch and offset."""
     starts: dict[int, int] = {}
     for s in segments:
@@ -153,12 +262,16 @@ def build_lineage(segments: Sequence[Segment]) -> list[tuple[int, int]]:
     return lineage[::-1]
 
 
-def resolve_slices(segments: Sequence[Segment]) -> list[SegmentSlice]:
-    """One segment per offset on the winning lineage: ordered, non-overlapping slices. Offsets no
-    committed segment holds on the lineage are gaps between slices (the caller decides if that is loss)."""
-    lineage = build_lineage(segments)
-    owner_end = {epoch: (lineage[i + 1][1] if i + 1 < len(lineage) else None) for i, (epoch, _) in enumerate(lineage)}
-    owner_start = dict(lineage)
+def resolve_slices(segments: Sequence[Segment], lineage: Lineage | None = None) -> list[SegmentSlice]:
+    """One segment per offset on ``lineage`` (default: :func:`build_lineage`'s): ordered, non-overlapping
+    slices. Offsets no committed segment holds on the lineage are gaps between slices (the caller
+    decides if that is loss)."""
+    if lineage is None:
+        lineage = Lineage(build_lineage(segments), None)
+    epochs = lineage.epochs
+    owner_end = {epoch: (epochs[i + 1][1] if i + 1 < len(epochs) else lineage.end)
+                 for i, (epoch, _) in enumerate(epochs)}
+    owner_start = dict(epochs)
     # (from, to exclusive, segment) pieces held under the lineage's epoch
     pieces: list[tuple[int, int, Segment]] = []
     for s in segments:

@@ -20,7 +20,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Iterator
 
-from spark_readers.catalog import Catalog, CatalogError, SegmentSlice, resolve_slices
+from spark_readers.catalog import Catalog, CatalogError, SegmentSlice
 from spark_readers.indexes import offset_index_entries
 from spark_readers.options import EARLIEST, LATEST, OptionError, ReaderOptions
 from spark_readers.timestamps import offset_for_timestamp
@@ -51,9 +51,9 @@ def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions) -> list[R
     catalog = Catalog(rsm)
     tasks: list[ReadTask] = []
     for topic in _topics(catalog, options):
-        by_partition = catalog.committed_segments(topic)
-        for partition in sorted(by_partition):
-            tasks.extend(_plan_partition(rsm, topic, partition, resolve_slices(by_partition[partition]), options))
+        slices = catalog.resolve_partitions(catalog.committed_segments(topic))
+        for partition in sorted(slices):
+            tasks.extend(_plan_partition(rsm, topic, partition, slices[partition], options))
     return tasks
 
 

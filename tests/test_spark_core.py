@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_readers.catalog import Catalog, build_lineage, resolve_slices
+from spark_readers.catalog import Catalog, Lineage, build_lineage, resolve_slices
 from spark_readers.decoder import CorruptSegmentError, Source, decode_records, kafka_schema
 from spark_readers.indexes import offset_index_entries
 from spark_readers.options import OptionError, parse_options
@@ -200,6 +200,112 @@ def test_lineage_drops_a_lower_epoch_overwritten_from_its_start() -> None:
     slices = resolve_slices(segments)  # type: ignore[arg-type]
     assert [(s.from_offset, s.to_offset, s.segment.metadata.event_timestamp_ms) for s in slices] == [
         (0, 10, 1), (10, 26, 3)]
+
+
+def catalog_view(folder: Path) -> tuple[Catalog, list]:
+    catalog = Catalog(open_storage(storage_spec(folder.as_uri(), {})))
+    return catalog, catalog.committed_segments(TOPIC)[0]
+
+
+def slice_ids(slices: list) -> list[tuple[int, int, uuid.UUID]]:
+    return [(s.from_offset, s.to_offset, s.segment.metadata.remote_log_segment_id.id) for s in slices]
+
+
+def test_two_unclean_elections_read_the_lineage_of_the_newest_epoch(tmp_path: Path, remote) -> None:
+    """KIP-405 scenario 5. A tiers seg-0-3 (epoch 0, uuid1). B wins an unclean election, writes 2..4 in
+    epoch 1 and tiers its own seg-0-3 (uuid2). A wins another unclean election without ever having seen
+    epoch 1, writes 5.. in epoch 2 and tiers seg-4-5 (uuid3, lineage {0:0, 2:5}). Epoch 1 is abandoned:
+    offsets 0..3 are uuid1's, 4 and 5 uuid3's, and none of B's records is read."""
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    uuid1 = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 4, tag=b"A")
+    uuid2 = write_segment(tmp_path, rsm, tp, [(0, 0), (1, 2)], 0, 4, tag=b"B", tag_from=2)
+    uuid3 = write_segment(tmp_path, rsm, tp, [(0, 0), (2, 5)], 4, 6, tag=b"C", tag_from=5)
+    assert uuid3.metadata.segment_leader_epochs == {0: 4, 2: 5}
+    catalog, segments = catalog_view(folder)
+    assert build_lineage(segments) == [(0, 0), (1, 2), (2, 5)]  # what the epoch maps alone would claim
+    assert catalog.lineage(segments) == Lineage([(0, 0), (2, 5)], 6)
+    assert slice_ids(catalog.resolve(segments)) == [
+        (0, 4, uuid1.metadata.remote_log_segment_id.id), (4, 6, uuid3.metadata.remote_log_segment_id.id)]
+    got = table_rows(read_all(folder, includeHeaders="true"))
+    assert got == expected_rows(uuid1.records, 0, range(4)) + expected_rows(uuid3.records, 0, range(4, 6))
+    assert uuid2.records[2][1] is not None and uuid2.records[2][1].startswith(b"B")
+    assert not any(r["value"] is not None and r["value"].startswith(b"B") for r in got)  # none of B's
+
+
+def test_unclean_election_with_truncation_ends_the_tiered_history_at_the_new_leader(tmp_path: Path,
+                                                                                   remote) -> None:
+    """KIP-405 scenario 4. A tiers seg-0-2 in epoch 0; out-of-sync B wins an unclean election with only
+    offset 0, writes offset 1 in epoch 1 and tiers seg-0-1. Offset 1 is B's record; A's offset 2 belongs
+    to another history, so the tiered part ends at 1."""
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    a = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 3, tag=b"A")
+    b = write_segment(tmp_path, rsm, tp, [(0, 0), (1, 1)], 0, 2, tag=b"B", tag_from=1)
+    catalog, segments = catalog_view(folder)
+    assert catalog.lineage(segments) == Lineage([(0, 0), (1, 1)], 2)
+    assert slice_ids(catalog.resolve(segments)) == [(0, 2, b.metadata.remote_log_segment_id.id)]
+    got = table_rows(read_all(folder))
+    assert [r["offset"] for r in got] == [0, 1]
+    assert got[0]["value"] == a.records[0][1] == b.records[0][1]
+    assert got[1]["value"] == b.records[1][1] != a.records[1][1]
+    with pytest.raises(PlanError, match=r"orders-0: offsets from 2 are not in the remote tier"):
+        read_all(folder, endingOffsets='{"orders":{"0":3}}')
+
+
+def test_clean_failover_reads_each_offset_from_the_copy_of_its_epoch(tmp_path: Path, remote) -> None:
+    """KIP-405 scenario 3. A tiers seg-0-1 in epoch 0; both crash, B (still in the ISR) lost offset 1,
+    writes another record there in epoch 1 and tiers seg-1-1. Offset 0 comes from seg-0-1, offset 1 from
+    seg-1-1."""
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    a = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 2, tag=b"A", per_batch=1)
+    b = write_segment(tmp_path, rsm, tp, [(0, 0), (1, 1)], 1, 2, tag=b"B", tag_from=1)
+    assert b.metadata.segment_leader_epochs == {1: 1}
+    catalog, segments = catalog_view(folder)
+    assert catalog.lineage(segments) == Lineage([(0, 0), (1, 1)], 2)
+    assert slice_ids(catalog.resolve(segments)) == [
+        (0, 1, a.metadata.remote_log_segment_id.id), (1, 2, b.metadata.remote_log_segment_id.id)]
+    got = table_rows(read_all(folder, includeHeaders="true"))
+    assert got == expected_rows(a.records, 0, range(1)) + expected_rows(b.records, 0, range(1, 2))
+
+
+def test_offsets_below_the_lineage_start_were_deleted_and_are_not_read(tmp_path: Path, remote) -> None:
+    """The broker cuts its epoch history at the log start offset (retention, DeleteRecords): a copy
+    uploaded after DeleteRecords to 5 ships {0: 5}, and 0..4 of the older copy wait for deletion."""
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    old = write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 10, per_batch=2)
+    new = write_segment(tmp_path, rsm, tp, [(0, 5)], 10, 20)
+    catalog, segments = catalog_view(folder)
+    assert catalog.lineage(segments) == Lineage([(0, 5)], 20)
+    got = table_rows(read_all(folder, includeHeaders="true"))
+    assert got == expected_rows({**old.records, **new.records}, 0, range(5, 20))
+    with pytest.raises(PlanError, match=r"offset 0 is no longer in the remote tier \(earliest 5\)"):
+        read_all(folder, startingOffsets='{"orders":{"0":0}}')
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "disagrees"])
+def test_an_unusable_checkpoint_falls_back_to_the_epoch_maps_with_one_warning(
+        tmp_path: Path, remote, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    rsm, folder = remote
+    tp = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    write_segment(tmp_path, rsm, tp, [(0, 0)], 0, 10)
+    newest = write_segment(tmp_path, rsm, tp, [(0, 0), (1, 5)], 0, 10, tag=b"B", tag_from=5)
+    checkpoint = rsm.segment_path(newest.metadata, ".leader_epoch_checkpoint")
+    if damage == "missing":
+        checkpoint.unlink()
+    elif damage == "garbage":
+        checkpoint.write_bytes(b"0\n2\n0 0\n")
+    else:  # a well-formed checkpoint of another segment's history
+        checkpoint.write_bytes(checkpoint_text([(0, 0), (1, 3)]))
+    catalog, segments = catalog_view(folder)
+    with caplog.at_level("WARNING", logger="spark_readers.catalog"):
+        assert catalog.lineage(segments) == Lineage([(0, 0), (1, 5)], None)
+    warnings = [r for r in caplog.records if r.name == "spark_readers.catalog"]
+    assert len(warnings) == 1 and "leader_epoch_checkpoint" in warnings[0].getMessage()
+    got = table_rows(read_all(folder, includeHeaders="true"))
+    assert got == expected_rows(newest.records, 0, range(10))
 
 
 def test_decoder_reports_the_object_and_byte_of_a_corrupt_batch() -> None:
