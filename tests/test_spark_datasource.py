@@ -9,6 +9,7 @@ all; local retention rolls and uploads even the active segments; the broker is s
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -255,3 +256,33 @@ def test_local_tiered_storage_layout_is_read_through_a_file_url(spark, tmp_path:
     df = spark.read.format("tieredlog").option("path", folder.as_uri()).option("topic", CORE_TOPIC).load()
     got = [(bytes(r["value"]) if r["value"] is not None else None, r["offset"]) for r in df.orderBy("offset").collect()]
     assert got == [(row["value"], row["offset"]) for row in expected_rows(w.records, 0, range(40))]
+
+
+def test_export_writes_the_dataframes_rows_to_parquet(spark, moto_s3: S3Endpoint, tiered, tmp_path: Path) -> None:
+    """`tieredlog export`, run as a user runs it, gives the rows the DataFrame gives, whole and in a range."""
+    import pyarrow.dataset as pads
+
+    prefix, consumed, _ = tiered
+    storage = ["--storage", f"storage.s3.endpoint.url={moto_s3.url}", "--storage", f"storage.s3.region={moto_s3.region}",
+               "--storage", "storage.s3.path.style.access.enabled=true",
+               "--storage", f"storage.aws.access.key.id={moto_s3.access_key}",
+               "--storage", f"storage.aws.secret.access.key={moto_s3.secret_key}"]
+    path = f"s3://{moto_s3.bucket}/{prefix.rstrip('/')}"
+
+    def export(out: Path, *extra: str) -> list[Row]:
+        done = subprocess.run([sys.executable, "-m", "tieredlog.cli", "export", "--topic", TOPIC, "--path", path,
+                               "--to", str(out), *storage, *extra], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert moto_s3.secret_key not in done.stdout + done.stderr
+        assert sorted(p.name for p in out.iterdir()) == [f"{TOPIC}-{p}.parquet" for p in range(PARTITIONS)]
+        assert pads.dataset(out, format="parquet").count_rows() > 0  # pyarrow reads the folder as one dataset
+        return spark_rows(spark.read.parquet(str(out)))
+
+    whole = export(tmp_path / "whole", "--include-headers")
+    assert whole == spark_rows(reader(spark, moto_s3, prefix, topic=TOPIC, includeHeaders="true")) == consumed
+    ranged = export(tmp_path / "ranged", "--from-offset", "17", "--to-offset", "251")
+    assert ranged == [r[:7] + (None,) for r in consumed if 17 <= r[4] < 251]
+
+    failed = subprocess.run([sys.executable, "-m", "tieredlog.cli", "export", "--topic", "no-such-topic", "--path", path,
+                             "--to", str(tmp_path / "none"), *storage], capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and "no-such-topic" in failed.stderr and "Traceback" not in failed.stderr

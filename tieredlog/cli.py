@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reassign": ("tieredlog.tools.reassign", "move partition replicas between brokers (kafka-reassign-partitions)"),
     "leader-election": ("tieredlog.tools.leader_election", "elect preferred or unclean leaders (kafka-leader-election)"),
     "dev-cluster": ("tieredlog.tools.dev_cluster", "run a ZooKeeper and N brokers on 127.0.0.1 until Ctrl-C"),
+    # lives beside the Spark reader, whose planner and decoder it shares (needs no Spark)
+    "export": ("spark_readers.export", "write a tiered topic's history from the remote tier to Parquet"),
 }
 
 
