@@ -141,3 +141,29 @@ def test_altered_config_survives_restart(broker_factory):
     cfg = list(configs.values())[0].result(30)
     assert cfg["retention.bytes"].value == "123456"
     assert cfg["retention.bytes"].source == 1
+
+
+def test_admin_reports_every_supported_operation_without_an_authorizer(broker):
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    topic, group = "ops-topic", "ops-group"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    # an Empty group with a committed offset is enough to describe
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    c.close()
+
+    described = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic].result(30)
+    assert set(described.authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER,
+        AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert set(cluster.authorized_operations) == {
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER, AclOperation.DESCRIBE}
+    groups = admin.describe_consumer_groups([group], include_authorized_operations=True)[group].result(30)
+    assert set(groups.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+    # not asked: none reported
+    assert not admin.describe_cluster().result(30).authorized_operations

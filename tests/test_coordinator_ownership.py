@@ -155,3 +155,38 @@ def test_commits_and_assignments_answer_after_the_isr_has_them() -> None:
         await coord.shutdown()
 
     asyncio.run(run())
+
+
+def test_static_member_replacement_answers_after_the_isr_has_it() -> None:
+    FENCED_INSTANCE_ID = 82
+
+    async def run() -> None:
+        store = GatedStore()
+        clock = ManualScheduler()
+        coord = GroupCoordinator(CONFIG, clock, store, subscriptions=subscribed_topics)
+        await coord.start()
+        join = coord.join_group("g", "", "i-1", "c", "/h", 5000, 9000, "consumer", [("range", b"")], False)
+        clock.advance(0)
+        old = join.result().member_id
+        sync = coord.sync_group("g", 1, old, "i-1", None, None, {old: b"A"})
+        store.gates[-1].set_result(None)
+        assert (await sync).assignment == b"A"
+
+        # restarted: answered once the new member id is replicated, and only then
+        rejoin = coord.join_group("g", "", "i-1", "c", "/h", 5000, 9000, "consumer", [("range", b"")], False)
+        await asyncio.sleep(0)
+        assert not rejoin.done()
+        store.gates[-1].set_result(None)
+        new = (await rejoin).member_id
+        assert new != old and coord.heartbeat("g", old, "i-1", 1) == FENCED_INSTANCE_ID
+
+        # the wait fails: the replacement is undone and the new instance is told to retry
+        again = coord.join_group("g", "", "i-1", "c", "/h", 5000, 9000, "consumer", [("range", b"")], False)
+        await asyncio.sleep(0)
+        store.gates[-1].set_result(errors.NotEnoughReplicasAfterAppendError())
+        failed = await again
+        assert failed.error == COORDINATOR_NOT_AVAILABLE and failed.member_id == ""
+        assert coord.heartbeat("g", new, "i-1", 1) == 0
+        await coord.shutdown()
+
+    asyncio.run(run())

@@ -37,6 +37,7 @@ GROUP_ID_NOT_FOUND = 69
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 INVALID_GROUP_ID = 24
 OFFSET_METADATA_TOO_LARGE = 12
+FENCED_INSTANCE_ID = 82
 
 
 def async_test(fn):
@@ -65,23 +66,26 @@ class Harness:
         return self.coord.join_group(group, member_id, instance_id, client, "/127.0.0.1", session, rebalance,
                                      protocol_type, protocols, require_known)
 
-    def sync(self, member_id, generation, assignments=None, group="g"):
-        return self.coord.sync_group(group, generation, member_id, None, None, None, assignments or {})
+    def sync(self, member_id, generation, assignments=None, group="g", instance_id=None):
+        return self.coord.sync_group(group, generation, member_id, instance_id, None, None, assignments or {})
 
     def group(self, group_id="g"):
         return self.coord.groups[group_id]
 
-    async def form_group(self, n: int, group="g"):
-        """n members join a new group and complete one rebalance; returns their member ids, leader first."""
-        futures = [self.join(group=group, client=f"c{i}") for i in range(n)]
+    async def form_group(self, n: int, group="g", instance_ids=None, **join):
+        """n members join a new group and complete one rebalance; returns their member ids, leader first.
+        `instance_ids`: one group.instance.id (or None) per member, in joining order."""
+        instance_ids = instance_ids or [None] * n
+        futures = [self.join(group=group, client=f"c{i}", instance_id=instance_ids[i], **join) for i in range(n)]
         self.clock.advance(0)
         results = [f.result() for f in futures]
         assert all(r.error == 0 for r in results)
         ids = [r.member_id for r in results]
+        instance_of = dict(zip(ids, instance_ids))
         leader = results[0].leader_id
         generation = results[0].generation_id
-        syncs = [self.sync(mid, generation, group=group) for mid in ids if mid != leader]
-        self.sync(leader, generation, {mid: mid.encode() for mid in ids}, group=group)
+        syncs = [self.sync(mid, generation, group=group, instance_id=instance_of[mid]) for mid in ids if mid != leader]
+        self.sync(leader, generation, {mid: mid.encode() for mid in ids}, group=group, instance_id=instance_of[leader])
         assert all(s.result().error == 0 for s in syncs)
         assert self.group(group).state is GroupState.STABLE
         return [leader] + [m for m in ids if m != leader]
@@ -346,6 +350,154 @@ async def test_static_member_replaced_by_a_new_instance_is_fenced():
     assert new.error == 0 and new.member_id != old
     assert h.coord.heartbeat("g", old, "i-1", new.generation_id) == 82  # FENCED_INSTANCE_ID
     assert h.coord.leave_group("g", [("", "i-1")])[1] == [("", "i-1", 0)]
+
+
+# -- static membership (KIP-345) ------------------------------------------------------------------------
+
+
+@async_test
+async def test_static_member_rejoining_a_stable_group_takes_its_place_back_without_a_rebalance():
+    h = await Harness().start()
+    leader, follower = await h.form_group(2, instance_ids=["i-1", "i-2"])
+    assert follower.startswith("i-2-")  # Kafka's static member id: instance id and a UUID
+
+    joined = h.join(instance_id="i-2", client="restarted")  # a restart: unknown member id, same instance
+    assert joined.done(), "answered at once, no rebalance"
+    r = joined.result()
+    assert r.error == 0 and r.member_id not in (follower, "") and r.member_id.startswith("i-2-")
+    assert (r.generation_id, r.leader_id, r.members, r.skip_assignment) == (1, leader, [], False)
+    g = h.group()
+    assert g.state is GroupState.STABLE and g.generation_id == 1 and follower not in g.members
+    assert g.members[r.member_id].client_id == "restarted"
+    sync = h.sync(r.member_id, 1, instance_id="i-2").result()
+    assert sync.error == 0 and sync.assignment == follower.encode()  # the assignment of the old id
+    assert h.coord.heartbeat("g", leader, "i-1", 1) == 0  # the other member notices nothing
+
+    # the old id is fenced wherever it shows up with its instance id, unknown without it
+    assert h.coord.heartbeat("g", follower, "i-2", 1) == FENCED_INSTANCE_ID
+    assert h.coord.heartbeat("g", follower, None, 1) == UNKNOWN_MEMBER_ID
+    assert h.sync(follower, 1, instance_id="i-2").result().error == FENCED_INSTANCE_ID
+    assert h.coord.commit_offsets("g", follower, "i-2", 1, {("t", 0): (1, -1, "")}) == {("t", 0): FENCED_INSTANCE_ID}
+    assert h.join(follower, instance_id="i-2").result().error == FENCED_INSTANCE_ID
+    assert h.coord.leave_group("g", [(follower, "i-2")])[1] == [(follower, "i-2", FENCED_INSTANCE_ID)]
+    assert h.coord.commit_offsets("g", r.member_id, "i-2", 1, {("t", 0): (1, -1, "")}) == {("t", 0): 0}
+    assert g.state is GroupState.STABLE and g.generation_id == 1
+
+    # the new member id is stored (GroupMetadataValue v3 with its instance id) and survives a reload
+    await h.coord.shutdown()
+    h2 = await Harness(store=h.store).start()
+    assert {(m.member_id, m.group_instance_id) for m in h2.group().members.values()} == {
+        (leader, "i-1"), (r.member_id, "i-2")}
+    assert h2.coord.heartbeat("g", r.member_id, "i-2", 1) == 0
+    assert h2.coord.heartbeat("g", follower, "i-2", 1) == FENCED_INSTANCE_ID
+
+
+@async_test
+async def test_static_leader_rejoining_a_stable_group_does_not_assign_again():
+    h = await Harness().start()
+    leader, follower = await h.form_group(2, instance_ids=["i-1", "i-2"])
+    old = h.join(instance_id="i-1").result()
+    # before JoinGroup v9 the old leader id is answered, so the new member does not run the assignor
+    assert old.error == 0 and old.leader_id == leader != old.member_id and old.members == []
+    assert h.group().leader_id == old.member_id and h.group().state is GroupState.STABLE
+    # v9+: it learns it leads, with every member's metadata, and skip_assignment tells it not to assign
+    new = h.coord.join_group("g", "", "i-1", "c", "/127.0.0.1", SESSION, REBALANCE, "consumer", RANGE, True,
+                             supports_skip_assignment=True).result()
+    assert new.error == 0 and new.skip_assignment and new.leader_id == new.member_id
+    assert sorted(m[0] for m in new.members) == sorted([new.member_id, follower])
+    assert h.group().state is GroupState.STABLE and h.group().generation_id == 1
+    assert h.sync(new.member_id, 1, instance_id="i-1").result().assignment == leader.encode()
+
+
+@async_test
+async def test_static_member_rejoining_with_another_protocol_rebalances():
+    h = await Harness().start()
+    both = [("range", b"r"), ("roundrobin", b"rr")]
+    (member,) = await h.form_group(1, instance_ids=["i-1"], protocols=both)
+    # the only member rejoined, so the rebalance it starts completes at once
+    r = h.join(instance_id="i-1", protocols=list(reversed(both))).result()
+    assert r.error == 0 and r.generation_id == 2 and r.protocol_name == "roundrobin" and r.member_id != member
+
+
+@async_test
+async def test_static_member_replaced_while_parked_is_fenced_and_the_group_rebalances():
+    h = await Harness().start()
+    futures = [h.join(instance_id="i-1"), h.join(instance_id="i-2")]
+    h.clock.advance(0)
+    old = futures[1].result().member_id
+    parked = h.sync(old, 1, instance_id="i-2")  # CompletingRebalance: waits for the leader
+    assert not parked.done()
+    replacement = h.join(instance_id="i-2")
+    assert parked.result().error == FENCED_INSTANCE_ID
+    assert h.group().state is GroupState.PREPARING_REBALANCE and old not in h.group().members
+    h.join(futures[0].result().member_id, instance_id="i-1")
+    assert replacement.result().error == 0 and replacement.result().generation_id == 2
+
+
+@async_test
+async def test_static_member_that_misses_a_rebalance_stays_until_its_session_expires():
+    h = await Harness().start()
+    leader, static = await h.form_group(2, instance_ids=[None, "i-s"], session=60_000, rebalance=10_000)
+    f = h.join(leader, session=60_000, rebalance=10_000)  # the leader rejoins; the static member does not
+    h.clock.advance(10_000)
+    r = f.result()
+    assert r.generation_id == 2 and sorted(m[0] for m in r.members) == sorted([leader, static])
+    assert static in h.group().members  # a dynamic member would have been removed here
+
+    h2 = await Harness().start()
+    leader2, static2 = await h2.form_group(2, instance_ids=[None, "i-s"])
+    for _ in range(3):
+        h2.clock.advance(SESSION // 2)
+        h2.coord.heartbeat("g", leader2, None, 1)
+    assert static2 not in h2.group().members  # session.timeout.ms governs static members too
+    assert h2.group().state is GroupState.PREPARING_REBALANCE
+
+
+@async_test
+async def test_rebalance_where_no_member_rejoined_waits_for_the_static_ones():
+    h = await Harness().start()
+    (static,) = await h.form_group(1, instance_ids=["i-s"], session=60_000, rebalance=10_000)
+    newcomer = h.join(client="d", session=60_000, rebalance=10_000)  # starts a rebalance ...
+    other = next(m for m in h.group().members if m != static)
+    assert h.coord.leave_group("g", [(other, None)])[1] == [(other, None, 0)]
+    assert newcomer.result().error == UNKNOWN_MEMBER_ID  # ... and leaves it at once
+    h.clock.advance(10_000)  # nobody rejoined: no generation without members that joined
+    assert h.group().state is GroupState.PREPARING_REBALANCE and static in h.group().members
+    r = h.join(static, instance_id="i-s", session=60_000, rebalance=10_000).result()
+    assert r.error == 0 and r.generation_id == 2 and r.leader_id == static
+
+
+@async_test
+async def test_leave_group_by_instance_id_batch():
+    h = await Harness().start()
+    leader, a, b = await h.form_group(3, instance_ids=["i-1", "i-2", None])
+    code, results = h.coord.leave_group("g", [("", "i-2"), ("", "nobody"), (leader, "i-2"), (b, None), ("x", None)])
+    assert code == 0 and results == [
+        ("", "i-2", 0), ("", "nobody", UNKNOWN_MEMBER_ID), (leader, "i-2", UNKNOWN_MEMBER_ID), (b, None, 0),
+        ("x", None, UNKNOWN_MEMBER_ID)]
+    assert set(h.group().members) == {leader}
+    assert h.coord.leave_group("g", [(a, "i-1")])[1] == [(a, "i-1", FENCED_INSTANCE_ID)]
+
+
+@async_test
+async def test_static_member_replacement_is_undone_when_it_cannot_be_stored():
+    from tieredlog import errors
+
+    class BreakableStore(MemoryGroupStore):
+        broken = False
+
+        def append(self, group_id, records, timestamp_ms):
+            if self.broken:
+                raise errors.NotEnoughReplicasError()
+            return super().append(group_id, records, timestamp_ms)
+
+    store = BreakableStore()
+    h = await Harness(store=store).start()
+    leader, follower = await h.form_group(2, instance_ids=["i-1", "i-2"])
+    store.broken = True
+    r = h.join(instance_id="i-2").result()
+    assert r.error == 15 and r.member_id == ""  # COORDINATOR_NOT_AVAILABLE: the client retries
+    assert follower in h.group().members and h.coord.heartbeat("g", follower, "i-2", 1) == 0
 
 
 # -- offsets --------------------------------------------------------------------------------------------

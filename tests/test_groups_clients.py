@@ -7,7 +7,7 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.integration
@@ -279,3 +279,146 @@ def test_admin_client_lists_describes_and_deletes_groups(broker_factory):
     member.consumer.close()
     admin.delete_consumer_groups(["admin-live"])["admin-live"].result(30)
     assert "admin-live" not in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+
+
+def test_transactional_producer_fails_fast_at_init_transactions(broker_factory):
+    b = broker_factory(OVERRIDES)
+    producer = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "tx-1"})
+    # The timeout only bounds a hang: the broker's answer is fatal to the client, not retried.
+    with pytest.raises(KafkaException) as err:
+        producer.init_transactions(20)
+    error = err.value.args[0]
+    assert error.fatal() and not error.retriable()
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert "no transaction coordinator" in error.str()
+
+
+class Callbacks:
+    """Counts the rebalance callbacks librdkafka runs on one consumer."""
+
+    def __init__(self) -> None:
+        self.assigned = 0
+        self.revoked = 0
+
+    def on_assign(self, consumer, partitions) -> None:
+        self.assigned += 1
+
+    def on_revoke(self, consumer, partitions) -> None:
+        self.revoked += 1
+
+
+def static_consumer(bootstrap: str, group: str, topic: str, instance: str, callbacks: Callbacks) -> Consumer:
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.instance.id": instance,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300,
+        "max.poll.interval.ms": 20000,
+        "partition.assignment.strategy": "range",
+    })
+    c.subscribe([topic], on_assign=callbacks.on_assign, on_revoke=callbacks.on_revoke)
+    return c
+
+
+def test_static_member_restarted_within_its_session_keeps_its_partitions(broker_factory):
+    b = broker_factory(OVERRIDES)
+    topic, group, partitions = "static-topic", "g-static", 4
+    create_topic(b.bootstrap, topic, partitions)
+    produce(b.bootstrap, topic, partitions, 5, "s")
+    seen: Counter = Counter()
+    calls = {"a": Callbacks(), "b": Callbacks()}
+    a = Member(static_consumer(b.bootstrap, group, topic, "a", calls["a"]), seen)
+    poll_until([a], lambda: a.owned() == set(range(partitions)), "the first static member to own everything")
+    first_b = Member(static_consumer(b.bootstrap, group, topic, "b", calls["b"]), seen)
+    poll_until([a, first_b], lambda: each_partition_owned_once([a, first_b], partitions), "a 2-way split")
+    a_owned, b_owned = a.owned(), first_b.owned()
+    a_calls = (calls["a"].assigned, calls["a"].revoked)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    before = admin.describe_consumer_groups([group])[group].result(30)
+    old_ids = {m.group_instance_id: m.member_id for m in before.members}
+    assert set(old_ids) == {"a", "b"}
+
+    # A static member sends no LeaveGroup on close: the broker keeps its place for session.timeout.ms.
+    first_b.consumer.close()
+    restarted_calls = Callbacks()
+    restarted = Member(static_consumer(b.bootstrap, group, topic, "b", restarted_calls), seen)
+    poll_until([a, restarted], lambda: restarted.owned() == b_owned, "the restarted member's old partitions")
+    # a few heartbeats more: a rebalance, had one started, would reach the other member with them
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        a.step()
+        restarted.step()
+    assert a.owned() == a_owned and (calls["a"].assigned, calls["a"].revoked) == a_calls
+    assert restarted.owned() == b_owned and (restarted_calls.assigned, restarted_calls.revoked) == (1, 0)
+
+    after = admin.describe_consumer_groups([group])[group].result(30)
+    new_ids = {m.group_instance_id: m.member_id for m in after.members}
+    assert after.state.name == "STABLE" and set(new_ids) == {"a", "b"}
+    assert new_ids["a"] == old_ids["a"] and new_ids["b"] != old_ids["b"]
+    for m in (a, restarted):
+        m.consumer.close()
+
+
+def test_aiokafka_static_member_restarted_keeps_its_partitions(broker_factory):
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.abc import ConsumerRebalanceListener
+
+    b = broker_factory(OVERRIDES)
+    topic, group, partitions = "aio-static", "aio-static-group", 4
+    create_topic(b.bootstrap, topic, partitions)
+
+    class Listener(ConsumerRebalanceListener):
+        def __init__(self) -> None:
+            self.assigned = self.revoked = 0
+
+        async def on_partitions_revoked(self, revoked) -> None:
+            self.revoked += 1
+
+        async def on_partitions_assigned(self, assigned) -> None:
+            self.assigned += 1
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def member(instance: str, listener: Listener) -> AIOKafkaConsumer:
+            c = AIOKafkaConsumer(bootstrap_servers=b.bootstrap, group_id=group, group_instance_id=instance,
+                                 session_timeout_ms=6000, heartbeat_interval_ms=300, enable_auto_commit=False)
+            c.subscribe([topic], listener=listener)
+            await c.start()
+            return c
+
+        async def until(condition, consumers, what: str) -> None:
+            deadline = loop.time() + DEADLINE_S  # a guard against hangs, not a threshold
+            while not condition():
+                assert loop.time() < deadline, f"gave up waiting for {what}"
+                for c in consumers:
+                    await c.getmany(timeout_ms=100)
+
+        def split(*consumers: AIOKafkaConsumer) -> bool:
+            owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+            return all(owned) and sorted(p for o in owned for p in o) == list(range(partitions))
+
+        la, lb = Listener(), Listener()
+        a, first_b = await member("a", la), await member("b", lb)
+        await until(lambda: split(a, first_b), [a, first_b], "a 2-way split")
+        a_owned, b_owned = a.assignment(), first_b.assignment()
+        a_calls = (la.assigned, la.revoked)
+        await first_b.stop()  # a static member: no LeaveGroup
+        lr = Listener()
+        restarted = await member("b", lr)
+        try:
+            await until(lambda: restarted.assignment() == b_owned, [a, restarted], "the restarted member's partitions")
+            end = loop.time() + 2  # a few heartbeats more: a rebalance would reach the other member with them
+            while loop.time() < end:
+                for c in (a, restarted):
+                    await c.getmany(timeout_ms=100)
+            assert a.assignment() == a_owned and (la.assigned, la.revoked) == a_calls
+            assert restarted.assignment() == b_owned and lr.assigned == 1
+        finally:
+            for c in (a, restarted):
+                await c.stop()
+
+    asyncio.run(main())

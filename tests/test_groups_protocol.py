@@ -68,6 +68,17 @@ def test_find_coordinator_returns_this_broker(client, v):
         assert code(r) == 0 and r.port == client.port and r.host == client.host
 
 
+@pytest.mark.parametrize("v", range(1, 7))  # v0 has no key type: always a group
+def test_find_coordinator_for_a_transactional_id_is_refused_as_fatal(client, v):
+    # TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53): no transaction coordinator, and clients give up on it at once
+    if v >= 4:
+        r = client.request(FIND_COORDINATOR, {"key_type": 1, "coordinator_keys": ["tx"]}, version=v)
+        entry = r.coordinators[0]
+    else:
+        entry = client.request(FIND_COORDINATOR, {"key": "tx", "key_type": 1}, version=v)
+    assert code(entry) == 53 and entry.node_id == -1 and "no transaction coordinator" in entry.error_message
+
+
 @pytest.mark.parametrize("v", range(0, 10))
 def test_join_group_lifecycle_per_version(client, v):
     group = f"proto-v{v}"
@@ -120,6 +131,58 @@ def test_join_group_lifecycle_per_version(client, v):
         left = client.request(LEAVE_GROUP, {"group_id": group, "member_id": member}, version=lv)
         assert code(left) == 0
     assert code(client.request(HEARTBEAT, hb, version=min(v, 4))) == 25  # gone: UNKNOWN_MEMBER_ID
+
+
+@pytest.mark.parametrize("v", range(5, 10))
+def test_static_member_rejoin_per_version(client, v):
+    group = f"static-v{v}"
+    join = {"group_id": group, "session_timeout": 6000, "rebalance_timeout": 6000, "member_id": "",
+            "group_instance_id": "inst-1", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": SUBSCRIPTION}]}
+    r = client.request(JOIN_GROUP, join, version=v)  # a static member gets no MEMBER_ID_REQUIRED round
+    assert code(r) == 0 and r.member_id.startswith("inst-1-") and r.leader == r.member_id
+    old, gen = r.member_id, r.generation_id
+    s = client.request(SYNC_GROUP, {"group_id": group, "generation_id": gen, "member_id": old,
+                                    "group_instance_id": "inst-1",
+                                    "assignments": [{"member_id": old, "assignment": b"plan"}]}, version=min(v, 5))
+    assert code(s) == 0
+
+    again = client.request(JOIN_GROUP, join, version=v)  # restarted: same instance, unknown member id
+    new = again.member_id
+    assert code(again) == 0 and new != old and again.generation_id == gen
+    if v >= 9:  # the leader is told it leads but must not assign again
+        assert again.skip_assignment and again.leader == new and [m.member_id for m in again.members] == [new]
+    else:
+        assert again.leader == old and list(again.members) == []
+    s = client.request(SYNC_GROUP, {"group_id": group, "generation_id": gen, "member_id": new,
+                                    "group_instance_id": "inst-1", "assignments": []}, version=min(v, 5))
+    assert code(s) == 0 and bytes(s.assignment) == b"plan"
+    hb = {"group_id": group, "generation_id": gen, "group_instance_id": "inst-1"}
+    assert code(client.request(HEARTBEAT, {**hb, "member_id": old}, version=min(v, 4))) == 82  # FENCED_INSTANCE_ID
+    assert code(client.request(HEARTBEAT, {**hb, "member_id": new}, version=min(v, 4))) == 0
+
+    d = client.request(DESCRIBE_GROUPS, {"groups": [group]}, version=5)
+    assert [(m.member_id, m.group_instance_id) for m in d.groups[0].members] == [(new, "inst-1")]
+    left = client.request(LEAVE_GROUP, {"group_id": group, "members": [
+        {"member_id": old, "group_instance_id": "inst-1"}, {"member_id": "", "group_instance_id": "inst-1"},
+        {"member_id": "", "group_instance_id": "inst-2"}]}, version=min(v, 5))
+    assert code(left) == 0 and [(m.member_id, m.group_instance_id, code(m)) for m in left.members] == [
+        (old, "inst-1", 82), ("", "inst-1", 0), ("", "inst-2", 25)]
+    d = client.request(DESCRIBE_GROUPS, {"groups": [group]}, version=5)
+    assert d.groups[0].group_state == "Empty" and list(d.groups[0].members) == []
+
+
+@pytest.mark.parametrize("v", range(3, 6))
+def test_describe_groups_authorized_operations(client, v):
+    group = f"authz-v{v}"
+    c = client.request(OFFSET_COMMIT, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                       "topics": [{"name": TOPIC, "partitions": [
+                                           {"partition_index": 0, "committed_offset": 1}]}]}, version=8)
+    assert c.topics[0].partitions[0].error_code.value == 0
+    for asked, expected in ((True, 328), (False, -(2**31))):  # READ, DELETE, DESCRIBE as Kafka's bit field
+        d = client.request(DESCRIBE_GROUPS, {"groups": [group, "authz-none"], "include_authorized_operations": asked},
+                           version=v)
+        assert [g.authorized_operations for g in d.groups] == [expected, expected]
 
 
 @pytest.mark.parametrize("v", range(0, 6))

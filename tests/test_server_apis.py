@@ -313,3 +313,37 @@ def test_stored_tiered_topic_on_a_broker_with_the_tier_off_uses_total_retention(
             await b.shutdown()
 
     asyncio.run(run())
+
+
+# Kafka's bit fields (bit index = AclOperation code) of every operation a resource type supports.
+TOPIC_OPERATIONS = 3576  # READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS
+CLUSTER_OPERATIONS = 8096  # CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE
+OMITTED = -(2**31)
+
+
+def test_authorized_operation_bit_fields_match_kafkas():
+    from tieredlog.server.authorized_operations import ResourceType, authorized_operations
+
+    assert authorized_operations(ResourceType.TOPIC, True) == TOPIC_OPERATIONS
+    assert authorized_operations(ResourceType.CLUSTER, True) == CLUSTER_OPERATIONS
+    assert authorized_operations(ResourceType.GROUP, True) == 328  # READ, DELETE, DESCRIBE
+    assert authorized_operations(ResourceType.GROUP, False) == OMITTED
+
+
+@pytest.mark.parametrize("v", range(8, 13))
+def test_metadata_authorized_operations_per_version(broker, v):
+    with KafkaClient(broker.bootstrap) as c:
+        _create(c, f"authz-{v}")
+        for asked in (True, False):
+            request = {"topics": [{"name": f"authz-{v}"}, {"name": "authz-missing"}], "allow_auto_topic_creation": False,
+                       "include_topic_authorized_operations": asked, "include_cluster_authorized_operations": asked}
+            md = c.request(METADATA, request, version=v)
+            expected = TOPIC_OPERATIONS if asked else OMITTED
+            # Kafka sets it on every topic of the answer, the unknown one too
+            assert [(t.error_code.value, t.topic_authorized_operations) for t in md.topics] == [
+                (0, expected), (3, expected)]
+            if v <= 10:  # the cluster's field went away in v11 (DescribeCluster has it)
+                assert md.cluster_authorized_operations == (CLUSTER_OPERATIONS if asked else OMITTED)
+        for dv in (0, 1):
+            dc = c.request(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": True}, version=dv)
+            assert dc.cluster_authorized_operations == CLUSTER_OPERATIONS

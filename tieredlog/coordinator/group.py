@@ -58,6 +58,11 @@ class MemberMetadata:
     is_new: bool = False
     heartbeat_handle: Any = None
 
+    @property
+    def is_static(self) -> bool:
+        """KIP-345: a member with a group.instance.id keeps its place across restarts."""
+        return self.group_instance_id is not None
+
     def matches(self, protocols: Protocols) -> bool:
         return self.protocols == protocols
 
@@ -143,6 +148,20 @@ class GroupMetadata:
             joined = [m for m in self.members.values() if m.awaiting_join is not None]
             pool = joined or list(self.members.values())
             self.leader_id = pool[0].member_id if pool else None
+        return member
+
+    def replace_static_member(self, old_member_id: str, new_member_id: str) -> MemberMetadata:
+        """Kafka's replaceStaticMember: a static member that rejoins with an unknown member id keeps its
+        place (assignment, leadership, pending SyncGroup) under the new id; the old id is then unknown,
+        so a zombie still using it is fenced."""
+        member = self.members.pop(old_member_id)
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        if old_member_id in self.pending_sync:
+            self.pending_sync.discard(old_member_id)
+            self.pending_sync.add(new_member_id)
         return member
 
     def member_by_instance_id(self, instance_id: str) -> MemberMetadata | None:

@@ -4,8 +4,8 @@ rebalance between them.
 JoinGroup and SyncGroup answers may be parked until the rebalance reaches them, so those two return
 futures; Heartbeat and LeaveGroup answer at once. Timers (session timeouts, the DelayedJoin and
 Kafka's InitialDelayedJoin, the pending-sync deadline) come from the state's `Scheduler`. A group's
-metadata record (GroupMetadataValue) is written when a generation's assignment is stored and when a
-rebalance empties the group.
+metadata record (GroupMetadataValue) is written when a generation's assignment is stored, when a
+rebalance empties the group and when a static member (KIP-345) takes over its place under a new id.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -42,6 +43,8 @@ class JoinResult:
     leader_id: str = ""
     # (member id, group instance id, metadata for the chosen protocol); only the leader gets them.
     members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    # JoinGroup v9+: a static leader rejoining a Stable group gets the members but must not assign.
+    skip_assignment: bool = False
 
 
 @dataclass
@@ -90,14 +93,14 @@ class GroupMembership:
             member.awaiting_join = member.awaiting_sync = None
 
     def validate_member(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> ErrorCode:
-        member = group.members.get(member_id)
+        """Kafka's validateCurrentMember: with an instance id, it must be mapped to this member id (another
+        id: FENCED_INSTANCE_ID, the instance replaced this one); without, the member id must be known."""
         if instance_id is not None:
             static = group.member_by_instance_id(instance_id)
-            if static is not None and static.member_id != member_id:
-                return ErrorCode.fenced_instance_id
-        if member is None:
-            return ErrorCode.unknown_member_id
-        return ErrorCode.none
+            if static is None:
+                return ErrorCode.unknown_member_id
+            return ErrorCode.none if static.member_id == member_id else ErrorCode.fenced_instance_id
+        return ErrorCode.none if member_id in group.members else ErrorCode.unknown_member_id
 
     def schedule_heartbeat(self, group: GroupMetadata, member: MemberMetadata) -> None:
         """Kafka's completeAndScheduleNextHeartbeatExpiration: the member's session starts again."""
@@ -138,7 +141,10 @@ class GroupMembership:
         protocol_type: str,
         protocols: Protocols,
         require_known_member_id: bool,
+        supports_skip_assignment: bool = False,
     ) -> asyncio.Future:
+        """`require_known_member_id`: JoinGroup v4+ (KIP-394); `supports_skip_assignment`: v9+."""
+
         def fail(code: ErrorCode, mid: str = member_id) -> asyncio.Future:
             return self._done(JoinResult(code, mid))
 
@@ -172,7 +178,7 @@ class GroupMembership:
             session_timeout_ms, protocol_type, list(protocols),
         )
         if is_unknown:
-            future = self._new_member_join(group, member, require_known_member_id)
+            future = self._new_member_join(group, member, require_known_member_id, supports_skip_assignment)
         else:
             future = self._current_member_join(group, member)
         self._try_complete_join(group)
@@ -184,18 +190,19 @@ class GroupMembership:
                 and not group.pending_members and not group.offsets):
             self.state.groups.pop(group.group_id, None)
 
-    def _new_member_join(self, group: GroupMetadata, member: MemberMetadata, require_known: bool) -> asyncio.Future:
-        member.member_id = f"{member.client_id}-{uuid.uuid4()}"
+    def _new_member_join(
+        self, group: GroupMetadata, member: MemberMetadata, require_known: bool, supports_skip_assignment: bool
+    ) -> asyncio.Future:
         if member.group_instance_id is not None:
-            # Static membership, simplified: the newest instance replaces (fences) the previous one.
+            # KIP-345: no MEMBER_ID_REQUIRED round, the instance id already names the member.
+            member.member_id = f"{member.group_instance_id}-{uuid.uuid4()}"
             previous = group.member_by_instance_id(member.group_instance_id)
             if previous is not None:
-                _resolve(previous.awaiting_join, JoinResult(ErrorCode.fenced_instance_id, previous.member_id))
-                _resolve(previous.awaiting_sync, SyncResult(ErrorCode.fenced_instance_id))
-                previous.awaiting_join = previous.awaiting_sync = None
-                cancel(previous.heartbeat_handle)
-                group.remove(previous.member_id)
-        elif require_known:
+                return self._update_static_member_and_rebalance(
+                    group, previous.member_id, member, supports_skip_assignment)
+            return self._add_member_and_rebalance(group, member)
+        member.member_id = f"{member.client_id}-{uuid.uuid4()}"
+        if require_known:
             # KIP-394: hand out the id first, so a client that retries after a lost response does not
             # leave an orphan member behind. The id expires if the client never comes back with it.
             new_id = member.member_id
@@ -230,6 +237,94 @@ class GroupMembership:
         result = self._join_result(group, member)
         result.members = []
         return self._done(result)
+
+    def _update_static_member_and_rebalance(
+        self, group: GroupMetadata, old_member_id: str, request: MemberMetadata, supports_skip_assignment: bool
+    ) -> asyncio.Future:
+        """Kafka's updateStaticMemberAndRebalance: a restarted static member takes over its old place.
+        In a Stable group whose protocol stays the same it gets the current generation and assignment
+        back without a rebalance, once the new member id is stored (a crash must not resurrect the old
+        id); otherwise the group rebalances as for any metadata change."""
+        new_member_id = request.member_id
+        current_leader = group.leader_id
+        member = group.members[old_member_id]
+        # A zombie of the old instance still parked in JoinGroup or SyncGroup learns it is replaced.
+        _resolve(member.awaiting_join, JoinResult(ErrorCode.fenced_instance_id, old_member_id))
+        _resolve(member.awaiting_sync, SyncResult(ErrorCode.fenced_instance_id))
+        member.awaiting_join = member.awaiting_sync = None
+        group.replace_static_member(old_member_id, new_member_id)
+        old = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms,
+               member.client_id, member.client_host)
+        member.protocols = request.protocols
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.session_timeout_ms = request.session_timeout_ms
+        member.client_id, member.client_host = request.client_id, request.client_host
+        member.awaiting_join = future = self._future()
+        self.schedule_heartbeat(group, member)
+        log.info("group %s: static member %s replaces member id %s with %s", group.group_id,
+                 member.group_instance_id, old_member_id, new_member_id)
+        if group.is_state(GroupState.COMPLETING_REBALANCE):
+            # The leader may be assigning to the old id right now: the new id would get nothing.
+            self._prepare_rebalance(group, f"static member {member.group_instance_id} rejoined")
+        elif group.is_state(GroupState.STABLE):
+            if group.select_protocol() != group.protocol_name:
+                self._prepare_rebalance(group, f"static member {member.group_instance_id} changed the protocol")
+                return future
+
+            def stored(code: ErrorCode) -> None:
+                if group.members.get(new_member_id) is not member or member.awaiting_join is not future:
+                    return  # replaced again, left or expired meanwhile: that path answered
+                if not group.is_state(GroupState.STABLE):
+                    return  # a rebalance started while the ISR caught up: the member is part of it
+                member.awaiting_join = None
+                if code != ErrorCode.none:
+                    # Kafka reverts too: the old id stays the member's, the new instance retries.
+                    log.warning("group %s: failed to store static member %s: %s", group.group_id,
+                                member.group_instance_id, code.name)
+                    (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms,
+                     member.client_id, member.client_host) = old
+                    group.replace_static_member(new_member_id, old_member_id)
+                    self.schedule_heartbeat(group, member)
+                    _resolve(future, JoinResult(code, UNKNOWN_MEMBER_ID, group.generation_id, group.protocol_type,
+                                                group.protocol_name, current_leader or ""))
+                    return
+                result = JoinResult(ErrorCode.none, new_member_id, group.generation_id, group.protocol_type,
+                                    group.protocol_name, current_leader or "")
+                if supports_skip_assignment and group.is_leader(new_member_id):
+                    # v9+: the leader learns it leads (to watch metadata) but must not assign again.
+                    result = self._join_result(group, member)
+                    result.skip_assignment = True
+                # Before v9 the old leader id is answered, so a rejoining leader does not run the assignor
+                # for a generation whose assignment a Stable group would never hand out.
+                _resolve(future, result)
+
+            full = {m.member_id: m.assignment for m in group.members.values()}
+            try:
+                wait = self._store_group(group, full)
+            except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
+                stored(store_error_code(exc, group_metadata=True))
+                return future
+            self._after_store(wait, stored)
+        # PreparingRebalance: the member waits for the rebalance like every other member.
+        return future
+
+    def _after_store(self, wait: WaitForIsr | None, then: Callable[[ErrorCode], None]) -> None:
+        """Calls `then` with the store's outcome: at once alone, once the ISR has the record in a cluster."""
+        if wait is None:
+            then(ErrorCode.none)
+            return
+
+        async def waiting() -> None:
+            try:
+                await wait()
+                code = ErrorCode.none
+            except Exception as exc:  # noqa: BLE001 - a failed wait is the member's answer, not the broker's
+                code = store_error_code(exc, group_metadata=True)
+            then(code)
+
+        task = asyncio.get_running_loop().create_task(waiting())
+        self._store_tasks.add(task)
+        task.add_done_callback(self._store_tasks.discard)
 
     def _add_member_and_rebalance(self, group: GroupMetadata, member: MemberMetadata) -> asyncio.Future:
         member.is_new = True
@@ -327,11 +422,19 @@ class GroupMembership:
         group.join_handle = None
         group.join_initial = False
         for member in group.not_yet_rejoined():
+            if member.is_static:
+                continue  # KIP-345: a static member stays until its session times out
             log.info("group %s: member %s did not rejoin in time", group.group_id, member.member_id)
             _resolve(member.awaiting_sync, SyncResult(ErrorCode.unknown_member_id))
             cancel(member.heartbeat_handle)
             group.remove(member.member_id)
-        group.maybe_elect_joined_leader()
+        if not group.maybe_elect_joined_leader() and group.members:
+            # Only static members that did not rejoin are left: wait another rebalance timeout for
+            # them to rejoin or for their sessions to expire, as Kafka does.
+            log.warning("group %s: no member rejoined; the rebalance waits", group.group_id)
+            group.join_handle = self.state.scheduler.call_later(
+                group.rebalance_timeout_ms(), lambda: self._complete_join(group))
+            return
         group.new_member_added = False
         group.pending_sync.clear()
         group.generation_id += 1
@@ -527,28 +630,28 @@ class GroupMembership:
             return ErrorCode.coordinator_not_available, []
         results: list[tuple[str, str | None, ErrorCode]] = []
         for member_id, instance_id in leaving:
-            if instance_id is None and member_id in group.pending_members:
-                cancel(group.pending_members.pop(member_id))
-                self._try_complete_join(group)
-                results.append((member_id, instance_id, ErrorCode.none))
-                continue
-            member = group.members.get(member_id)
-            if instance_id is not None:
-                static = group.member_by_instance_id(instance_id)
-                if static is None:
-                    results.append((member_id, instance_id, ErrorCode.unknown_member_id))
-                    continue
-                if member_id != UNKNOWN_MEMBER_ID and static.member_id != member_id:
-                    results.append((member_id, instance_id, ErrorCode.fenced_instance_id))
-                    continue
-                member = static
-            if member is None:
-                results.append((member_id, instance_id, ErrorCode.unknown_member_id))
-                continue
-            log.info("group %s: member %s left", group_id, member.member_id)
-            self._remove_member_and_update_group(group, member)
-            results.append((member_id, instance_id, ErrorCode.none))
+            results.append((member_id, instance_id, self._leave(group, member_id, instance_id)))
         return ErrorCode.none, results
+
+    def _leave(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> ErrorCode:
+        if member_id == UNKNOWN_MEMBER_ID:
+            # KIP-345's administrative removal: the instance id alone names a static member.
+            static = group.member_by_instance_id(instance_id) if instance_id is not None else None
+            if static is None:
+                return ErrorCode.unknown_member_id
+            member = static
+        elif member_id in group.pending_members:
+            cancel(group.pending_members.pop(member_id))
+            self._try_complete_join(group)
+            return ErrorCode.none
+        else:
+            code = self.validate_member(group, member_id, instance_id)
+            if code != ErrorCode.none:
+                return code
+            member = group.members[member_id]
+        log.info("group %s: member %s left", group.group_id, member.member_id)
+        self._remove_member_and_update_group(group, member)
+        return ErrorCode.none
 
     # -- group metadata records ----------------------------------------------------------------------
     def _store_group(self, group: GroupMetadata, assignments: dict[str, bytes]) -> WaitForIsr | None:

@@ -19,7 +19,13 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.coordinator import schema
 from tieredlog.coordinator.contracts import SubscribedTopics
-from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState, OffsetAndMetadata
+from tieredlog.coordinator.group import (
+    CONSUMER_PROTOCOL_TYPE,
+    UNKNOWN_MEMBER_ID,
+    GroupMetadata,
+    GroupState,
+    OffsetAndMetadata,
+)
 from tieredlog.coordinator.membership import GroupMembership
 from tieredlog.coordinator.state import CoordinatorState, valid_group_id
 from tieredlog.coordinator.storage import WaitForIsr, store_error_code
@@ -111,19 +117,26 @@ class CommittedOffsets:
         if group is None:
             if generation_id >= 0:
                 return all_(ErrorCode.illegal_generation)
+            if member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+                return all_(ErrorCode.unknown_member_id)  # Kafka's answer, without leaving an empty group behind
             group = self.state.new_group(group_id)
         if group.is_state(GroupState.DEAD):
             return all_(ErrorCode.coordinator_not_available)
-        if not (generation_id < 0 and group.is_state(GroupState.EMPTY)):
-            # A commit from a group member: it must be current.
-            if group.is_state(GroupState.COMPLETING_REBALANCE):
-                return all_(ErrorCode.rebalance_in_progress)
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            # A commit from a group member (Kafka's validateOffsetCommit): it must be current, and a
+            # static member replaced by a newer instance is fenced.
             code = self.membership.validate_member(group, member_id, group_instance_id)
             if code != ErrorCode.none:
                 return all_(code)
             if generation_id != group.generation_id:
                 return all_(ErrorCode.illegal_generation)
+            if group.is_state(GroupState.COMPLETING_REBALANCE):
+                # the member has the new generation from JoinGroup but not its assignment yet
+                return all_(ErrorCode.rebalance_in_progress)
             self.membership.schedule_heartbeat(group, group.members[member_id])
+        elif not group.is_state(GroupState.EMPTY):
+            # only members commit to a group that has some
+            return all_(ErrorCode.unknown_member_id)
         return self._store_offsets(group, offsets)
 
     def _store_offsets(

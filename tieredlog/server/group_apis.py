@@ -10,6 +10,7 @@ changes between versions (nullable only in newer ones) are filled per version he
 from __future__ import annotations
 
 import datetime
+import enum
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -28,17 +29,23 @@ from tieredlog.protocol.api import (
     OFFSET_FETCH,
     SYNC_GROUP,
 )
+from tieredlog.server.authorized_operations import ResourceType, authorized_operations
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.coordinators import GroupCoordinatorLocator
+from tieredlog.server.transactions import NO_TRANSACTION_COORDINATOR, NO_TRANSACTION_COORDINATOR_MESSAGE
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
-# DescribeGroups: Kafka's "authorized operations not requested" marker.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1
+
+class CoordinatorType(enum.IntEnum):
+    """FindCoordinator's key_type (Kafka's FindCoordinatorRequest.CoordinatorType)."""
+
+    GROUP = 0
+    TRANSACTION = 1
+    SHARE = 2
 
 
 def _ms(value: Any) -> int:
@@ -60,13 +67,13 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         nonlocal locator
         entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none, "error_message": None}
         coordinator = broker.group_coordinator
-        if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+        if key_type == CoordinatorType.TRANSACTION:
+            entry["error_code"] = NO_TRANSACTION_COORDINATOR
+            entry["error_message"] = NO_TRANSACTION_COORDINATOR_MESSAGE
+        elif key_type != CoordinatorType.GROUP:
             entry["error_code"] = ErrorCode.invalid_request
-            entry["error_message"] = f"unknown coordinator key type {key_type}"
-        elif key_type == TRANSACTION_KEY_TYPE:
-            # No transaction coordinator on this broker (InitProducerId refuses transactional ids too).
-            entry["error_code"] = ErrorCode.coordinator_not_available
-        elif key_type == GROUP_KEY_TYPE and (coordinator is None or not coordinator.active):
+            entry["error_message"] = f"unsupported coordinator key type {key_type}"
+        elif coordinator is None or not coordinator.active:
             entry["error_code"] = ErrorCode.coordinator_not_available
         elif broker.cluster_node is not None:
             # the leader of the group's __consumer_offsets partition, wherever it is
@@ -79,7 +86,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         return entry
 
     async def find_coordinator(ctx: RequestContext, req: Any) -> dict:
-        key_type = getattr(req, "key_type", GROUP_KEY_TYPE)
+        key_type = getattr(req, "key_type", CoordinatorType.GROUP)
         if ctx.api_version >= 4:
             keys = getattr(req, "coordinator_keys", ()) or ()
             return {"throttle_time": 0, "coordinators": [await coordinator_entry(k, key_type) for k in keys]}
@@ -107,7 +114,8 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                 rebalance,
                 req.protocol_type,
                 [(p.name, bytes(p.metadata)) for p in req.protocols],
-                v >= 4,
+                require_known_member_id=v >= 4,
+                supports_skip_assignment=v >= 9,
             )
         if result is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "generation_id": -1,
@@ -123,7 +131,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             "protocol_type": result.protocol_type,
             "protocol_name": protocol_name,
             "leader": result.leader_id,
-            "skip_assignment": False,
+            "skip_assignment": result.skip_assignment,
             "member_id": result.member_id,
             "members": [
                 {"member_id": mid, "group_instance_id": iid, "metadata": meta} for mid, iid, meta in result.members
@@ -268,12 +276,13 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
     # -- admin ---------------------------------------------------------------------------------------------
     async def describe_groups(ctx: RequestContext, req: Any) -> dict:
         coordinator = broker.group_coordinator
+        operations = authorized_operations(ResourceType.GROUP, getattr(req, "include_authorized_operations", False))
         groups = []
         for group_id in req.groups or ():
             if coordinator is None:
                 groups.append({"error_code": ErrorCode.coordinator_not_available, "group_id": group_id, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": [],
-                               "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                               "authorized_operations": operations})
                 continue
             s = coordinator.describe_group(group_id)
             groups.append({
@@ -287,7 +296,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                      "client_host": m.client_host, "member_metadata": m.metadata, "member_assignment": m.assignment}
                     for m in s.members
                 ],
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "authorized_operations": operations,
             })
         return {"throttle_time": 0, "groups": groups}
 

@@ -14,13 +14,12 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import KafkaError
 from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
+from tieredlog.server.authorized_operations import ResourceType, authorized_operations
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import INTERNAL_TOPICS, TopicMetadata
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
-
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 def _broker_entry(broker: Broker) -> dict:
@@ -82,7 +81,6 @@ def _cluster_topic_entry(broker: Broker, name: str) -> dict | None:
         "topic_id": entry.topic_id,
         "is_internal": name in INTERNAL_TOPICS,
         "partitions": partitions,
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
 
 
@@ -111,13 +109,11 @@ def topic_entry(broker: Broker, t: TopicMetadata) -> dict:
             }
             for p in range(t.partitions)
         ],
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
 
 
 def _error_topic(name: str | None, code: int, topic_id: Any = None) -> dict:
-    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": [],
-            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+    return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": []}
 
 
 async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
@@ -153,13 +149,18 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
             topics_out.append(topic_entry(broker, t) if t else _error_topic(name, ErrorCode.unknown_topic_or_partition))
     if created:
         await broker.topics_durable()
+    # v8+ (the cluster's only up to v10): Kafka sets it on every topic of the answer, errors included
+    topic_ops = authorized_operations(ResourceType.TOPIC, getattr(req, "include_topic_authorized_operations", False))
+    for entry in topics_out:
+        entry["topic_authorized_operations"] = topic_ops
     return {
         "throttle_time": 0,
         "brokers": _broker_entries(broker),
         "cluster_id": broker.cluster_id,
         "controller_id": _controller_id(broker),
         "topics": topics_out,
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": authorized_operations(
+            ResourceType.CLUSTER, getattr(req, "include_cluster_authorized_operations", False)),
     }
 
 
@@ -173,7 +174,8 @@ async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict:
         "controller_id": _controller_id(broker),
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                     for b in _broker_entries(broker)],
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": authorized_operations(
+            ResourceType.CLUSTER, req.include_cluster_authorized_operations),
     }
 
 

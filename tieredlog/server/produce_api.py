@@ -19,6 +19,7 @@ from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
+from tieredlog.server.transactions import NO_TRANSACTION_COORDINATOR
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -140,8 +141,7 @@ async def _wait_for_isr(broker: Broker, waits: list[tuple[TopicPartition, int, d
 
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict:
     if req.transactional_id is not None:
-        # no transaction coordinator on this broker
-        return {"error_code": ErrorCode.transactional_id_authorization_failed, "producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
+        return {"error_code": NO_TRANSACTION_COORDINATOR, "producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < 32766:
