@@ -7,7 +7,7 @@ own. The log and tiering code never import the protocol package, only this modul
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -20,8 +20,11 @@ class KafkaError(Exception):
         super().__init_subclass__(**kwargs)
         cls.retriable = cls.code.retriable
 
-    def __init__(self, message: str = ""):
+    def __init__(self, message: str = "", *, record_errors: Sequence[tuple[int, str]] = ()):
         super().__init__(message or self.__class__.__name__)
+        # Kafka's RecordValidationException: the records of a refused batch that broke a per-record
+        # rule, as (index in the record set, message); Produce answers them as KIP-467's record_errors.
+        self.record_errors: list[tuple[int, str]] = list(record_errors)
 
 
 class UnknownServerError(KafkaError):

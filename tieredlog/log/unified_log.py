@@ -209,17 +209,17 @@ class UnifiedLog:
     ) -> LogAppendInfo:
         """Validate, assign offsets and append; ``origin`` COORDINATOR for transaction markers."""
         buf = records if isinstance(records, bytearray) else bytearray(records)
-        validator = LogValidator(self.config, origin)
+        validator = LogValidator(self.config, origin, self.topic_partition)
         headers = validator.validate_batches(buf)
         if len(buf) > self.config.segment_bytes:
             raise errors.RecordListTooLargeError(
                 f"record set of {len(buf)} bytes is larger than segment.bytes {self.config.segment_bytes}"
             )
+        missing_keys = validator.find_missing_keys(buf, headers)
         with self._lock:
             now = self._clock()
             log_append_time = validator.uses_log_append_time
-            if not log_append_time:
-                validator.validate_timestamps(headers, now)
+            validator.validate_records(buf, headers, now, missing_keys)
             if origin is AppendOrigin.CLIENT:
                 dup = self.producer_state.check_request(headers)
                 if dup is not None:

@@ -76,9 +76,12 @@ def _append(broker: Broker, topic: str, partition: int, records: bytes | None, a
                 and hint.leader_id >= 0:
             # KIP-951: the client goes to the new leader without a Metadata round trip
             out["current_leader"] = {"leader_id": hint.leader_id, "leader_epoch": hint.leader_epoch}
-        if code == ErrorCode.invalid_record:
-            # The log's errors do not say which record failed: Kafka's batch_index names the first.
-            out["record_errors"] = [{"batch_index": 0, "batch_index_error_message": str(exc)}]
+        record_errors = getattr(exc, "record_errors", None)
+        if record_errors:
+            # KIP-467 (v8+): every record of the refused batch that broke a per-record rule, so a
+            # client can fail those records with their own message. A batch refused as a whole
+            # (CRC, sizes, counts) names no record, as in Kafka.
+            out["record_errors"] = [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors]
         return out
     # followers' fetches parked at the log end wake for the new data
     broker.append_watchers.notify((topic, partition))
