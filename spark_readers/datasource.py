@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_readers.decoder import spark_ddl
-from spark_readers.options import ReaderOptions, parse_options
+from spark_readers.options import ReaderOptions, include_headers, parse_options
 from spark_readers.planner import ReadTask, plan
 from spark_readers.read import read_task
 from spark_readers.storage import StorageSpec, open_storage, storage_spec
+from spark_readers.writer import TieredLogStreamWriter, TieredLogWriter, parse_write_options
 
 
 class ReadTaskPartition(InputPartition):
@@ -40,11 +41,26 @@ class TieredLogDataSource(DataSource):
         return "tieredlog"
 
     def schema(self) -> str:
-        return spark_ddl(parse_options(self.options).include_headers)
+        # includeHeaders alone: a stream's startingOffsets=latest is not a batch option
+        return spark_ddl(include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = parse_options(self.options)
         return TieredLogReader(options, storage_spec(options.path, options.storage))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        # imported here: spark_readers.stream imports ReadTaskPartition from this module
+        from spark_readers.stream import TieredLogStreamReader
+
+        options = parse_options(self.options, streaming=True)
+        return TieredLogStreamReader(options, storage_spec(options.path, options.storage))
+
+    def writer(self, schema: StructType, overwrite: bool) -> TieredLogWriter:
+        # Checked here, on the driver, so a bad schema fails the query before any task runs.
+        return TieredLogWriter(parse_write_options(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TieredLogStreamWriter:
+        return TieredLogStreamWriter(parse_write_options(self.options, schema, overwrite))
 
 
 class TieredLogReader(DataSourceReader):

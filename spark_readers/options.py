@@ -17,6 +17,10 @@
 - ``includeHeaders``: ``false`` (default).
 - ``maxBytesPerPartition``: a segment slice larger than this (bytes, default 64 MiB) is split into
   several input partitions at batch boundaries (from the remote offset index).
+
+Streaming queries (``parse_options(..., streaming=True)``), as Spark's Kafka source: ``startingOffsets``
+also takes ``latest`` (and -1 in JSON); the ending options are refused; ``maxOffsetsPerTrigger`` caps
+the offsets one micro-batch reads (see :mod:`spark_readers.stream`).
 """
 
 from __future__ import annotations
@@ -70,10 +74,25 @@ class ReaderOptions:
     max_bytes_per_partition: int
     # storage.* and key.* options, lower-cased, for the RSM; kept out of repr (credentials)
     storage: dict[str, str] = field(repr=False)
+    # streaming only: offsets per micro-batch over all partitions (None: no limit)
+    max_offsets_per_trigger: int | None = None
 
 
-def parse_options(raw: Mapping[str, str]) -> ReaderOptions:
+def include_headers(raw: Mapping[str, str]) -> bool:
+    """``includeHeaders`` alone: the schema depends only on it, and is asked for before Spark says
+    whether the query is a batch or a stream (whose options differ)."""
+    return _boolean({k.lower(): v for k, v in raw.items()}, "includeheaders", False)
+
+
+def parse_options(raw: Mapping[str, str], streaming: bool = False) -> ReaderOptions:
     options = {k.lower(): v for k, v in raw.items()}
+    if streaming:
+        ending = [name for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+                  if options.get(name.lower())]
+        if ending:
+            # as Spark's Kafka source: a stream has no end; the checkpoint says where it is
+            raise OptionError(f"option {ending[0]} is not valid in streaming queries")
+    starting_words = {"earliest": EARLIEST, "latest": LATEST} if streaming else {"earliest": EARLIEST}
     named = [k for k in ("topic", "subscribe", "topicpattern", "subscribepattern") if options.get(k)]
     if len(named) != 1:
         raise OptionError("set exactly one of topic, subscribe, topicPattern, subscribePattern"
@@ -95,7 +114,7 @@ def parse_options(raw: Mapping[str, str]) -> ReaderOptions:
         topics=topics,
         topic_pattern=pattern,
         starting=_timestamp_spec(options, "starting")
-        or _offset_spec(options, "startingoffsets", "startingOffsets", "earliest", {"earliest": EARLIEST}),
+        or _offset_spec(options, "startingoffsets", "startingOffsets", "earliest", starting_words),
         ending=_timestamp_spec(options, "ending")
         or _offset_spec(options, "endingoffsets", "endingOffsets", "latest", {"latest": LATEST}),
         start_latest_when_no_timestamp=_strategy(options),
@@ -103,6 +122,7 @@ def parse_options(raw: Mapping[str, str]) -> ReaderOptions:
         include_headers=_boolean(options, "includeheaders", False),
         max_bytes_per_partition=_positive(options, "maxbytesperpartition", DEFAULT_MAX_BYTES_PER_PARTITION),
         storage={k: v for k, v in options.items() if k.startswith(("storage.", "key."))},
+        max_offsets_per_trigger=_positive(options, "maxoffsetspertrigger", 0) or None,
     )
 
 
@@ -117,7 +137,7 @@ def _offset_spec(options: Mapping[str, str], key: str, name: str, default: str,
     except (ValueError, AttributeError, TypeError) as exc:
         raise OptionError(f"option {name} must be {' or '.join(words)} or JSON like "
                           f'{{"topic":{{"0":23}}}}: {exc}') from None
-    allowed = (EARLIEST,) if key == "startingoffsets" else (LATEST,)
+    allowed = tuple(words.values())
     for topic, parts in per_topic.items():
         for partition, offset in parts.items():
             if offset < 0 and offset not in allowed:

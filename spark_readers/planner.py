@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Collection, Iterator, Mapping
 
 from spark_readers.catalog import Catalog, CatalogError, SegmentSlice
 from spark_readers.indexes import offset_index_entries
@@ -47,14 +47,39 @@ class ReadTask:
     to_offset: int
 
 
-def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions) -> list[ReadTask]:
-    catalog = Catalog(rsm)
+def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
+         partitions: Mapping[str, Collection[int]] | None = None) -> list[ReadTask]:
+    """Read tasks for the offsets ``options`` give; ``partitions`` (topic -> partitions) narrows the plan
+    to those partitions, so the streaming reader plans (and GETs checkpoints for) only the partitions a
+    micro-batch advances."""
     tasks: list[ReadTask] = []
-    for topic in _topics(catalog, options):
-        slices = catalog.resolve_partitions(catalog.committed_segments(topic))
-        for partition in sorted(slices):
-            tasks.extend(_plan_partition(rsm, topic, partition, slices[partition], options))
+    for topic, partition, slices in _resolved(rsm, options, partitions):
+        start, end = _bounds(rsm, topic, partition, slices, options)
+        tasks.extend(_plan_range(rsm, topic, partition, slices, start, end, options))
     return tasks
+
+
+def offset_bounds(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions) -> dict[str, dict[int, tuple[int, int]]]:
+    """Topic -> partition -> the ``[start, end)`` offsets :func:`plan` would read with ``options``, without
+    planning reads: the streaming reader's initial and latest offsets, resolved exactly as a batch
+    query resolves its range."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for topic, partition, slices in _resolved(rsm, options, None):
+        out.setdefault(topic, {})[partition] = _bounds(rsm, topic, partition, slices, options)
+    return out
+
+
+def _resolved(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
+              partitions: Mapping[str, Collection[int]] | None) -> Iterator[tuple[str, int, list[SegmentSlice]]]:
+    catalog = Catalog(rsm)
+    topics = _topics(catalog, options) if partitions is None else sorted(partitions)
+    for topic in topics:
+        segments = catalog.committed_segments(topic)
+        if partitions is not None:
+            segments = {p: s for p, s in segments.items() if p in partitions[topic]}
+        slices = catalog.resolve_partitions(segments)
+        for partition in sorted(slices):
+            yield topic, partition, slices[partition]
 
 
 def _topics(catalog: Catalog, options: ReaderOptions) -> list[str]:
@@ -67,8 +92,9 @@ def _topics(catalog: Catalog, options: ReaderOptions) -> list[str]:
     return found
 
 
-def _plan_partition(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int,
-                    slices: list[SegmentSlice], options: ReaderOptions) -> Iterator[ReadTask]:
+def _bounds(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
+            options: ReaderOptions) -> tuple[int, int]:
+    """The ``[start, end)`` the options give one partition, checked against its tiered part."""
     name = f"{topic}-{partition}"
     earliest, tiered_end = slices[0].from_offset, slices[-1].to_offset
     start = options.starting.for_partition(topic, partition, "startingOffsets")
@@ -82,7 +108,8 @@ def _plan_partition(rsm: ObjectStoreRemoteStorageManager, topic: str, partition:
     if options.ending.by_timestamp:
         found = offset_for_timestamp(rsm, slices, end)
         end = tiered_end if found is None else found
-    start = earliest if start == EARLIEST else start
+    # LATEST as a start comes only from a streaming query's startingOffsets (batch options refuse it)
+    start = earliest if start == EARLIEST else tiered_end if start == LATEST else start
     end = tiered_end if end == LATEST else end
     if end > tiered_end:
         raise PlanError(f"{name}: offsets from {tiered_end} are not in the remote tier yet (endingOffsets "
@@ -94,6 +121,12 @@ def _plan_partition(rsm: ObjectStoreRemoteStorageManager, topic: str, partition:
         start = earliest
     if start > end:
         raise OptionError(f"{name}: starting offset {start} is after ending offset {end}")
+    return start, end
+
+
+def _plan_range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
+                start: int, end: int, options: ReaderOptions) -> Iterator[ReadTask]:
+    name = f"{topic}-{partition}"
     cursor = start
     for s in slices:
         lo, hi = max(s.from_offset, start), min(s.to_offset, end)
