@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench bench-cluster bench-replica-join fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ bench-cluster: install-test system-deps
 # REPLICA_JOIN_LOCAL_MIB (default 200) MiB local, beside copying the local part alone and the whole history.
 bench-replica-join: install-test system-deps
 	$(PY) -m bench bench_replica_join
+
+# The Spark reader over SPARK_BENCH_MB (default 1024) MiB of tiered data, beside the broker path and raw reads.
+bench-spark: install-test system-deps
+	$(PY) -m bench bench_spark_reader
 
 # The long fuzz run: many more hostile frames than `make test` sends, and hypothesis over every schema.
 fuzz: install-test system-deps
