@@ -8,7 +8,6 @@ all; local retention rolls and uploads even the active segments; the broker is s
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from spark_harness import s3_tier_overrides, spark  # noqa: F401  (fixture)
 
 from tests.helpers import wait_for
 from tests.s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (fixture)
@@ -103,19 +103,7 @@ def consume_all(bootstrap: str, ends: dict[int, int]) -> list[Row]:
 def tiered(moto_s3: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Row], dict[int, int]]]:
     """(key prefix, the consumer's rows, tiered end offset per partition), broker stopped."""
     prefix = unique_prefix()
-    broker = BrokerProcess(tmp_path_factory.mktemp("spark-broker") / "data", {
-        "remote.log.storage.manager.class.name": "s3",
-        "rsm.config.storage.s3.bucket.name": moto_s3.bucket,
-        "rsm.config.storage.s3.endpoint.url": moto_s3.url,
-        "rsm.config.storage.s3.region": moto_s3.region,
-        "rsm.config.storage.s3.path.style.access.enabled": "true",
-        "rsm.config.storage.aws.access.key.id": moto_s3.access_key,
-        "rsm.config.storage.aws.secret.access.key": moto_s3.secret_key,
-        "rsm.config.key.prefix": prefix,
-        "remote.log.manager.task.interval.ms": "200",
-        "log.retention.check.interval.ms": "200",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-    }).start()
+    broker = BrokerProcess(tmp_path_factory.mktemp("spark-broker") / "data", s3_tier_overrides(moto_s3, prefix)).start()
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         # local retention is off until everything was consumed, so the consumer reads local data too
@@ -145,22 +133,6 @@ def _set(name: str, value: str):  # noqa: ANN202 - confluent-kafka's ConfigEntry
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
 
     return ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run the driver's interpreter
-    from pyspark.sql import SparkSession
-
-    from spark_readers import TieredLogDataSource
-
-    session = (SparkSession.builder.master("local[2]").appName("tieredlog-tests")
-               .config("spark.driver.memory", "512m").config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(TieredLogDataSource)
-    yield session
-    session.stop()
 
 
 def reader(spark, endpoint: S3Endpoint, prefix: str, **options: str):

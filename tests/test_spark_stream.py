@@ -10,8 +10,6 @@ confluent-kafka consumer reads from the broker: no record twice, none missing. T
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,6 +18,7 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from spark_harness import s3_tier_overrides, spark  # noqa: F401  (fixture)
 
 from tests.helpers import wait_for
 from tests.s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (fixture)
@@ -39,39 +38,11 @@ Row = tuple[int, int, bytes]  # (partition, offset, value)
 def broker(moto_s3: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
     """A broker tiering TOPIC into moto; (broker, key prefix)."""
     prefix = unique_prefix()
-    b = BrokerProcess(tmp_path_factory.mktemp("spark-stream-broker") / "data", {
-        "remote.log.storage.manager.class.name": "s3",
-        "rsm.config.storage.s3.bucket.name": moto_s3.bucket,
-        "rsm.config.storage.s3.endpoint.url": moto_s3.url,
-        "rsm.config.storage.s3.region": moto_s3.region,
-        "rsm.config.storage.s3.path.style.access.enabled": "true",
-        "rsm.config.storage.aws.access.key.id": moto_s3.access_key,
-        "rsm.config.storage.aws.secret.access.key": moto_s3.secret_key,
-        "rsm.config.key.prefix": prefix,
-        "remote.log.manager.task.interval.ms": "200",
-        "log.retention.check.interval.ms": "200",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
-    }).start()
+    b = BrokerProcess(tmp_path_factory.mktemp("spark-stream-broker") / "data", s3_tier_overrides(moto_s3, prefix)).start()
     try:
         yield b, prefix
     finally:
         b.stop()
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run the driver's interpreter
-    from pyspark.sql import SparkSession
-
-    from spark_readers import TieredLogDataSource
-
-    session = (SparkSession.builder.master("local[2]").appName("tieredlog-stream-tests")
-               .config("spark.driver.memory", "512m").config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(TieredLogDataSource)
-    yield session
-    session.stop()
 
 
 def create_topic(bootstrap: str, topic: str) -> None:

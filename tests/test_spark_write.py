@@ -8,8 +8,6 @@ Spark -> topic); a streaming query writes with ``writeStream.format("tieredlog")
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -18,6 +16,7 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from spark_harness import spark  # noqa: F401  (fixture)
 
 from tests.helpers import wait_for
 from tieredlog.protocol.api import LIST_OFFSETS
@@ -46,22 +45,6 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
     finally:
         b.stop()
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run the driver's interpreter
-    from pyspark.sql import SparkSession
-
-    from spark_readers import TieredLogDataSource
-
-    session = (SparkSession.builder.master("local[2]").appName("tieredlog-write-tests")
-               .config("spark.driver.memory", "512m").config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(TieredLogDataSource)
-    yield session
-    session.stop()
 
 
 def create(bootstrap: str, topic: str, partitions: int, **config: str) -> None:
