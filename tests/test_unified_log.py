@@ -346,6 +346,22 @@ def test_transactions_lso_and_aborted_index(tmp_path):
     assert plog.active_segment.txn_index_path.stat().st_size == 34
 
 
+def test_read_committed_reports_a_transaction_aborted_in_a_later_segment(tmp_path):
+    """The abort marker's segment holds the txn index entry, even when that segment starts past the
+    read's upper bound (the LSO, held back here by another open transaction)."""
+    plog = make_log(tmp_path)
+    plog.append_as_leader(batch(2, producer_id=1, producer_epoch=0, base_sequence=0, is_transactional=True), 0)
+    plog.append_as_leader(batch(1), 0)
+    plog.append_as_leader(batch(2, producer_id=2, producer_epoch=0, base_sequence=0, is_transactional=True), 0)
+    plog.roll()
+    plog.append_as_leader(build_control_batch(0, 1, 0, 0, 1_700_000_000_000), 0, origin=AppendOrigin.COORDINATOR)
+    plog.update_high_watermark(plog.log_end_offset)
+    assert plog.last_stable_offset == 3 and plog.segments[1].base_offset == 5  # producer 2 is still open
+    info = plog.read(0, 1 << 20, isolation=FetchIsolation.TXN_COMMITTED)
+    assert [h.base_offset for _, h in iter_headers(info.records.read_bytes())] == [0, 2]
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in info.aborted_transactions] == [(1, 0, 5)]
+
+
 def test_follower_append_keeps_offsets(tmp_path):
     leader = make_log(tmp_path / "l")
     leader.append_as_leader(batch(2), 3)

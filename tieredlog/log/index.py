@@ -24,6 +24,7 @@ import sys
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 log = logging.getLogger(__name__)
 
@@ -395,6 +396,44 @@ class TxnIndexSearchResult:
     is_complete: bool  # an entry's LSO reached the upper bound: later segments cannot add more
 
 
+def collect_aborted_txns(
+    entries: Iterable[AbortedTxn], fetch_offset: int, upper_bound_offset: int
+) -> TxnIndexSearchResult:
+    """Kafka's TransactionIndex.collectAbortedTxns over one index's entries: the transactions that
+    overlap ``[fetch_offset, upper_bound_offset)``. Complete at the first entry whose
+    last_stable_offset reaches the upper bound: when that abort was written no transaction starting
+    below the bound was still open, so no later index can hold one."""
+    out = []
+    for txn in entries:
+        if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+            out.append(txn)
+        if txn.last_stable_offset >= upper_bound_offset:
+            return TxnIndexSearchResult(out, True)
+    return TxnIndexSearchResult(out, False)
+
+
+def collect_aborted_across(
+    indexes: Iterable[Iterable[AbortedTxn]], fetch_offset: int, upper_bound_offset: int
+) -> list[AbortedTxn]:
+    """The aborted transactions overlapping ``[fetch_offset, upper_bound_offset)`` from the txn
+    indexes of consecutive segments, in log order, starting with the segment that holds
+    ``fetch_offset``: a transaction's entry lives in the segment of its abort marker, which may come
+    segments after its first record. ``indexes`` is consumed lazily and no further than the first
+    complete search, so a caller may fetch each index only when it is reached. Each transaction
+    once, even when two segments hold the same range (a remote copy and the local segment)."""
+    out: list[AbortedTxn] = []
+    seen: set[AbortedTxn] = set()
+    for entries in indexes:
+        found = collect_aborted_txns(entries, fetch_offset, upper_bound_offset)
+        for txn in found.aborted:
+            if txn not in seen:
+                seen.add(txn)
+                out.append(txn)
+        if found.is_complete:
+            break
+    return out
+
+
 class TransactionIndex:
     """Aborted transactions whose abort marker lies in this segment. Not preallocated; created on first use."""
 
@@ -453,14 +492,13 @@ class TransactionIndex:
     def num_entries(self) -> int:
         return len(self._all())
 
+    @property
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """The entries, uncopied: read them, never change them."""
+        return self._all()
+
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
-        out = []
-        for txn in self._all():
-            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
-                out.append(txn)
-            if txn.last_stable_offset >= upper_bound_offset:
-                return TxnIndexSearchResult(out, True)
-        return TxnIndexSearchResult(out, False)
+        return collect_aborted_txns(self._all(), fetch_offset, upper_bound_offset)
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose abort marker is at or after ``offset``. Only recovery and log

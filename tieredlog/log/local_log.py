@@ -20,7 +20,7 @@ from typing import Callable
 
 from tieredlog.atomic_file import fsync_dir
 from tieredlog.log.config import LogConfig
-from tieredlog.log.index import AbortedTxn
+from tieredlog.log.index import AbortedTxn, collect_aborted_across
 from tieredlog.log.scheduler import InlineScheduler, Scheduler
 from tieredlog.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, filename_prefix
 from tieredlog.log.storage_errors import describe_os_error, storage_error_log
@@ -214,15 +214,11 @@ class LocalLog:
 
     @staticmethod
     def collect_aborted(segs: list[LogSegment], start: int, upper: int) -> list[AbortedTxn]:
-        out: list[AbortedTxn] = []
-        for seg in segs:
-            if seg.base_offset >= upper:
-                break
-            res = seg.txn_index.collect_aborted(start, upper)
-            out.extend(res.aborted)
-            if res.is_complete:
-                break
-        return out
+        """Aborted transactions overlapping ``[start, upper)`` from ``segs`` (the segment holding
+        ``start`` and the later ones). Segments at or past ``upper`` are searched too: a transaction
+        that began below ``upper`` has its entry in the segment of its abort marker, wherever that
+        is; the search stops once complete (Kafka's LocalLog.collectAbortedTransactions)."""
+        return collect_aborted_across((seg.txn_index.aborted_txns for seg in segs), start, upper)
 
     # ---- flush ------------------------------------------------------------------------------------
     def mark_unsynced(self, path: Path) -> None:
