@@ -7,7 +7,7 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.integration
@@ -279,18 +279,6 @@ def test_admin_client_lists_describes_and_deletes_groups(broker_factory):
     member.consumer.close()
     admin.delete_consumer_groups(["admin-live"])["admin-live"].result(30)
     assert "admin-live" not in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
-
-
-def test_transactional_producer_fails_fast_at_init_transactions(broker_factory):
-    b = broker_factory(OVERRIDES)
-    producer = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "tx-1"})
-    # The timeout only bounds a hang: the broker's answer is fatal to the client, not retried.
-    with pytest.raises(KafkaException) as err:
-        producer.init_transactions(20)
-    error = err.value.args[0]
-    assert error.fatal() and not error.retriable()
-    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert "no transaction coordinator" in error.str()
 
 
 class Callbacks:

@@ -69,14 +69,14 @@ def test_find_coordinator_returns_this_broker(client, v):
 
 
 @pytest.mark.parametrize("v", range(1, 7))  # v0 has no key type: always a group
-def test_find_coordinator_for_a_transactional_id_is_refused_as_fatal(client, v):
-    # TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53): no transaction coordinator, and clients give up on it at once
+def test_find_coordinator_for_a_transactional_id_returns_this_broker(client, v):
+    # a broker alone coordinates every transactional id; an empty one is refused as Kafka does
     if v >= 4:
-        r = client.request(FIND_COORDINATOR, {"key_type": 1, "coordinator_keys": ["tx"]}, version=v)
-        entry = r.coordinators[0]
+        r = client.request(FIND_COORDINATOR, {"key_type": 1, "coordinator_keys": ["tx", ""]}, version=v)
+        assert [(c.key, code(c), c.port) for c in r.coordinators] == [("tx", 0, client.port), ("", 42, -1)]
     else:
         entry = client.request(FIND_COORDINATOR, {"key": "tx", "key_type": 1}, version=v)
-    assert code(entry) == 53 and entry.node_id == -1 and "no transaction coordinator" in entry.error_message
+        assert code(entry) == 0 and entry.port == client.port and entry.host == client.host
 
 
 @pytest.mark.parametrize("v", range(0, 10))

@@ -191,6 +191,10 @@ class InvalidTxnStateError(KafkaError):
     code = ErrorCode.invalid_txn_state
 
 
+class TransactionCoordinatorFencedError(KafkaError):
+    code = ErrorCode.transaction_coordinator_fenced
+
+
 class InvalidProducerIdMappingError(KafkaError):
     code = ErrorCode.invalid_producer_id_mapping
 

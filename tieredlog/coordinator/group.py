@@ -106,6 +106,9 @@ class GroupMetadata:
     # In a cluster a commit reaches `offsets` once the ISR has it, and two commits' waits may end in
     # either order: the number of the newest commit applied per partition keeps an older one out.
     offset_commit_seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    # TxnOffsetCommit: offsets written in a producer's open transaction, applied to `offsets` when the
+    # COMMIT marker reaches the group's partition, dropped on ABORT (Kafka's pendingTransactionalOffsetCommits)
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = field(default_factory=dict)
     # True once a brand-new member joins during the very first rebalance (InitialDelayedJoin extends).
     new_member_added: bool = False
     # The pending DelayedJoin: `join_initial` marks Kafka's InitialDelayedJoin, which never completes early.

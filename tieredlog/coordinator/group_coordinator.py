@@ -3,7 +3,8 @@
 A state machine that never touches a socket. Each request is answered by the part that owns its
 seam (Kafka keeps them all in GroupCoordinator and GroupMetadataManager):
 `membership.GroupMembership` (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, the rebalance),
-`offsets.CommittedOffsets` (OffsetCommit, OffsetFetch, OffsetDelete), `admin.GroupAdmin` (ListGroups,
+`offsets.CommittedOffsets` (OffsetCommit, OffsetFetch, OffsetDelete), `txn_offsets.TransactionalOffsets`
+(TxnOffsetCommit and the transaction markers that settle it), `admin.GroupAdmin` (ListGroups,
 DescribeGroups, DeleteGroups); `loader.load_groups` rebuilds the group table at start-up. They share
 one `CoordinatorState`. Durable state goes through a `GroupStore` as `__consumer_offsets` records;
 timers come from a `Scheduler` (the broker's runs on the asyncio loop).
@@ -31,6 +32,7 @@ from tieredlog.coordinator.offsets import CommittedOffsets
 from tieredlog.coordinator.state import CoordinatorState, PartitionOwnership
 from tieredlog.coordinator.storage import OFFSETS_TOPIC, GroupStore, MemoryGroupStore, PartitionedGroupStore
 from tieredlog.coordinator.timer import Scheduler
+from tieredlog.coordinator.txn_offsets import TransactionalOffsets
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,10 @@ class GroupCoordinator:
         self.list_groups = self.admin.list_groups
         self.describe_group = self.admin.describe_group
         self.delete_groups = self.admin.delete_groups
+        self.txn_offsets = TransactionalOffsets(self.state, self.membership)
+        self.txn_commit_offsets = self.txn_offsets.txn_commit_offsets
+        self.complete_txn = self.txn_offsets.complete_txn
+        self.unstable_offsets = self.txn_offsets.unstable
 
     @classmethod
     def for_cluster(cls, config: GroupConfig, scheduler: Scheduler, store: PartitionedGroupStore, *,

@@ -14,7 +14,7 @@ from typing import Iterable
 
 from tieredlog.coordinator import schema
 from tieredlog.coordinator.group import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
-from tieredlog.coordinator.storage import GroupStore
+from tieredlog.coordinator.storage import GroupStore, ReplayedRecord
 
 log = logging.getLogger(__name__)
 
@@ -23,18 +23,23 @@ def load_groups(store: GroupStore, now_ms: int) -> dict[str, GroupMetadata]:
     return load_records(store.replay(), now_ms)
 
 
-def load_records(records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> dict[str, GroupMetadata]:
-    """The groups that ``records`` (key, value or None), in log order, leave behind."""
+def load_records(records: Iterable[ReplayedRecord], now_ms: int) -> dict[str, GroupMetadata]:
+    """The groups that ``records`` (key, value or None), in log order, leave behind; those of a
+    transaction still open come back as its pending offsets."""
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+    pending: dict[str, dict[int, dict[tuple[str, int], OffsetAndMetadata]]] = {}
     stored: dict[str, schema.StoredGroup | None] = {}
     unreadable = 0
     first_unreadable: schema.SchemaError | None = None
-    for key_bytes, value in records:
+    for key_bytes, value, producer_id in records:
         try:
             key = schema.decode_key(key_bytes)
             if isinstance(key, schema.OffsetKey):
                 tp = (key.topic, key.partition)
-                if value is None:
+                if producer_id >= 0:
+                    if value is not None:
+                        pending.setdefault(key.group, {}).setdefault(producer_id, {})[tp] = schema.decode_offset_value(value)
+                elif value is None:
                     offsets.get(key.group, {}).pop(tp, None)
                 else:
                     offsets.setdefault(key.group, {})[tp] = schema.decode_offset_value(value)
@@ -46,13 +51,14 @@ def load_records(records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> 
     if first_unreadable is not None:
         log.warning("skipped %d unreadable __consumer_offsets record(s); the first: %s", unreadable, first_unreadable)
     groups: dict[str, GroupMetadata] = {}
-    for group_id in set(offsets) | {g for g, v in stored.items() if v is not None}:
+    for group_id in set(offsets) | set(pending) | {g for g, v in stored.items() if v is not None}:
         group = GroupMetadata(group_id, state_timestamp_ms=now_ms)
         group.offsets = offsets.get(group_id, {})
+        group.pending_txn_offsets = pending.get(group_id, {})
         saved = stored.get(group_id)
         if saved is not None:
             _restore(group, saved)
-        if group.members or group.offsets or group.generation_id > 0:
+        if group.members or group.offsets or group.pending_txn_offsets or group.generation_id > 0:
             groups[group_id] = group
     return groups
 

@@ -43,7 +43,7 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 # -- primitive writers / readers ---------------------------------------------------------------------
 
 
-def _str(value: str | None) -> bytes:
+def encode_string(value: str | None) -> bytes:
     if value is None:
         return struct.pack(">h", -1)
     raw = value.encode("utf-8")
@@ -56,7 +56,7 @@ def _bytes(value: bytes | None) -> bytes:
     return struct.pack(">i", len(value)) + value
 
 
-class _Reader:
+class SchemaReader:
     def __init__(self, data: bytes):
         self.data = data
         self.pos = 0
@@ -113,15 +113,15 @@ class GroupKey:
 
 
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
-    return struct.pack(">h", OFFSET_COMMIT_KEY_VERSION) + _str(group) + _str(topic) + struct.pack(">i", partition)
+    return struct.pack(">h", OFFSET_COMMIT_KEY_VERSION) + encode_string(group) + encode_string(topic) + struct.pack(">i", partition)
 
 
 def encode_group_key(group: str) -> bytes:
-    return struct.pack(">h", GROUP_METADATA_KEY_VERSION) + _str(group)
+    return struct.pack(">h", GROUP_METADATA_KEY_VERSION) + encode_string(group)
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey:
-    r = _Reader(data)
+    r = SchemaReader(data)
     version = r.int16()
     if version in (0, 1):
         return OffsetKey(r.string(), r.string(), r.int32())
@@ -136,13 +136,13 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
 def encode_offset_value(value: OffsetAndMetadata) -> bytes:
     return (
         struct.pack(">hqi", OFFSET_COMMIT_VALUE_VERSION, value.offset, value.leader_epoch)
-        + _str(value.metadata)
+        + encode_string(value.metadata)
         + struct.pack(">q", value.commit_timestamp)
     )
 
 
 def decode_offset_value(data: bytes) -> OffsetAndMetadata:
-    r = _Reader(data)
+    r = SchemaReader(data)
     version = r.int16()
     if version not in (0, 1, 2, 3):
         raise SchemaError(f"unknown offset commit value version {version}")
@@ -181,19 +181,19 @@ class StoredGroup:
 def encode_group_value(group: StoredGroup) -> bytes:
     parts = [
         struct.pack(">h", GROUP_METADATA_VALUE_VERSION),
-        _str(group.protocol_type),
+        encode_string(group.protocol_type),
         struct.pack(">i", group.generation),
-        _str(group.protocol),
-        _str(group.leader),
+        encode_string(group.protocol),
+        encode_string(group.leader),
         struct.pack(">q", group.current_state_timestamp),
         struct.pack(">i", len(group.members)),
     ]
     for m in group.members:
         parts += [
-            _str(m.member_id),
-            _str(m.group_instance_id),
-            _str(m.client_id),
-            _str(m.client_host),
+            encode_string(m.member_id),
+            encode_string(m.group_instance_id),
+            encode_string(m.client_id),
+            encode_string(m.client_host),
             struct.pack(">ii", m.rebalance_timeout_ms, m.session_timeout_ms),
             _bytes(m.subscription),
             _bytes(m.assignment),
@@ -202,7 +202,7 @@ def encode_group_value(group: StoredGroup) -> bytes:
 
 
 def decode_group_value(data: bytes) -> StoredGroup:
-    r = _Reader(data)
+    r = SchemaReader(data)
     version = r.int16()
     if version not in (0, 1, 2, 3):
         raise SchemaError(f"unknown group metadata value version {version}")

@@ -1,4 +1,5 @@
-"""`__consumer_offsets` as the coordinator's durable store: real record batches in real partition logs.
+"""`__consumer_offsets` (and `__transaction_state`) as a coordinator's durable store: real record batches
+in real partition logs.
 
 Each group lives in partition abs(hashCode(group)) % offsets.topic.num.partitions, as in Kafka, so a
 group's records stay in order. Alone, a broker appends through UnifiedLog.append_as_leader at epoch 0
@@ -7,12 +8,17 @@ to rebuild the coordinator's state. In a cluster (`ReplicatedGroupStore`) append
 replica manager at the partition's leader epoch and `append` hands back a wait for the ISR; a
 partition is read back when this broker becomes its leader. `MemoryGroupStore` keeps the same
 records in a list, for the state-machine tests.
+
+Transactional offset commits (TxnOffsetCommit) are transactional batches of the producer that sent
+them; a replay yields their records once a COMMIT marker follows, never after an ABORT, and, at the
+end, those of transactions still open with the producer id (`ReplayedRecord.producer_id`), so the
+coordinator keeps them pending until the marker arrives.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Awaitable, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Awaitable, Callable, Iterable, Iterator, NamedTuple, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -24,7 +30,7 @@ from tieredlog.log.batch_reader import LogBatches
 from tieredlog.log.types import AppendOrigin, TopicPartition
 from tieredlog.records.batch import BatchHeader
 from tieredlog.records.errors import RecordError
-from tieredlog.records.record import build_batch
+from tieredlog.records.record import CONTROL_COMMIT, build_batch, parse_control_record
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +48,38 @@ def offsets_topic_configs(config: GroupConfig) -> dict[str, str]:
 WaitForIsr = Callable[[], Awaitable[None]]
 
 
+class ReplayedRecord(NamedTuple):
+    key: bytes
+    value: bytes | None  # None: a tombstone
+    producer_id: int = -1  # >= 0: written in a transaction of this producer that is still open
+
+
+class Producer(NamedTuple):
+    """The transactional producer a TxnOffsetCommit's records are written for."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+def _batch(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int, producer: Producer | None) -> bytearray:
+    entries = [(key, value, [], timestamp_ms) for key, value in records]
+    if producer is None:
+        return bytearray(build_batch(entries))
+    # Kafka writes a transactional offset commit without a sequence: the coordinator is its only writer
+    return bytearray(build_batch(entries, producer_id=producer.producer_id,
+                                 producer_epoch=producer.producer_epoch, is_transactional=True))
+
+
 class GroupStore(Protocol):
     """Durable log of `__consumer_offsets` records (key, value or None for a tombstone)."""
 
     def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
-               timestamp_ms: int) -> WaitForIsr | None:
-        """Write the records to the group's partition; raises `tieredlog.errors.KafkaError` on failure.
-        None when what is appended is committed already (one broker); in a cluster, the wait for the ISR."""
+               timestamp_ms: int, producer: Producer | None = None) -> WaitForIsr | None:
+        """Write the records to the group's partition (in ``producer``'s open transaction when
+        given); raises `tieredlog.errors.KafkaError` on failure. None when what is appended is
+        committed already (one broker); in a cluster, the wait for the ISR."""
 
-    def replay(self) -> Iterable[tuple[bytes, bytes | None]]:
+    def replay(self) -> Iterable[ReplayedRecord]:
         """Every record of every partition, in log order per partition."""
 
 
@@ -60,7 +89,7 @@ class PartitionedGroupStore(GroupStore, Protocol):
 
     def partition_for(self, group_id: str) -> int: ...
 
-    def replay_partition(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]: ...
+    def replay_partition(self, partition: int) -> Iterable[ReplayedRecord]: ...
 
 
 class MemoryGroupStore:
@@ -70,12 +99,12 @@ class MemoryGroupStore:
         self.records: list[tuple[str, bytes, bytes | None]] = []
 
     def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
-               timestamp_ms: int) -> WaitForIsr | None:
+               timestamp_ms: int, producer: Producer | None = None) -> WaitForIsr | None:
         self.records.extend((group_id, key, value) for key, value in records)
         return None
 
-    def replay(self) -> Iterable[tuple[bytes, bytes | None]]:
-        return [(key, value) for _, key, value in self.records]
+    def replay(self) -> Iterable[ReplayedRecord]:
+        return [ReplayedRecord(key, value) for _, key, value in self.records]
 
 
 def store_error_code(exc: Exception, group_metadata: bool = False) -> ErrorCode:
@@ -101,10 +130,12 @@ def store_error_code(exc: Exception, group_metadata: bool = False) -> ErrorCode:
 
 
 class LogGroupStore:
-    def __init__(self, get_log: Callable[[int], OffsetsTopicLog | None], num_partitions: int):
-        """`get_log(partition)` returns the UnifiedLog of that `__consumer_offsets` partition."""
+    def __init__(self, get_log: Callable[[int], OffsetsTopicLog | None], num_partitions: int, *,
+                 topic: str = OFFSETS_TOPIC):
+        """`get_log(partition)` returns the UnifiedLog of that partition of ``topic``."""
         self._get_log = get_log
         self.num_partitions = num_partitions
+        self.topic = topic
 
     @classmethod
     def open(cls, broker: CoordinatorBroker, config: GroupConfig) -> "LogGroupStore":
@@ -118,31 +149,31 @@ class LogGroupStore:
         return partition_for(group_id, self.num_partitions)
 
     def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
-               timestamp_ms: int) -> WaitForIsr | None:
+               timestamp_ms: int, producer: Producer | None = None) -> WaitForIsr | None:
         if not records:
             return None
         plog = self._get_log(self.partition_for(group_id))
         if plog is None:
-            raise errors.CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} partition for {group_id} has no log")
-        batch = bytearray(build_batch([(key, value, [], timestamp_ms) for key, value in records]))
-        plog.append_as_leader(batch, LEADER_EPOCH)
+            raise errors.CoordinatorNotAvailableError(f"{self.topic} partition for {group_id} has no log")
+        plog.append_as_leader(_batch(records, timestamp_ms, producer), LEADER_EPOCH, AppendOrigin.COORDINATOR)
         # A single replica is the whole ISR: what is appended is committed.
         plog.update_high_watermark(plog.log_end_offset)
         return None
 
-    def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
+    def replay(self) -> Iterator[ReplayedRecord]:
         for partition in range(self.num_partitions):
             yield from self.replay_partition(partition)
 
-    def replay_partition(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+    def replay_partition(self, partition: int) -> Iterator[ReplayedRecord]:
         """Every record of one partition, from its log start to its log end (reads the disk: call it
         off the event loop once requests are served)."""
         plog = self._get_log(partition)
         if plog is not None:
             yield from self._replay_partition(partition, plog)
 
-    def _replay_partition(self, partition: int, plog: OffsetsTopicLog) -> Iterator[tuple[bytes, bytes | None]]:
+    def _replay_partition(self, partition: int, plog: OffsetsTopicLog) -> Iterator[ReplayedRecord]:
         end = plog.log_end_offset
+        open_txns: dict[int, list[ReplayedRecord]] = {}  # producer id -> records of its open transaction
         skipped: list[tuple[int, RecordError]] = []  # (offset near which, why)
         stopped: tuple[int, Exception] | None = None
 
@@ -154,10 +185,16 @@ class LogGroupStore:
         try:
             for header, records in batches:
                 if header.is_control:
+                    done = open_txns.pop(header.producer_id, [])
+                    if records and parse_control_record(records[0]).type == CONTROL_COMMIT:
+                        yield from done
                     continue
-                for record in records:
-                    if record.key is not None:
-                        yield bytes(record.key), None if record.value is None else bytes(record.value)
+                out = [ReplayedRecord(bytes(r.key), None if r.value is None else bytes(r.value))
+                       for r in records if r.key is not None]
+                if header.is_transactional:
+                    open_txns.setdefault(header.producer_id, []).extend(out)
+                else:
+                    yield from out
         except (OSError, errors.KafkaError, RecordError) as exc:
             # the groups of this partition load up to here; the broker still starts
             stopped = (batches.offset, exc)
@@ -171,7 +208,9 @@ class LogGroupStore:
                 parts.append(f"skipped {len(skipped)} corrupt batch(es), the first near offset {skipped[0][0]}: {skipped[0][1]}")
             if stopped:
                 parts.append(f"stopped at offset {stopped[0]} of {end}: {stopped[1]}")
-            log.error("%s-%d: loading %s", OFFSETS_TOPIC, partition, "; ".join(parts))
+            log.error("%s-%d: loading %s", self.topic, partition, "; ".join(parts))
+        for pid, pending in open_txns.items():
+            yield from (r._replace(producer_id=pid) for r in pending)
 
 
 class ReplicatedGroupStore(LogGroupStore):
@@ -182,21 +221,20 @@ class ReplicatedGroupStore(LogGroupStore):
 
     def __init__(self, get_log: Callable[[int], OffsetsTopicLog | None], num_partitions: int,
                  replicas: OffsetsTopicReplicas, *, commit_timeout_ms: int,
-                 on_appended: Callable[[TopicPartition], None] = lambda tp: None):
+                 on_appended: Callable[[TopicPartition], None] = lambda tp: None, topic: str = OFFSETS_TOPIC):
         """``on_appended(tp)`` wakes the followers' fetches parked at the log end, so the ISR catches up
         now rather than at the end of their replica.fetch.wait.max.ms."""
-        super().__init__(get_log, num_partitions)
+        super().__init__(get_log, num_partitions, topic=topic)
         self._replicas = replicas
         self._timeout_s = commit_timeout_ms / 1000
         self._on_appended = on_appended
 
     def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
-               timestamp_ms: int) -> WaitForIsr | None:
+               timestamp_ms: int, producer: Producer | None = None) -> WaitForIsr | None:
         if not records:
             return None
-        tp = TopicPartition(OFFSETS_TOPIC, self.partition_for(group_id))
-        batch = bytearray(build_batch([(key, value, [], timestamp_ms) for key, value in records]))
-        info = self._replicas.append_to_leader(tp, batch, -1, AppendOrigin.COORDINATOR)
+        tp = TopicPartition(self.topic, self.partition_for(group_id))
+        info = self._replicas.append_to_leader(tp, _batch(records, timestamp_ms, producer), -1, AppendOrigin.COORDINATOR)
         self._on_appended(tp)
         required = info.last_offset + 1
         replicas, timeout_s = self._replicas, self._timeout_s

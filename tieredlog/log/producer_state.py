@@ -30,7 +30,12 @@ from pathlib import Path
 import crc32c as _crc32c
 
 from tieredlog.atomic_file import atomic_write
-from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
+from tieredlog.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
+)
 from tieredlog.log.segment import SNAPSHOT_SUFFIX, filename_prefix
 from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, BytesLike, peek_size
 from tieredlog.records.errors import CorruptRecordError
@@ -317,6 +322,23 @@ class ProducerStateManager:
                 "but sent a non-transactional batch"
             )
         return None
+
+    def check_marker(self, header: BatchHeader, control: ControlRecord) -> None:
+        """A transaction marker from a coordinator (Kafka's ProducerAppendInfo.appendEndTxnMarker
+        checks): never for an older epoch of the producer, never from an older coordinator."""
+        entry = self._producers.get(header.producer_id)
+        if entry is None:
+            return
+        if header.producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {header.producer_id} has epoch {header.producer_epoch}, smaller than the "
+                f"last seen epoch {entry.producer_epoch}"
+            )
+        if control.coordinator_epoch is not None and control.coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker for producer {header.producer_id} from coordinator epoch {control.coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}"
+            )
 
     def check_request(self, headers: list[BatchHeader]) -> DuplicateBatch | None:
         """Producer checks of a whole client request, before anything is written (Kafka's per-request

@@ -220,6 +220,12 @@ class UnifiedLog:
             now = self._clock()
             log_append_time = validator.uses_log_append_time
             validator.validate_records(buf, headers, now, missing_keys)
+            if origin is AppendOrigin.COORDINATOR:
+                pos = 0
+                for h in headers:
+                    if h.is_control and h.has_producer_id:
+                        self.producer_state.check_marker(h, read_control_record(buf, pos))
+                    pos += h.size
             if origin is AppendOrigin.CLIENT:
                 dup = self.producer_state.check_request(headers)
                 if dup is not None:

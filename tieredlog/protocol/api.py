@@ -30,6 +30,11 @@ DELETE_TOPICS = 20
 DELETE_RECORDS = 21
 INIT_PRODUCER_ID = 22
 OFFSET_FOR_LEADER_EPOCH = 23
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+WRITE_TXN_MARKERS = 27
+TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
@@ -41,6 +46,8 @@ LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
 ALTER_PARTITION = 56
 DESCRIBE_CLUSTER = 60
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 
 API_NAMES: dict[int, str] = {
     PRODUCE: "Produce",
@@ -66,6 +73,11 @@ API_NAMES: dict[int, str] = {
     DELETE_RECORDS: "DeleteRecords",
     INIT_PRODUCER_ID: "InitProducerId",
     OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
+    ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn",
+    ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
+    END_TXN: "EndTxn",
+    WRITE_TXN_MARKERS: "WriteTxnMarkers",
+    TXN_OFFSET_COMMIT: "TxnOffsetCommit",
     DESCRIBE_CONFIGS: "DescribeConfigs",
     ALTER_CONFIGS: "AlterConfigs",
     CREATE_PARTITIONS: "CreatePartitions",
@@ -77,6 +89,8 @@ API_NAMES: dict[int, str] = {
     OFFSET_DELETE: "OffsetDelete",
     ALTER_PARTITION: "AlterPartition",
     DESCRIBE_CLUSTER: "DescribeCluster",
+    DESCRIBE_TRANSACTIONS: "DescribeTransactions",
+    LIST_TRANSACTIONS: "ListTransactions",
 }
 
 # APIs the server itself implements: key -> (min advertised, max advertised).
@@ -100,6 +114,19 @@ CORE_VERSIONS: dict[int, tuple[int, int]] = {
 
 # Produce versions a Kafka 4 broker advertises but refuses (answered with UNSUPPORTED_VERSION).
 PRODUCE_REJECTED_BELOW = 3
+
+# Transaction APIs (tieredlog.server.txn_apis). Versions up to KIP-890 part 1: AddPartitionsToTxn v4+
+# (brokers' verification requests), EndTxn v5 and TxnOffsetCommit v4+ (part 2's epoch bump per
+# transaction) are not served; clients fall back to the versions below.
+TXN_VERSIONS: dict[int, tuple[int, int]] = {
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 4),
+    WRITE_TXN_MARKERS: (1, 1),
+    TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
+}
 
 # Group APIs (served by tieredlog.server.group_apis when present). Kafka 4.0's ranges capped by kio;
 # group_apis may publish its own API_VERSIONS dict to narrow or widen these.

@@ -24,6 +24,7 @@ from tieredlog.controller.config import ControllerConfig
 from tieredlog.controller.controller import KafkaController
 from tieredlog.controller.topic_deletion import DeletedTopic
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
+from tieredlog.coordinator.transaction.coordinator import TransactionCoordinator
 from tieredlog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -43,7 +44,11 @@ from tieredlog.replication.fetcher import FetcherConfig
 from tieredlog.replication.replica_manager import ReplicaManager
 from tieredlog.server.broker_metrics import BrokerMetrics, MetricsEndpoint
 from tieredlog.server.cluster_node import ClusterNode, attach_state_change_log, detach_state_change_log
-from tieredlog.server.coordinators import create_cluster_group_coordinator, create_group_coordinator
+from tieredlog.server.coordinators import (
+    create_cluster_group_coordinator,
+    create_group_coordinator,
+    create_transaction_coordinator,
+)
 from tieredlog.server.delayed import PartitionWatchers
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
 
@@ -104,6 +109,7 @@ class Broker:
         self.topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
         self.log_manager: Any = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.transaction_coordinator: TransactionCoordinator | None = None
         self.remote_log_manager: RemoteLogManager | None = None  # None = no remote tier
         # in a cluster: deletes the remote data of deleted topics (set with the cluster's RLM)
         self.remote_partition_remover: RemotePartitionRemover | None = None
@@ -328,6 +334,8 @@ class Broker:
     async def _start_coordinator(self) -> None:
         self.group_coordinator = create_group_coordinator(self)
         await self.group_coordinator.start()
+        self.transaction_coordinator = create_transaction_coordinator(self)
+        await self.transaction_coordinator.start()
 
     async def controlled_shutdown(self) -> bool:
         """Kafka's controlled shutdown: ask the controller to move this broker's leaderships away (and
@@ -359,6 +367,11 @@ class Broker:
             await self._alter_partition.shutdown()
         if self.replica_manager is not None:
             await self.replica_manager.shutdown()
+        if self.transaction_coordinator is not None:
+            try:
+                await self.transaction_coordinator.shutdown()
+            except Exception:
+                log.exception("transaction coordinator shutdown failed")
         if self.group_coordinator is not None:
             try:
                 await self.group_coordinator.shutdown()

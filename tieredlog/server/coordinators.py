@@ -1,5 +1,5 @@
-"""Assembles the group coordinator (called once at broker start-up; the only place its parts are
-built and handed to each other).
+"""Assembles the group and transaction coordinators (called once at broker start-up; the only place
+their parts are built and handed to each other).
 
 - Settings: the broker config's group.* / offsets.* keys (`GroupConfig.from_properties`).
 - Store: alone, `__consumer_offsets` in this broker's own logs (`LogGroupStore.open`: created with
@@ -9,8 +9,12 @@ built and handed to each other).
   the ISR has them (offsets.commit.timeout.ms).
 - Leadership (a cluster): the ReplicaManager's leadership listener tells the coordinator which
   `__consumer_offsets` partitions this broker leads (`on_elected` / `on_resigned`).
-- FindCoordinator (a cluster): `GroupCoordinatorLocator` answers with the leader of the group's
-  partition from the metadata cache, and creates `__consumer_offsets` through ZooKeeper on first use.
+- FindCoordinator (a cluster): `CoordinatorLocator` answers with the leader of the key's partition
+  from the metadata cache, and creates `__consumer_offsets` / `__transaction_state` through ZooKeeper
+  on first use.
+- The transaction coordinator: its store is `__transaction_state` (the same log store, another
+  topic), producer ids come from the broker's ProducerIdManager, markers go to the partitions'
+  leaders (alone: appended here).
 - Timers: the asyncio loop (`LoopScheduler`), no threads.
 - Consumer-protocol subscriptions: `consumer_protocol.subscribed_topics` (kio's schemas behind the
   request guard).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -30,6 +35,11 @@ from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.coordinator.storage import OFFSETS_TOPIC, LogGroupStore, ReplicatedGroupStore, offsets_topic_configs
 from tieredlog.coordinator.timer import LoopScheduler
+from tieredlog.coordinator.transaction.coordinator import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionConfig,
+    TransactionCoordinator,
+)
 from tieredlog.errors import TopicAlreadyExistsError
 from tieredlog.log.types import TopicPartition
 from tieredlog.server.consumer_protocol import subscribed_topics
@@ -76,30 +86,64 @@ def create_cluster_group_coordinator(broker: Broker) -> GroupCoordinator:
     return coordinator
 
 
-class GroupCoordinatorLocator:
-    """FindCoordinator for groups in a cluster, as Kafka's ZooKeeper-mode KafkaApis: the coordinator of
-    a group is the leader of its `__consumer_offsets` partition in this broker's metadata cache. A
-    missing topic is created through ZooKeeper (Broker.create_topic, then the controller) with
-    offsets.topic.num.partitions partitions and offsets.topic.replication.factor replicas, never with
-    fewer replicas: until enough brokers are registered, and until the partition has a leader, the
-    answer is COORDINATOR_NOT_AVAILABLE."""
+@dataclass(frozen=True)
+class InternalTopicSpec:
+    """How a coordinator's internal topic is created on first use in a cluster."""
 
-    def __init__(self, broker: Broker) -> None:
+    topic: str
+    num_partitions: int
+    replication_factor: int
+    replication_factor_config: str  # named in the warning while too few brokers are registered
+    configs: dict[str, str]
+
+
+def offsets_topic_spec(broker: Broker) -> InternalTopicSpec:
+    config = GroupConfig.from_properties(broker.config)
+    return InternalTopicSpec(OFFSETS_TOPIC, config.offsets_topic_num_partitions,
+                             broker.config["offsets.topic.replication.factor"], "offsets.topic.replication.factor",
+                             offsets_topic_configs(config))
+
+
+def transaction_state_topic_spec(broker: Broker) -> InternalTopicSpec:
+    c = broker.config
+    return InternalTopicSpec(TRANSACTION_STATE_TOPIC, c["transaction.state.log.num.partitions"],
+                             c["transaction.state.log.replication.factor"], "transaction.state.log.replication.factor",
+                             transaction_state_topic_configs(broker))
+
+
+def transaction_state_topic_configs(broker: Broker) -> dict[str, str]:
+    """Kafka's configs for the transaction log: compacted, unclean election off, its own min ISR."""
+    c = broker.config
+    return {"cleanup.policy": "compact", "segment.bytes": str(c["transaction.state.log.segment.bytes"]),
+            "min.insync.replicas": str(c["transaction.state.log.min.isr"]), "unclean.leader.election.enable": "false"}
+
+
+class CoordinatorLocator:
+    """FindCoordinator in a cluster, as Kafka's ZooKeeper-mode KafkaApis: the coordinator of a group
+    (or a transactional id) is the leader of its partition of `__consumer_offsets` (or
+    `__transaction_state`) in this broker's metadata cache. A missing topic is created through
+    ZooKeeper (Broker.create_topic, then the controller) with the configured partitions and
+    replicas, never with fewer replicas: until enough brokers are registered, and until the
+    partition has a leader, the answer is COORDINATOR_NOT_AVAILABLE."""
+
+    def __init__(self, broker: Broker, spec: InternalTopicSpec) -> None:
         self._broker = broker
+        self._spec = spec
         self._create_started: float | None = None  # time.monotonic() of the last creation attempt
         self._warned_live: int | None = None  # the broker count last warned about (clients ask every second)
 
-    async def find(self, group_id: str) -> tuple[ErrorCode, int, str, int]:
-        """(error, node id, host, port) of the group's coordinator."""
+    async def find(self, key: str) -> tuple[ErrorCode, int, str, int]:
+        """(error, node id, host, port) of the key's coordinator."""
         broker = self._broker
         node = broker.cluster_node
         assert node is not None
-        topic = broker.get_topic(OFFSETS_TOPIC)
-        entry = node.metadata.topics.get(OFFSETS_TOPIC)
+        name = self._spec.topic
+        topic = broker.get_topic(name)
+        entry = node.metadata.topics.get(name)
         if topic is None or entry is None:
             await self._create()
             return ErrorCode.coordinator_not_available, -1, "", -1
-        pm = node.metadata.partition(OFFSETS_TOPIC, partition_for(group_id, topic.partitions))
+        pm = node.metadata.partition(name, partition_for(key, topic.partitions))
         if pm is None or pm.leader < 0:
             return ErrorCode.coordinator_not_available, -1, "", -1
         # the listener this broker advertises first, as its Metadata answers name the brokers
@@ -115,26 +159,64 @@ class GroupCoordinatorLocator:
         broker = self._broker
         node = broker.cluster_node
         assert node is not None
-        config = GroupConfig.from_properties(broker.config)
-        rf = broker.config["offsets.topic.replication.factor"]
+        spec = self._spec
+        rf = spec.replication_factor
         live = len(node.membership.brokers)
         if live < rf:
             if live == self._warned_live:
                 return
             self._warned_live = live
             log.warning("Number of alive brokers '%d' does not meet the required replication factor '%d' for the "
-                        "offsets topic (configured via 'offsets.topic.replication.factor'). This error can be "
-                        "ignored if the cluster is starting up and not all brokers are up yet.", live, rf)
+                        "%s topic (configured via '%s'). This error can be ignored if the cluster is starting up "
+                        "and not all brokers are up yet.", live, rf, spec.topic, spec.replication_factor_config)
             return
         self._create_started = time.monotonic()
         try:
             # staged and written back to back, with no await between: no other handler's topic change
             # rides along (Broker.topics_durable writes every staged change)
-            broker.create_topic(OFFSETS_TOPIC, config.offsets_topic_num_partitions, rf, offsets_topic_configs(config))
+            broker.create_topic(spec.topic, spec.num_partitions, rf, spec.configs)
             # Kafka answers COORDINATOR_NOT_AVAILABLE at once; the client asks again
             await broker.topics_durable(wait_s=0)
         except TopicAlreadyExistsError:
             pass  # another broker created it first: the controller announces it
         except Exception as exc:  # noqa: BLE001 - ZooKeeper down, say: the next FindCoordinator tries again
             self._create_started = None
-            log.warning("could not create %s: %s", OFFSETS_TOPIC, exc)
+            log.warning("could not create %s: %s", spec.topic, exc)
+
+
+# -- the transaction coordinator ------------------------------------------------------------------------
+
+
+class LocalMarkerWriter:
+    """A broker alone leads every partition: markers are appended here, without a request."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
+                            partitions: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        from tieredlog.server.txn_apis import write_markers_locally
+
+        return await write_markers_locally(self._broker, producer_id, producer_epoch, coordinator_epoch,
+                                           committed, partitions)
+
+
+def _producer_id_source(broker: Broker):  # noqa: ANN202 - an async () -> int
+    async def next_producer_id() -> int:
+        producer_ids = broker.producer_ids
+        assert producer_ids is not None, "made at start-up, before any coordinator"
+        return producer_ids.allocate()
+
+    return next_producer_id
+
+
+def create_transaction_coordinator(broker: Broker) -> TransactionCoordinator:
+    """A broker alone: `__transaction_state` in its own logs (created with Kafka's configs when
+    missing; an existing topic keeps its partition count), every partition loaded at start-up."""
+    config = TransactionConfig.from_properties(broker.config)
+    topic = broker.create_internal_topic(TRANSACTION_STATE_TOPIC, config.num_partitions,
+                                         transaction_state_topic_configs(broker))
+    store = LogGroupStore(lambda p: broker.get_partition_log(TRANSACTION_STATE_TOPIC, p), topic.partitions,
+                          topic=TRANSACTION_STATE_TOPIC)
+    return TransactionCoordinator(config, LoopScheduler(), store, _producer_id_source(broker), LocalMarkerWriter(broker),
+                                  partition_exists=lambda tp: broker.get_partition_log(*tp) is not None)

@@ -15,6 +15,7 @@ from tieredlog.protocol.api import (
     GROUP_VERSIONS,
     INTER_BROKER_VERSIONS,
     PRODUCE_REJECTED_BELOW,
+    TXN_VERSIONS,
 )
 from tieredlog.protocol.codec import encode_response
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
@@ -38,6 +39,7 @@ class Dispatcher:
             metadata_apis,
             offset_apis,
             produce_api,
+            txn_apis,
         )
 
         self.broker = broker
@@ -45,7 +47,8 @@ class Dispatcher:
         for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis):
             self.handlers.update(mod.handlers())
         self.handlers.update(group_apis.group_handlers(broker))
-        versions = {**CORE_VERSIONS, **GROUP_VERSIONS}
+        self.handlers.update(txn_apis.handlers())
+        versions = {**CORE_VERSIONS, **GROUP_VERSIONS, **TXN_VERSIONS}
         if broker.config.get("zookeeper.connect"):
             # as a ZooKeeper-mode Kafka broker: the controller's requests and the brokers' to it
             self.handlers.update(inter_broker_apis.handlers())

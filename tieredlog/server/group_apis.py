@@ -31,8 +31,7 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.server.authorized_operations import ResourceType, authorized_operations
 from tieredlog.server.context import Handler, RequestContext
-from tieredlog.server.coordinators import GroupCoordinatorLocator
-from tieredlog.server.transactions import NO_TRANSACTION_COORDINATOR, NO_TRANSACTION_COORDINATOR_MESSAGE
+from tieredlog.server.coordinators import CoordinatorLocator, offsets_topic_spec, transaction_state_topic_spec
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -60,28 +59,36 @@ def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
 
 
 def group_handlers(broker: Broker) -> dict[int, Handler]:
-    locator: GroupCoordinatorLocator | None = None  # in a cluster, made on first use
+    locators: dict[CoordinatorType, CoordinatorLocator] = {}  # in a cluster, made on first use
 
     # -- FindCoordinator ---------------------------------------------------------------------------------
     async def coordinator_entry(key: str, key_type: int) -> dict:
-        nonlocal locator
         entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none, "error_message": None}
-        coordinator = broker.group_coordinator
         if key_type == CoordinatorType.TRANSACTION:
-            entry["error_code"] = NO_TRANSACTION_COORDINATOR
-            entry["error_message"] = NO_TRANSACTION_COORDINATOR_MESSAGE
-        elif key_type != CoordinatorType.GROUP:
+            active = broker.transaction_coordinator is not None and broker.transaction_coordinator.active
+            if key == "":
+                entry["error_code"] = ErrorCode.invalid_request
+                entry["error_message"] = "empty transactional id"
+                return entry
+        elif key_type == CoordinatorType.GROUP:
+            active = broker.group_coordinator is not None and broker.group_coordinator.active
+        else:
             entry["error_code"] = ErrorCode.invalid_request
             entry["error_message"] = f"unsupported coordinator key type {key_type}"
-        elif coordinator is None or not coordinator.active:
+            return entry
+        kind = CoordinatorType(key_type)
+        if not active:
             entry["error_code"] = ErrorCode.coordinator_not_available
         elif broker.cluster_node is not None:
-            # the leader of the group's __consumer_offsets partition, wherever it is
-            locator = locator or GroupCoordinatorLocator(broker)
+            # the leader of the key's __consumer_offsets / __transaction_state partition, wherever it is
+            locator = locators.get(kind)
+            if locator is None:
+                spec = offsets_topic_spec(broker) if kind is CoordinatorType.GROUP else transaction_state_topic_spec(broker)
+                locator = locators[kind] = CoordinatorLocator(broker, spec)
             code, node_id, host, port = await locator.find(key)
             entry.update(error_code=code, node_id=node_id, host=host, port=port)
         else:
-            # One broker coordinates every group (and leads every __consumer_offsets partition).
+            # One broker coordinates every group and transaction (it leads every partition).
             entry.update(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port)
         return entry
 
@@ -221,7 +228,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             ))
         return {"throttle_time": 0, "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp[tp]})}
 
-    def fetch_group(group_id: str, topics: Any) -> tuple[int, list[dict]]:
+    def fetch_group(group_id: str, topics: Any, require_stable: bool) -> tuple[int, list[dict]]:
         coordinator = broker.group_coordinator
         wanted = None
         if topics is not None:
@@ -232,8 +239,13 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         if code != ErrorCode.none:
             return code, []
         order = wanted if wanted is not None else sorted(committed)
+        # a consumer that takes over must not start from an offset an open transaction may roll back
+        unstable = coordinator.unstable_offsets(group_id, order) if require_stable else set()
 
         def partition(tp: tuple[str, int]) -> dict:
+            if tp in unstable:
+                return {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                        "error_code": ErrorCode.unstable_offset_commit}
             found = committed.get(tp)
             if found is None:
                 return {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": "", "error_code": ErrorCode.none}
@@ -246,10 +258,10 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         if ctx.api_version >= 8:
             groups = []
             for g in req.groups or ():
-                code, topics = fetch_group(g.group_id, g.topics)
+                code, topics = fetch_group(g.group_id, g.topics, req.require_stable)
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
             return {"throttle_time": 0, "groups": groups}
-        code, topics = fetch_group(req.group_id, req.topics)
+        code, topics = fetch_group(req.group_id, req.topics, getattr(req, "require_stable", False))
         if code != ErrorCode.none and ctx.api_version < 2:
             # v1 has no group-level error: report it on every requested partition.
             topics = [

@@ -1,4 +1,4 @@
-"""Produce (0) and InitProducerId (22).
+"""Produce (0) and InitProducerId (22) (with a transactional id: tieredlog.server.txn_apis).
 
 Record bytes go to the partition's leader append untouched (the log validates CRC, sizes and
 sequences and patches offsets in place). acks=1 is answered once the leader has appended; acks=all
@@ -19,7 +19,6 @@ from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
-from tieredlog.server.transactions import NO_TRANSACTION_COORDINATOR
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -144,7 +143,9 @@ async def _wait_for_isr(broker: Broker, waits: list[tuple[TopicPartition, int, d
 
 async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict:
     if req.transactional_id is not None:
-        return {"error_code": NO_TRANSACTION_COORDINATOR, "producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
+        from tieredlog.server import txn_apis  # it builds on this module's error mapping
+
+        return await txn_apis.init_producer_id(ctx, req)
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < 32766:

@@ -1,0 +1,238 @@
+"""Transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27),
+TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66); InitProducerId with a
+transactional id comes here from produce_api.
+
+Each handler reads its request's fields, asks the transaction coordinator (or, for TxnOffsetCommit,
+the group coordinator; for WriteTxnMarkers, the partitions' logs) and answers with a dict of response
+fields. PRODUCER_FENCED (KIP-588) is sent as INVALID_PRODUCER_EPOCH to the request versions older
+than it, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from tieredlog.coordinator.schema import partition_for
+from tieredlog.coordinator.storage import OFFSETS_TOPIC, Producer
+from tieredlog.coordinator.transaction.coordinator import TransactionCoordinator
+from tieredlog.log.types import AppendOrigin, TopicPartition
+from tieredlog.protocol.api import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
+    LIST_TRANSACTIONS,
+    TXN_OFFSET_COMMIT,
+    WRITE_TXN_MARKERS,
+)
+from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
+from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.produce_api import error_code_of
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+# The first version of each API that knows PRODUCER_FENCED (KIP-588).
+_PRODUCER_FENCED_SINCE = {ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2, TXN_OFFSET_COMMIT: 3}
+INIT_PRODUCER_ID_FENCED_SINCE = 4
+
+
+def for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
+    if code == ErrorCode.producer_fenced and version < _PRODUCER_FENCED_SINCE.get(api_key, INIT_PRODUCER_ID_FENCED_SINCE):
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+def _coordinator(broker: Broker) -> TransactionCoordinator | None:
+    return broker.transaction_coordinator
+
+
+def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
+    meta = broker.get_topic(topic)
+    return meta is not None and 0 <= partition < meta.partitions
+
+
+async def init_producer_id(ctx: RequestContext, req: Any) -> dict:
+    """InitProducerId with a transactional id."""
+    out = {"producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
+    coordinator = _coordinator(ctx.broker)
+    if coordinator is None:
+        return {**out, "error_code": ErrorCode.coordinator_not_available}
+    timeout = req.transaction_timeout
+    timeout_ms = round(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
+    code, pid, epoch = await coordinator.init_producer_id(
+        req.transactional_id, timeout_ms, getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1))
+    return {**out, "error_code": for_version(code, 22, ctx.api_version), "producer_id": pid, "producer_epoch": epoch}
+
+
+async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    topics = [(t.name, list(t.partitions or ())) for t in req.v3_and_below_topics or ()]
+    wanted = [(name, p) for name, parts in topics for p in parts]
+    # as Kafka: one unknown partition fails the request; the others are not attempted
+    unknown = {tp for tp in wanted if not _partition_exists(broker, *tp)}
+    coordinator = _coordinator(broker)
+    if unknown:
+        result = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                  for tp in wanted}
+    elif coordinator is None:
+        result = {tp: ErrorCode.coordinator_not_available for tp in wanted}
+    else:
+        code = await coordinator.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                                req.v3_and_below_producer_epoch, wanted)
+        code = for_version(code, ADD_PARTITIONS_TO_TXN, ctx.api_version)
+        result = {tp: code for tp in wanted}
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+        {"name": name, "results_by_partition": [{"partition_index": p, "partition_error_code": result[(name, p)]}
+                                                for p in parts]}
+        for name, parts in topics]}
+
+
+async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    coordinator = _coordinator(broker)
+    offsets = broker.get_topic(OFFSETS_TOPIC)
+    if coordinator is None or offsets is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
+    tp = (OFFSETS_TOPIC, partition_for(req.group_id, offsets.partitions))
+    code = await coordinator.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp])
+    return {"throttle_time": 0, "error_code": for_version(code, ADD_OFFSETS_TO_TXN, ctx.api_version)}
+
+
+async def end_txn(ctx: RequestContext, req: Any) -> dict:
+    coordinator = _coordinator(ctx.broker)
+    if coordinator is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
+    code = await coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+    return {"throttle_time": 0, "error_code": for_version(code, END_TXN, ctx.api_version)}
+
+
+async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict:
+    broker = ctx.broker
+    order: list[tuple[str, int]] = []
+    requested: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    result: dict[tuple[str, int], ErrorCode] = {}
+    for t in req.topics or ():
+        for p in t.partitions or ():
+            tp = (t.name, p.partition_index)
+            order.append(tp)
+            if not _partition_exists(broker, *tp):
+                result[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                requested[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+    groups = broker.group_coordinator
+    if groups is None:
+        result.update({tp: ErrorCode.coordinator_not_available for tp in requested})
+    elif requested:
+        answers = await groups.txn_commit_offsets(
+            req.group_id, Producer(req.producer_id, req.producer_epoch), getattr(req, "member_id", ""),
+            getattr(req, "group_instance_id", None), getattr(req, "generation_id", -1), requested)
+        result.update({tp: for_version(code, TXN_OFFSET_COMMIT, ctx.api_version) for tp, code in answers.items()})
+    topics: dict[str, list[dict]] = {}
+    for name, p in order:
+        topics.setdefault(name, []).append({"partition_index": p, "error_code": result[(name, p)]})
+    return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+
+async def write_markers_locally(broker: Broker, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                committed: bool, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+    """Append a marker to each partition this broker leads and wait until its ISR has it (Kafka's
+    appendRecords with acks=-1 from the coordinator); the group coordinator then settles the
+    transaction's offsets on `__consumer_offsets` partitions."""
+    rm = broker.replica_manager
+    result: dict[tuple[str, int], ErrorCode] = {}
+    waits = []
+    now = int(time.time() * 1000)
+    control = CONTROL_COMMIT if committed else CONTROL_ABORT
+    for tp in sorted(partitions):
+        if rm is None or broker.get_partition_log(*tp) is None:
+            result[tp] = ErrorCode.unknown_topic_or_partition
+            continue
+        batch = build_control_batch(control, producer_id, producer_epoch, 0, now, coordinator_epoch)
+        try:
+            info = rm.append_to_leader(TopicPartition(*tp), batch, -1, AppendOrigin.COORDINATOR)
+        except Exception as exc:  # noqa: BLE001 - this partition's answer
+            result[tp] = error_code_of(exc)
+            if result[tp] == ErrorCode.unknown_server_error:
+                log.exception("writing a transaction marker to %s-%d failed", *tp)
+            continue
+        broker.append_watchers.notify(tp)
+        waits.append((tp, info.last_offset + 1))
+    if waits:
+        assert rm is not None
+        timeout_s = broker.config["request.timeout.ms"] / 1000
+        errors = await asyncio.gather(*(rm.wait_for_acks(TopicPartition(*tp), end, timeout_s) for tp, end in waits))
+        for (tp, _), error in zip(waits, errors):
+            result[tp] = ErrorCode.none if error is None else error.code  # type: ignore[attr-defined]
+    groups = broker.group_coordinator
+    if groups is not None:
+        for tp, code in result.items():
+            if tp[0] == OFFSETS_TOPIC and code == ErrorCode.none:
+                groups.complete_txn(producer_id, committed, tp[1])
+    return result
+
+
+async def write_txn_markers(ctx: RequestContext, req: Any) -> dict:
+    out = []
+    for m in req.markers or ():
+        partitions = {(t.name, p) for t in m.topics or () for p in t.partition_indexes or ()}
+        result = await write_markers_locally(ctx.broker, m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                                             m.transaction_result, partitions)
+        topics: dict[str, list[dict]] = {}
+        for (name, p), code in sorted(result.items()):
+            topics.setdefault(name, []).append({"partition_index": p, "error_code": code})
+        out.append({"producer_id": m.producer_id,
+                    "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]})
+    return {"markers": out}
+
+
+async def describe_transactions(ctx: RequestContext, req: Any) -> dict:
+    coordinator = _coordinator(ctx.broker)
+    states = []
+    for tid in req.transactional_ids or ():
+        entry: dict[str, Any] = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
+                                 "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+        if coordinator is None:
+            states.append({**entry, "error_code": ErrorCode.coordinator_not_available})
+            continue
+        code, md = coordinator.describe_transaction(tid)
+        if md is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, p in sorted(md.partitions):
+                by_topic.setdefault(topic, []).append(p)
+            entry.update(transaction_state=md.state.display_name, transaction_timeout=md.timeout_ms,
+                         transaction_start_time=md.start_ms, producer_id=md.producer_id,
+                         producer_epoch=md.producer_epoch,
+                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()])
+        states.append({**entry, "error_code": code})
+    return {"throttle_time": 0, "transaction_states": states}
+
+
+async def list_transactions(ctx: RequestContext, req: Any) -> dict:
+    coordinator = _coordinator(ctx.broker)
+    if coordinator is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "unknown_state_filters": [],
+                "transaction_states": []}
+    code, found, unknown = coordinator.list_transactions(
+        set(req.state_filters or ()), set(req.producer_id_filters or ()), getattr(req, "duration_filter", -1))
+    return {"throttle_time": 0, "error_code": code, "unknown_state_filters": unknown, "transaction_states": [
+        {"transactional_id": tid, "producer_id": pid, "transaction_state": state} for tid, pid, state in found]}
+
+
+def handlers() -> dict[int, Handler]:
+    return {
+        ADD_PARTITIONS_TO_TXN: add_partitions_to_txn,
+        ADD_OFFSETS_TO_TXN: add_offsets_to_txn,
+        END_TXN: end_txn,
+        WRITE_TXN_MARKERS: write_txn_markers,
+        TXN_OFFSET_COMMIT: txn_offset_commit,
+        DESCRIBE_TRANSACTIONS: describe_transactions,
+        LIST_TRANSACTIONS: list_transactions,
+    }
