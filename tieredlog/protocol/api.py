@@ -46,6 +46,7 @@ LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
 ALTER_PARTITION = 56
 DESCRIBE_CLUSTER = 60
+DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
@@ -89,6 +90,7 @@ API_NAMES: dict[int, str] = {
     OFFSET_DELETE: "OffsetDelete",
     ALTER_PARTITION: "AlterPartition",
     DESCRIBE_CLUSTER: "DescribeCluster",
+    DESCRIBE_PRODUCERS: "DescribeProducers",
     DESCRIBE_TRANSACTIONS: "DescribeTransactions",
     LIST_TRANSACTIONS: "ListTransactions",
 }
@@ -110,6 +112,7 @@ CORE_VERSIONS: dict[int, tuple[int, int]] = {
     CREATE_PARTITIONS: (0, 3),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_PRODUCERS: (0, 0),
 }
 
 # Produce versions a Kafka 4 broker advertises but refuses (answered with UNSUPPORTED_VERSION).

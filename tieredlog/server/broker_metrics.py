@@ -14,6 +14,9 @@ kafka.server:type=ReplicaManager,name=UnderMinIsrPartitionCount              kaf
 kafka.server:type=ReplicaManager,name=AtMinIsrPartitionCount                 kafka_server_replicamanager_atminisrpartitioncount
 kafka.server:type=ReplicaManager,name=IsrShrinksPerSec                       kafka_server_replicamanager_isrshrinks_total
 kafka.server:type=ReplicaManager,name=IsrExpandsPerSec                       kafka_server_replicamanager_isrexpands_total
+kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount   kafka_server_replicamanager_partitionswithlatetransactionscount
+kafka.log:type=Log,name=OpenTransactionCount (tieredlog's)                   kafka_log_log_opentransactioncount                          topic, partition
+kafka.log:type=Log,name=OldestOpenTransactionAgeMs (tieredlog's)             kafka_log_log_oldestopentransactionagems                    topic, partition
 kafka.controller:type=KafkaController,name=ActiveControllerCount             kafka_controller_kafkacontroller_activecontrollercount
 kafka.controller:type=KafkaController,name=OfflinePartitionsCount            kafka_controller_kafkacontroller_offlinepartitionscount
 kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec                      kafka_server_brokertopicmetrics_bytesin_total               topic
@@ -23,6 +26,14 @@ kafka.server:type=BrokerTopicMetrics,name=ReplicationBytesOutPerSec          kaf
 kafka.network:type=RequestMetrics,name=RequestsPerSec                        kafka_network_requestmetrics_requests_total                 request
 kafka.network:type=RequestMetrics,name=TotalTimeMs (a histogram, in ms)      kafka_network_requestmetrics_totaltimems                    request
 ==========================================================================  ==========================================================  =======
+
+Hanging transactions: PartitionsWithLateTransactionsCount is Kafka's (KIP-664: partitions led here whose
+oldest open transaction's producer has been silent for transaction.max.timeout.ms plus 5 minutes). The two
+per-partition gauges are tieredlog's, for partitions led here that hold an open transaction (absent
+otherwise, so a broker with thousands of partitions exports no series for them): how many transactions
+are open and how long ago the oldest began (tieredlog.server.open_transactions). An oldest age beyond
+transaction.max.timeout.ms is a transaction no coordinator will end; `tieredlog transactions
+find-hanging` names it and `abort` ends it.
 
 Nothing here is maintained on the request path beyond a dict add: the produce and fetch handlers add
 one number per partition, the connection one observation per request (all on the event loop), and
@@ -44,6 +55,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from tieredlog.controller.context import PartitionState
 from tieredlog.protocol.api import api_name
+from tieredlog.server.open_transactions import has_late_transaction, open_transactions
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -57,6 +69,8 @@ TOTAL_TIME_BUCKETS_MS: tuple[float, ...] = (
     0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
 )
 _BUCKET_LABELS = [repr(float(b)) for b in TOTAL_TIME_BUCKETS_MS] + ["+Inf"]
+# Kafka's transaction.max.timeout.ms default, for a broker configured without it
+DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
 
 
 class _ApiStats:
@@ -108,6 +122,7 @@ class BrokerMetrics:
 
     def collect(self) -> Iterator[Any]:
         yield from self._replica_manager_families()
+        yield from self._transaction_families()
         yield from self._controller_families()
         yield from self._topic_families()
         yield from self._request_families()
@@ -146,6 +161,34 @@ class BrokerMetrics:
                                   value=shrinks)
         yield CounterMetricFamily(g + "isrexpands", "IsrExpandsPerSec: ISR expansions the controller accepted",
                                   value=expands)
+
+    def _transaction_families(self) -> Iterator[Any]:
+        rm = self._broker.replica_manager
+        partitions = list(rm.partitions.values()) if rm is not None else []
+        max_timeout_ms = int(self._broker.config.get("transaction.max.timeout.ms", DEFAULT_TRANSACTION_MAX_TIMEOUT_MS))
+        now_ms = time.time_ns() // 1_000_000
+        late = 0
+        count = GaugeMetricFamily("kafka_log_log_opentransactioncount",
+                                  "OpenTransactionCount: transactions open on a partition led here",
+                                  labels=["topic", "partition"])
+        oldest = GaugeMetricFamily("kafka_log_log_oldestopentransactionagems",
+                                   "OldestOpenTransactionAgeMs: ms since the oldest open transaction of a partition "
+                                   "led here began", labels=["topic", "partition"])
+        for p in partitions:
+            if not p.is_leader:
+                continue  # as Kafka's late count: a follower mirrors its leader's transactions
+            txns = open_transactions(p.log.producer_state)
+            if not txns:
+                continue
+            labels = [p.tp.topic, str(p.tp.partition)]
+            count.add_metric(labels, len(txns))
+            oldest.add_metric(labels, max(t.age_ms(now_ms) for t in txns))
+            late += has_late_transaction(txns, now_ms, max_timeout_ms)
+        yield GaugeMetricFamily("kafka_server_replicamanager_partitionswithlatetransactionscount",
+                                "PartitionsWithLateTransactionsCount: led here with a transaction open past "
+                                "transaction.max.timeout.ms plus 5 minutes", value=late)
+        yield count
+        yield oldest
 
     def _controller_families(self) -> Iterator[Any]:
         broker = self._broker

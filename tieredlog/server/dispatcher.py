@@ -39,12 +39,13 @@ class Dispatcher:
             metadata_apis,
             offset_apis,
             produce_api,
+            producer_apis,
             txn_apis,
         )
 
         self.broker = broker
         self.handlers: dict[int, Handler] = {API_VERSIONS: self.api_versions}
-        for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis):
+        for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis, producer_apis):
             self.handlers.update(mod.handlers())
         self.handlers.update(group_apis.group_handlers(broker))
         self.handlers.update(txn_apis.handlers())
