@@ -69,7 +69,7 @@ class LogAppendInfo:
 
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:
-    records: "FileSlice | bytes"
+    records: "FileSlice | bytes | memoryview"  # a memoryview: remote read-ahead memory, sent uncopied
     first_offset: int
     aborted_transactions: "list[AbortedTxn] | None" = None
 

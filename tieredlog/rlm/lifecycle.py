@@ -76,6 +76,10 @@ class RemoteSegmentLifecycle:
         """The FINISHED segment the RLMM serves ``offset`` of ``epoch`` from."""
         return self.rlmm.remote_log_segment_metadata(tip, epoch, offset)
 
+    def next_segment_with_txn_index(self, tip: TopicIdPartition, epoch: int, offset: int) -> RemoteLogSegmentMetadata | None:
+        """KIP-1058: the first FINISHED segment of ``epoch`` at or after ``offset`` with a txn index."""
+        return self.rlmm.next_segment_with_txn_index(tip, epoch, offset)
+
     def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
         return self.rlmm.highest_offset_for_epoch(tip, epoch)
 

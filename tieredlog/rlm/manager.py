@@ -5,8 +5,9 @@ on the copier pool and an expiration task (remote retention) on the expiration p
 follows, a follower task keeps ``highest_offset_in_remote_storage`` current so local retention can
 proceed. Consumer reads below the local log start go to a bounded reader pool, remote ListOffsets
 lookups to a pool of their own. Nothing here runs on the asyncio event loop except
-:meth:`read_async`, :meth:`try_read_cached` and the ``*_async`` lookups, which only queue work or
-slice bytes already read ahead into memory.
+:meth:`read_async`, :meth:`read_committed_async`, :meth:`try_read_cached` and the ``*_async``
+lookups, which only queue work, slice bytes already read ahead into memory or filter aborted
+transactions already walked.
 
 Collaborators (wired by ``tieredlog.server.remote_tier``): a ``LogProvider`` of the partition logs,
 the RSM and the RLMM. The tasks share a ``RemoteSegmentLifecycle`` (every metadata + object-store
@@ -33,7 +34,9 @@ from tieredlog.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from tieredlog.log.types import TopicPartition
+from tieredlog.log.index import AbortedTxn
+from tieredlog.log.types import FetchDataInfo, TopicPartition
+from tieredlog.rlm.aborted_txns import RemoteAbortedTxns, in_range
 from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.contracts import LogProvider, TieredLog
 from tieredlog.rlm.copier import RLMCopyTask
@@ -46,7 +49,7 @@ from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pending_deletes import PendingDeleteJournal
 from tieredlog.rlm.pool import FixedDelayScheduler, RemoteReaderPool, TaskContext
 from tieredlog.rlm.quota import RLMQuotaManager
-from tieredlog.rlm.reader import RemoteReadPath
+from tieredlog.rlm.reader import RemoteReadPath, RemoteRecords
 from tieredlog.rlmm.api import RemoteLogMetadataManager
 from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
@@ -114,6 +117,7 @@ class RemoteLogManager:
             c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter,
         )
         self.read_path = RemoteReadPath(self.lifecycle, rsm, self.index_cache, self.reader_pool)
+        self.aborted_txns = RemoteAbortedTxns(self.lifecycle, self.index_cache)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -154,6 +158,7 @@ class RemoteLogManager:
         """A deleted remote segment: its cached indexes and read-ahead go too."""
         self.index_cache.remove(segment_id)
         self.read_path.prefetch.drop_segment(segment_id)
+        self.aborted_txns.forget(segment_id)
 
     # ---- partitions -----------------------------------------------------------------------------
     def _tip(self, tp: TopicPartition, plog: TieredLog | None) -> TopicIdPartition:
@@ -368,25 +373,48 @@ class RemoteLogManager:
         gives empty bytes at once (Kafka: throttled partitions come back empty, without error).
         When a sequential reader's bytes are already in memory the future comes back done
         (:meth:`try_read_cached`)."""
+        return self._read_async(topic_partition, fetch_offset, max_bytes, min_one_message, committed=False)
+
+    def read_committed_async(
+        self, topic_partition: TopicPartition, fetch_offset: int, max_bytes: int, min_one_message: bool = True
+    ) -> Future:
+        """:meth:`read_async` for a read_committed consumer (FetchIsolation.TXN_COMMITTED): the future
+        yields a ``FetchDataInfo`` whose ``aborted_transactions`` are those overlapping the batches
+        returned, the consumer's means to drop their records (Kafka's RemoteLogManager.read with
+        READ_COMMITTED). Tiered data lies below the last stable offset, so the batches are the same.
+        Done at once when the bytes are in memory and the segment's aborted transactions were
+        walked before (:mod:`tieredlog.rlm.aborted_txns`); otherwise the reader pool reads or walks."""
+        return self._read_async(topic_partition, fetch_offset, max_bytes, min_one_message, committed=True)
+
+    def _read_async(
+        self, topic_partition: TopicPartition, fetch_offset: int, max_bytes: int, min_one: bool, committed: bool
+    ) -> Future:
         tp = TopicPartition(*topic_partition)
         self.metrics.fetch_requests.labels(tp.topic).inc()
+        fut: Future = Future()
         throttle_ms = self.fetch_quota.throttle_time_ms()
         if throttle_ms > 0:
             self.metrics.fetch_throttle_ms.inc(throttle_ms)
-            fut: Future = Future()
-            fut.set_result(b"")
+            fut.set_result(FetchDataInfo(b"", fetch_offset, []) if committed else b"")
             return fut
         try:
             plog = self.logs.get_log(tp)
             if plog is None:
                 raise UnknownTopicOrPartitionError(f"{tp} is not hosted here")
             tip = self._tip(tp, plog)
-            data = self._read_inline(tip, plog, fetch_offset, max_bytes, min_one_message)
-            if data is not None:
-                fut = Future()
-                fut.set_result(data)
+            rec = self._read_inline(tip, plog, fetch_offset, max_bytes, min_one)
+            if rec is None:
+                read = self._read_committed if committed else self._read
+                return self.reader_pool.submit(read, tip, plog, fetch_offset, max_bytes, min_one)
+            if not committed:
+                fut.set_result(rec.records)
                 return fut
-            return self.reader_pool.submit(self._read, tip, plog, fetch_offset, max_bytes, min_one_message)
+            txns = self._aborted_in(rec, plog, fetch_offset) if rec.records else []
+            if txns is None:
+                # the bytes are read; only the segment's aborted transactions are still to walk
+                return self.reader_pool.submit(self._with_aborted, tip, plog, rec, fetch_offset)
+            fut.set_result(FetchDataInfo(rec.records, fetch_offset, txns))
+            return fut
         except Exception as exc:
             self.metrics.fetch_errors.labels(tp.topic).inc()
             fut = Future()
@@ -412,38 +440,73 @@ class RemoteLogManager:
             tip = self._tip(tp, plog)
         except UnknownTopicOrPartitionError:
             return None
-        data = self._read_inline(tip, plog, fetch_offset, max_bytes, min_one_message)
-        if data is not None:
-            self.metrics.fetch_requests.labels(tp.topic).inc()
-        return data
+        rec = self._read_inline(tip, plog, fetch_offset, max_bytes, min_one_message)
+        if rec is None:
+            return None
+        self.metrics.fetch_requests.labels(tp.topic).inc()
+        return rec.records
 
     def _read_inline(self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int,
-                     min_one: bool) -> bytes | memoryview | None:
+                     min_one: bool) -> RemoteRecords | None:
         if self.closing or not self._started:
             return None
-        data = self.read_path.read_inline(tip, plog, fetch_offset, max_bytes, min_one)
-        if data is not None:
-            self.fetch_quota.record(len(data))
-            self.metrics.fetch_bytes.labels(tip.topic).inc(len(data))
-        return data
+        rec = self.read_path.read_inline(tip, plog, fetch_offset, max_bytes, min_one)
+        if rec is not None:
+            self.fetch_quota.record(len(rec.records))
+            self.metrics.fetch_bytes.labels(tip.topic).inc(len(rec.records))
+        return rec
 
     def _read(
         self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool
     ) -> bytes | memoryview:
+        return self._read_records(tip, plog, fetch_offset, max_bytes, min_one).records
+
+    def _read_committed(
+        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool
+    ) -> FetchDataInfo:
+        rec = self._read_records(tip, plog, fetch_offset, max_bytes, min_one)
+        return self._with_aborted(tip, plog, rec, fetch_offset)
+
+    def _read_records(
+        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool
+    ) -> RemoteRecords:
         try:
-            data = self.read_path.read(tip, plog, fetch_offset, max_bytes, min_one)
+            rec = self.read_path.read(tip, plog, fetch_offset, max_bytes, min_one)
         except OffsetOutOfRangeError:
             raise  # a client error, not a remote-storage failure (Kafka does not count it)
         except KafkaError:
             self.metrics.fetch_errors.labels(tip.topic).inc()
             raise
         except Exception as exc:
+            raise self._storage_error(tip, fetch_offset, exc) from exc
+        self.fetch_quota.record(len(rec.records))
+        self.metrics.fetch_bytes.labels(tip.topic).inc(len(rec.records))
+        return rec
+
+    def _with_aborted(self, tip: TopicIdPartition, plog: TieredLog, rec: RemoteRecords, fetch_offset: int) -> FetchDataInfo:
+        """``rec`` with the aborted transactions overlapping it (reader pool: may walk txn indexes)."""
+        if not rec.records or rec.segment is None:
+            return FetchDataInfo(rec.records, fetch_offset, [])
+        try:
+            txns = self.aborted_txns.for_segment(tip, plog, rec.segment)
+        except KafkaError:
             self.metrics.fetch_errors.labels(tip.topic).inc()
-            log.warning("%s: remote read at %d failed: %r", tip, fetch_offset, exc)
-            raise KafkaStorageError(f"remote read of {tip} at {fetch_offset} failed: {exc}") from exc
-        self.fetch_quota.record(len(data))
-        self.metrics.fetch_bytes.labels(tip.topic).inc(len(data))
-        return data
+            raise
+        except Exception as exc:
+            raise self._storage_error(tip, fetch_offset, exc) from exc
+        return FetchDataInfo(rec.records, fetch_offset, in_range(txns, fetch_offset, rec.next_offset))
+
+    def _aborted_in(self, rec: RemoteRecords, plog: TieredLog, fetch_offset: int) -> list[AbortedTxn] | None:
+        """The aborted transactions overlapping ``rec`` from a kept walk, without I/O; None when its
+        segment was not walked yet."""
+        txns = None if rec.segment is None else self.aborted_txns.cached(plog, rec.segment)
+        return None if txns is None else in_range(txns, fetch_offset, rec.next_offset)
+
+    def _storage_error(self, tip: TopicIdPartition, fetch_offset: int, exc: Exception) -> KafkaStorageError:
+        """What a remote read failing on ``exc`` (not a Kafka error) reports; counted and logged."""
+        self.metrics.fetch_errors.labels(tip.topic).inc()
+        log.warning("%s: remote read at %d failed: %r", tip, fetch_offset, exc)
+        return KafkaStorageError(f"remote read of {tip} at {fetch_offset} failed: {exc}")
 
     def read(self, topic_partition: TopicPartition, fetch_offset: int, max_bytes: int, timeout: float | None = None) -> bytes:
         """Blocking read (tools, tests): :meth:`read_async` and wait; a ``bytes`` copy."""

@@ -14,7 +14,7 @@ import struct
 import threading
 from collections import OrderedDict, deque
 from concurrent.futures import CancelledError, Future
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
 from tieredlog.log.index import CorruptIndexError
@@ -53,6 +53,17 @@ _I64 = struct.Struct(">q")
 # Extra bytes asked for beyond max_bytes: the offset index entry found is up to
 # index.interval.bytes (4 KiB by default) plus one batch before the wanted offset.
 SLACK_BYTES = 64 * 1024
+
+
+class RemoteRecords(NamedTuple):
+    """What one remote read returns: whole batches sliced from one remote segment (a read never
+    crosses a segment boundary), that segment, and the offset after the last batch (the fetch
+    offset when nothing was returned). A read_committed fetch finds its aborted transactions from
+    the last two."""
+
+    records: bytes | memoryview
+    segment: RemoteLogSegmentMetadata | None  # None: no segment held the offset
+    next_offset: int
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -281,36 +292,44 @@ class RemoteReadPath:
         return b"".join(parts)
 
     def read_inline(
-        self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True
-    ) -> bytes | memoryview | None:
+        self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True,
+        segment_ready: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+    ) -> RemoteRecords | None:
         """What :meth:`read` would answer, when the sequential stream waiting at ``fetch_offset``
         already holds those bytes in memory; None when it does not (no such stream, the bytes are
         still being read ahead, a read failed, the segment ends oddly): then call :meth:`read` on
         the pool. Never does I/O and never waits for a read in flight, so any thread, the event
-        loop included, may call it. Queues the stream's next read-ahead on the pool."""
+        loop included, may call it. Queues the stream's next read-ahead on the pool.
+        ``segment_ready``: whether the caller can answer from the stream's segment without I/O
+        (a read_committed fetch needs its aborted transactions); when not, None and the stream is
+        left as it was for the pool's read."""
         s = self.prefetch.take(tip, fetch_offset, count=False)
         if s is None:
             self.inline_misses += 1
             return None
+        if segment_ready is not None and not segment_ready(s.md):
+            self.prefetch.put(s)
+            self.inline_misses += 1
+            return None
         s.log = log
         try:
-            data = self._serve_inline(s, fetch_offset, max_bytes, min_one_message)
+            got = self._serve_inline(s, fetch_offset, max_bytes, min_one_message)
         except Exception:
             # bytes the slow path would fail on: it starts over from a fresh stream and reports it
             self.prefetch.release(s)
             self.inline_misses += 1
             return None
-        if data is None:
+        if got is None:
             self.prefetch.put(s)  # back for the pool's read, state unchanged in meaning
             self.inline_misses += 1
             return None
         self.prefetch.count_hit()
         self.inline_hits += 1
-        return data
+        return got
 
     def read(
         self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True
-    ) -> bytes | memoryview:
+    ) -> RemoteRecords:
         pending = self._starting.get((tip, fetch_offset))
         if pending is not None and pending.running():
             # read_inline queued this segment's set-up ahead of this read (the pool runs tasks in
@@ -324,15 +343,15 @@ class RemoteReadPath:
             s.log = log
             # a sequential reader: continue where the previous fetch ended, from bytes read ahead
             try:
-                data = self._serve(s, fetch_offset, max_bytes, min_one_message)
+                got = self._serve(s, fetch_offset, max_bytes, min_one_message)
             except BaseException:
                 self.prefetch.release(s)
                 raise
-            if data is not None:
-                return data
+            if got is not None:
+                return got
             fetch_offset = max(fetch_offset, s.md.end_offset + 1)
             if fetch_offset >= log.local_log_start_offset:
-                return b""
+                return RemoteRecords(b"", None, fetch_offset)
         md = self.find_segment(tip, log, fetch_offset)
         if md is None:
             raise OffsetOutOfRangeError(
@@ -343,7 +362,7 @@ class RemoteReadPath:
             s = _Stream(tip, md, fetch_offset, pos, log)
             s.chunk = s.first_chunk = min(CHUNK_MAX, max(self.chunk_min, 2 * max_bytes))
             try:
-                data = self._serve(s, fetch_offset, max_bytes, min_one_message, entry_offset if pos else None)
+                got = self._serve(s, fetch_offset, max_bytes, min_one_message, entry_offset if pos else None)
             except CorruptIndexError:
                 self.prefetch.release(s)
                 # fetched again on the next read: a bad transfer heals, a bad object fails again
@@ -352,19 +371,19 @@ class RemoteReadPath:
             except BaseException:
                 self.prefetch.release(s)
                 raise
-            if data is not None:
-                return data
+            if got is not None:
+                return got
             # nothing at or after fetch_offset in this segment: the range ended in an offset gap
             fetch_offset = md.end_offset + 1
             if fetch_offset >= log.local_log_start_offset:
                 break
             md = self.find_segment(tip, log, fetch_offset)
-        return b""
+        return RemoteRecords(b"", None, fetch_offset)
 
     # -- one stream -----------------------------------------------------------------------------
     def _serve(
         self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool, index_entry: int | None = None
-    ) -> bytes | memoryview | None:
+    ) -> RemoteRecords | None:
         """Whole batches from ``s`` starting at the batch holding ``fetch_offset``, up to
         ``max_bytes`` (at least one batch when ``min_one``); None when the segment has no batch
         at or after ``fetch_offset``. Puts ``s`` back for the next fetch, or releases it.
@@ -394,9 +413,10 @@ class RemoteReadPath:
                 return None
             s.p += h.size
         first_size = h.size
+        md = s.md  # read before parking: once parked, another thread may take the stream
         if first_size > max_bytes and not min_one:
             self._park(s, fetch_offset)
-            return b""
+            return RemoteRecords(b"", md, fetch_offset)
         limit = max(first_size, max_bytes) if min_one else max_bytes
         self._ensure(s, limit)
         cut = _cut(s, limit)
@@ -406,11 +426,11 @@ class RemoteReadPath:
             return None
         data, s.p, next_offset = cut
         self._park(s, next_offset)
-        return data
+        return RemoteRecords(data, md, next_offset)
 
     def _serve_inline(
         self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool
-    ) -> bytes | memoryview | None:
+    ) -> RemoteRecords | None:
         """:meth:`_serve` from the bytes ``s`` holds or has read ahead (landed reads only): the
         same answer, parked the same way; None, with ``s`` neither parked nor released (its state
         still valid for :meth:`_serve`), when that answer needs a read or a wait, or when the
@@ -425,9 +445,10 @@ class RemoteReadPath:
                 return None
             s.p += h.size
         first_size = h.size
+        md = s.md
         if first_size > max_bytes and not min_one:
             self._park(s, fetch_offset, inline=True)
-            return b""
+            return RemoteRecords(b"", md, fetch_offset)
         limit = max(first_size, max_bytes) if min_one else max_bytes
         if not self._ensure_now(s, limit):
             return None
@@ -436,7 +457,7 @@ class RemoteReadPath:
             return None
         data, s.p, next_offset = cut
         self._park(s, next_offset, inline=True)
-        return data
+        return RemoteRecords(data, md, next_offset)
 
     def _ensure(self, s: _Stream, n: int) -> bool:
         """Make ``s.data[s.p:]`` hold ``n`` bytes, or everything up to the end of the segment;
@@ -690,4 +711,4 @@ def _cut(s: _Stream, limit: int) -> tuple[bytes | memoryview, int, int] | None:
     return data, end, next_offset
 
 
-__all__ = ["RemoteReadPath", "PrefetchCache", "OffsetAndTimestamp", "SLACK_BYTES", "CHUNK_MIN", "READ_AHEAD_CHUNKS"]
+__all__ = ["RemoteReadPath", "RemoteRecords", "PrefetchCache", "OffsetAndTimestamp", "SLACK_BYTES", "CHUNK_MIN", "READ_AHEAD_CHUNKS"]

@@ -140,26 +140,48 @@ async def _read_local(
     return _records_size(info.records)
 
 
-def _start_remote(broker: Broker, pr: _PartitionRead, max_bytes: int, min_one: bool) -> Future | None:
+def _start_remote(
+    broker: Broker, pr: _PartitionRead, max_bytes: int, min_one: bool, isolation: FetchIsolation
+) -> Future | None:
     """Start the KIP-405 consumer read of ``pr`` below the local log start, of at most
     ``max_bytes`` (at least one batch when ``min_one``): the RLM's future, or None when the RLM
     answered at once (bytes a sequential reader had read ahead into memory, a throttled fetch, a
-    full reader queue), already put in ``pr.data``."""
-    assert broker.remote_log_manager is not None  # only partitions _read_local marked remote get here
+    full reader queue), already put in ``pr.data``. A read_committed fetch also gets the aborted
+    transactions of what it returns."""
+    rlm = broker.remote_log_manager
+    assert rlm is not None  # only partitions _read_local marked remote get here
+    read = rlm.read_committed_async if isolation is FetchIsolation.TXN_COMMITTED else rlm.read_async
     try:
-        fut = broker.remote_log_manager.read_async(
-            TopicPartition(pr.topic, pr.partition), pr.fetch_offset, max_bytes, min_one_message=min_one
-        )
+        fut = read(TopicPartition(pr.topic, pr.partition), pr.fetch_offset, max_bytes, min_one_message=min_one)
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
         return None
     if not fut.done():
         return fut
     try:
-        pr.data.records = fut.result() or b""  # bytes or a view of read-ahead memory, sent uncopied
+        _remote_done(pr, fut.result())
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
     return None
+
+
+def _remote_done(pr: _PartitionRead, result: bytes | memoryview | FetchDataInfo) -> None:
+    """A remote read's answer into ``pr.data``: the batches (bytes or a view of read-ahead memory,
+    sent uncopied), and for read_committed (a FetchDataInfo) their aborted transactions."""
+    d = pr.data
+    if isinstance(result, FetchDataInfo):
+        d.records = result.records or b""
+        d.aborted_transactions = _aborted(result)
+    else:
+        d.records = result or b""
+        d.aborted_transactions = None
+
+
+def _remote_empty(pr: _PartitionRead, isolation: FetchIsolation) -> None:
+    """No remote bytes this time (a spent fetch.max.bytes, a read past remote.fetch.max.wait.ms):
+    the client asks again."""
+    pr.data.records = b""
+    pr.data.aborted_transactions = [] if isolation is FetchIsolation.TXN_COMMITTED else None
 
 
 def _remote_failed(pr: _PartitionRead, exc: BaseException) -> None:
@@ -168,6 +190,7 @@ def _remote_failed(pr: _PartitionRead, exc: BaseException) -> None:
     if d.error_code == ErrorCode.unknown_server_error:
         log.warning("remote read of %s-%d at %d failed: %r", pr.topic, pr.partition, pr.fetch_offset, exc)
     d.records = b""
+    d.aborted_transactions = None
 
 
 def _remote_budgets(
@@ -186,20 +209,19 @@ def _remote_budgets(
     return out
 
 
-async def _read_remote(broker: Broker, pr: _PartitionRead, fut: Future) -> None:
+async def _read_remote(broker: Broker, pr: _PartitionRead, fut: Future, isolation: FetchIsolation) -> None:
     """Wait for the remote read ``fut`` of ``pr``, bounded by remote.fetch.max.wait.ms. On timeout
     the partition comes back empty without an error, so the client simply fetches again."""
-    d = pr.data
     wait_s = broker.config["remote.fetch.max.wait.ms"] / 1000
     try:
-        data = await asyncio.wait_for(asyncio.wrap_future(fut), wait_s)
+        result = await asyncio.wait_for(asyncio.wrap_future(fut), wait_s)
     except asyncio.TimeoutError:
-        d.records = b""
+        _remote_empty(pr, isolation)
         return
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
         return
-    d.records = data or b""
+    _remote_done(pr, result)
 
 
 def _record_follower_fetch(broker: Broker, replica_id: int, reads: list[_PartitionRead]) -> None:
@@ -303,11 +325,11 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
             waits = []
             for pr, max_bytes, min_one in _remote_budgets(remote, response_max - total, total == 0):
                 if max_bytes <= 0 and not min_one:
-                    pr.data.records = b""  # fetch.max.bytes is spent: the client asks again
-                elif (fut := _start_remote(broker, pr, max_bytes, min_one)) is not None:
+                    _remote_empty(pr, isolation)  # fetch.max.bytes is spent: the client asks again
+                elif (fut := _start_remote(broker, pr, max_bytes, min_one, isolation)) is not None:
                     waits.append((pr, fut))
             if waits:
-                await asyncio.gather(*(_read_remote(broker, pr, fut) for pr, fut in waits))
+                await asyncio.gather(*(_read_remote(broker, pr, fut, isolation) for pr, fut in waits))
             break
         remaining = deadline - time.monotonic()
         if total >= min_bytes or errors or not reads or remaining <= 0 or broker.stopping:
