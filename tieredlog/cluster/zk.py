@@ -393,6 +393,27 @@ class ZkClient:
                 return got[1]
             raise ZkVersionConflictError(path, expected_version) from None
 
+    # ---- /latest_producer_id_block --------------------------------------------------------------
+
+    def allocate_producer_id_block(self, broker_id: int, block_size: int) -> tuple[int, int]:
+        """Claim the next ``block_size`` producer ids for this broker: (first, last inclusive), as
+        Kafka's ZkProducerIdManager (a conditional update of /latest_producer_id_block, retried when
+        another broker claimed a block in between)."""
+        path = znodes.PRODUCER_ID_BLOCK_PATH
+        while True:
+            got = self.get_data(path)
+            if got is None:
+                self.ensure_path(path)
+                continue
+            data, stat = got
+            start = znodes.decode_producer_id_block_end(data) + 1
+            end = start + block_size - 1
+            try:
+                self._conditional_set(path, znodes.encode_producer_id_block(broker_id, start, end), stat.version, None)
+            except ZkVersionConflictError:
+                continue
+            return start, end
+
     # ---- /cluster/id ------------------------------------------------------------------------------
 
     def get_cluster_id(self) -> str | None:

@@ -97,6 +97,25 @@ def decode_json(data: bytes | None, what: str) -> dict[str, Any]:
 
 # ---- /cluster/id ---------------------------------------------------------------------------------
 
+PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+
+
+def encode_producer_id_block(broker_id: int, block_start: int, block_end: int) -> bytes:
+    """Kafka's ProducerIdBlockZNode: the last block handed out, its bounds as strings, end inclusive."""
+    return encode_json({"version": 1, "broker": broker_id, "block_start": str(block_start), "block_end": str(block_end)})
+
+
+def decode_producer_id_block_end(data: bytes) -> int:
+    """The last producer id of the block stored at /latest_producer_id_block (-1: none handed out yet)."""
+    if not data:
+        return -1
+    value = decode_json(data, f"the producer id block at {PRODUCER_ID_BLOCK_PATH}").get("block_end")
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise MalformedZnodeError(f"{PRODUCER_ID_BLOCK_PATH} has no block_end: {data!r}") from None
+
+
 def encode_cluster_id(cluster_id: str) -> bytes:
     return encode_json({"version": "1", "id": cluster_id})  # the version is a string in Kafka's JSON
 

@@ -46,10 +46,12 @@ from tieredlog.server.broker_metrics import BrokerMetrics, MetricsEndpoint
 from tieredlog.server.cluster_node import ClusterNode, attach_state_change_log, detach_state_change_log
 from tieredlog.server.coordinators import (
     create_cluster_group_coordinator,
+    create_cluster_transaction_coordinator,
     create_group_coordinator,
     create_transaction_coordinator,
 )
 from tieredlog.server.delayed import PartitionWatchers
+from tieredlog.server.producer_ids import ProducerIdManager
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
 
 if TYPE_CHECKING:
@@ -57,31 +59,6 @@ if TYPE_CHECKING:
     from tieredlog.rlm.partition_remover import RemotePartitionRemover
 
 log = logging.getLogger(__name__)
-
-PRODUCER_ID_BLOCK = 1000
-_PID_FILE = "tieredlog-producer-id-block"
-
-
-class ProducerIdManager:
-    """Hands out producer ids that never repeat across restarts: a block of ids is reserved on disk
-    before any id of it is used, and a restart starts at the next block."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            self._next = int(path.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            self._next = 0
-        self._block_end = self._next
-
-    def allocate(self) -> int:
-        if self._next >= self._block_end:
-            self._block_end = self._next + PRODUCER_ID_BLOCK
-            atomic_write(self.path, f"{self._block_end}\n".encode())
-        pid = self._next
-        self._next += 1
-        return pid
-
 
 def _load_cluster_id(log_dir: Path, node_id: int, configured: str | None) -> str:
     """Kafka keeps cluster.id in meta.properties in every log dir; we do the same."""
@@ -163,7 +140,8 @@ class Broker:
             self._config_changes = ConfigChangeListener(
                 self.cluster.zk, functools.partial(self._topic_config_changed, loop), name=str(self.node_id))
             self._config_changes.start()
-        self.producer_ids = ProducerIdManager(first / _PID_FILE)
+        self.producer_ids = (ProducerIdManager.in_log_dir(first) if self.cluster is None
+                             else ProducerIdManager.in_zookeeper(self.cluster.zk, self.node_id))
         if self.cluster_node is None:
             self.topics = self._store.load()  # before the logs load, so they get their topic configs
         if not self.remote_storage_system_enabled:
@@ -197,6 +175,8 @@ class Broker:
             # serves the groups of the __consumer_offsets partitions the controller makes this broker lead
             self.group_coordinator = create_cluster_group_coordinator(self)
             await self.group_coordinator.start()
+            self.transaction_coordinator = create_cluster_transaction_coordinator(self)
+            await self.transaction_coordinator.start()
             from tieredlog.server.remote_tier import create_cluster_remote_log_manager
 
             self.remote_log_manager = create_cluster_remote_log_manager(self)

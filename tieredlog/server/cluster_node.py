@@ -75,6 +75,14 @@ class ClusterNode:
             return None
         return cid, ep.host or "127.0.0.1", ep.port
 
+    def inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """(host, port) this broker uses to send requests to another broker (from its registration)."""
+        info = self.membership.brokers.get(broker_id)
+        if info is None:
+            return None
+        ep = inter_broker_endpoint(info, self._listener_name, self._security_protocol)
+        return None if ep is None else (ep.host or "127.0.0.1", ep.port)
+
     def broker_epoch(self) -> int:
         epoch = self.membership.broker_epoch
         return -1 if epoch is None else epoch

@@ -43,6 +43,7 @@ from tieredlog.coordinator.transaction.coordinator import (
 from tieredlog.errors import TopicAlreadyExistsError
 from tieredlog.log.types import TopicPartition
 from tieredlog.server.consumer_protocol import subscribed_topics
+from tieredlog.server.txn_markers import ClusterMarkerWriter, LocalMarkerWriter
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -187,25 +188,11 @@ class CoordinatorLocator:
 # -- the transaction coordinator ------------------------------------------------------------------------
 
 
-class LocalMarkerWriter:
-    """A broker alone leads every partition: markers are appended here, without a request."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    async def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
-                            partitions: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
-        from tieredlog.server.txn_apis import write_markers_locally
-
-        return await write_markers_locally(self._broker, producer_id, producer_epoch, coordinator_epoch,
-                                           committed, partitions)
-
-
 def _producer_id_source(broker: Broker):  # noqa: ANN202 - an async () -> int
     async def next_producer_id() -> int:
         producer_ids = broker.producer_ids
         assert producer_ids is not None, "made at start-up, before any coordinator"
-        return producer_ids.allocate()
+        return await producer_ids.next_producer_id()
 
     return next_producer_id
 
@@ -220,3 +207,36 @@ def create_transaction_coordinator(broker: Broker) -> TransactionCoordinator:
                           topic=TRANSACTION_STATE_TOPIC)
     return TransactionCoordinator(config, LoopScheduler(), store, _producer_id_source(broker), LocalMarkerWriter(broker),
                                   partition_exists=lambda tp: broker.get_partition_log(*tp) is not None)
+
+
+def create_cluster_transaction_coordinator(broker: Broker) -> TransactionCoordinator:
+    """A cluster member's coordinator: the transactional ids of the `__transaction_state` partitions
+    this broker leads, at their leader epoch as coordinator epoch; markers to every partition's leader."""
+    config = TransactionConfig.from_properties(broker.config)
+    rm = broker.replica_manager
+    assert rm is not None, "the replica manager is made before the coordinator"
+    store = ReplicatedGroupStore(
+        lambda p: broker.get_partition_log(TRANSACTION_STATE_TOPIC, p), config.num_partitions, rm,
+        commit_timeout_ms=broker.config["request.timeout.ms"], on_appended=broker.append_watchers.notify,
+        topic=TRANSACTION_STATE_TOPIC)
+
+    def partition_exists(tp: tuple[str, int]) -> bool:
+        node = broker.cluster_node
+        return node is not None and node.metadata.partition(*tp) is not None
+
+    coordinator = TransactionCoordinator(config, LoopScheduler(), store, _producer_id_source(broker),
+                                         ClusterMarkerWriter(broker), cluster=True, partition_exists=partition_exists)
+
+    def on_leadership(tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
+        if tp.topic != TRANSACTION_STATE_TOPIC:
+            return
+        topic = broker.get_topic(TRANSACTION_STATE_TOPIC)
+        if topic is not None:
+            store.num_partitions = topic.partitions  # the id -> partition mapping follows the topic as it is
+        if is_leader:
+            coordinator.on_elected(tp.partition, leader_epoch)
+        else:
+            coordinator.on_resigned(tp.partition, leader_epoch)
+
+    rm.leadership_listeners.append(on_leadership)
+    return coordinator

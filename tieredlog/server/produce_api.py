@@ -153,7 +153,13 @@ async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict:
         return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1, "throttle_time": 0}
     producer_ids = ctx.broker.producer_ids
     assert producer_ids is not None, "the broker serves requests only after start() made its producer id manager"
-    return {"error_code": 0, "producer_id": producer_ids.allocate(), "producer_epoch": 0, "throttle_time": 0}
+    try:
+        pid = await producer_ids.next_producer_id()
+    except Exception as exc:  # noqa: BLE001 - ZooKeeper or the disk failed: the client retries
+        log.warning("could not reserve a block of producer ids: %s", exc)
+        return {"error_code": ErrorCode.coordinator_not_available, "producer_id": -1, "producer_epoch": -1,
+                "throttle_time": 0}
+    return {"error_code": 0, "producer_id": pid, "producer_epoch": 0, "throttle_time": 0}
 
 
 def handlers() -> dict[int, Handler]:

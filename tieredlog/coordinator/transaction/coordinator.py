@@ -74,6 +74,9 @@ class MarkerWriter(Protocol):
         """Write a COMMIT or ABORT marker to each partition at its leader; the error per partition
         (NONE once the partition has it)."""
 
+    async def close(self) -> None:
+        """Release connections to other brokers."""
+
 
 ProducerIdSource = Callable[[], Awaitable[int]]
 
@@ -125,6 +128,7 @@ class TransactionCoordinator:
             timer.cancel()
         for task in list(self._tasks):
             task.cancel()
+        await self._markers.close()
 
     def _schedule(self, interval_ms: int, action: Callable[[], None]) -> None:
         def tick() -> None:
@@ -242,7 +246,11 @@ class TransactionCoordinator:
             return (code, *fail)
         md = self.transactions.get(transactional_id)
         if md is None:
-            pid = await self._producer_ids()
+            try:
+                pid = await self._producer_ids()
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper or the disk failed: the client retries
+                log.warning("could not reserve a block of producer ids: %s", exc)
+                return (ErrorCode.coordinator_not_available, *fail)
             md = self.transactions.setdefault(transactional_id,
                                               TransactionMetadata(transactional_id, pid, NO_PRODUCER_EPOCH, timeout_ms))
         if md.pending is not None or md.state.is_preparing or md.state is TransactionState.PREPARE_EPOCH_FENCE:
@@ -265,7 +273,11 @@ class TransactionCoordinator:
         now = self.scheduler.wall_clock_ms()
         pid, epoch = md.producer_id, md.producer_epoch + 1
         if md.producer_epoch >= MAX_PRODUCER_EPOCH:
-            pid, epoch = await self._producer_ids(), 0  # the epoch is exhausted: a new producer id
+            try:
+                pid, epoch = await self._producer_ids(), 0  # the epoch is exhausted: a new producer id
+            except Exception as exc:  # noqa: BLE001
+                log.warning("could not reserve a block of producer ids: %s", exc)
+                return (ErrorCode.coordinator_not_available, *fail)
         record = md.stored(TransactionState.EMPTY, producer_id=pid, producer_epoch=epoch, partitions=set(),
                            timeout_ms=timeout_ms, start_ms=-1, now_ms=now)
         code = await self._write(md, record)

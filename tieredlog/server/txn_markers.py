@@ -1,0 +1,118 @@
+"""Where a transaction coordinator's markers go: to each partition's leader.
+
+Alone, a broker leads every partition and appends the markers itself (`LocalMarkerWriter`). In a
+cluster (`ClusterMarkerWriter`) the partitions are grouped by their leader in the metadata cache: those
+led here are appended here, the others are sent as one WriteTxnMarkers request per leader (Kafka's
+TransactionMarkerChannelManager), on a connection kept per broker. A partition without a known
+leader, or whose leader cannot be reached, answers a retriable error and the coordinator tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from tieredlog.protocol.api import WRITE_TXN_MARKERS
+from tieredlog.protocol.async_client import AsyncKafkaConnection
+from tieredlog.server.txn_apis import write_markers_locally
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+class LocalMarkerWriter:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
+                            partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        return await write_markers_locally(self._broker, producer_id, producer_epoch, coordinator_epoch,
+                                           committed, partitions)
+
+    async def close(self) -> None:
+        pass
+
+
+class ClusterMarkerWriter:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._conns: dict[int, AsyncKafkaConnection] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
+                            partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        node = self._broker.cluster_node
+        assert node is not None
+        by_leader: dict[int, set[TopicPartition]] = {}
+        result: dict[TopicPartition, ErrorCode] = {}
+        for tp in partitions:
+            pm = node.metadata.partition(*tp)
+            if pm is None:
+                result[tp] = ErrorCode.unknown_topic_or_partition
+            elif pm.leader < 0:
+                result[tp] = ErrorCode.not_leader_or_follower
+            else:
+                by_leader.setdefault(pm.leader, set()).add(tp)
+        sends = []
+        for leader, tps in by_leader.items():
+            if leader == self._broker.node_id:
+                sends.append(write_markers_locally(self._broker, producer_id, producer_epoch, coordinator_epoch,
+                                                   committed, tps))
+            else:
+                sends.append(self._send(leader, producer_id, producer_epoch, coordinator_epoch, committed, tps))
+        for answer in await asyncio.gather(*sends):
+            result.update(answer)
+        return result
+
+    async def _send(self, leader: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                    committed: bool, partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in sorted(partitions):
+            by_topic.setdefault(topic, []).append(p)
+        body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
+                             "transaction_result": committed, "coordinator_epoch": coordinator_epoch,
+                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}]}
+        timeout_s = self._broker.config["request.timeout.ms"] / 1000
+        try:
+            conn = await self._connection(leader, timeout_s)
+            resp = await conn.request(WRITE_TXN_MARKERS, body, version=1, timeout_s=timeout_s)
+        except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+            log.warning("WriteTxnMarkers to broker %d failed: %s", leader, exc)
+            await self._drop(leader)
+            return {tp: ErrorCode.coordinator_not_available for tp in partitions}
+        result = {tp: ErrorCode.request_timed_out for tp in partitions}
+        for m in resp.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    result[(t.name, p.partition_index)] = ErrorCode(p.error_code)
+        return result
+
+    async def _connection(self, broker_id: int, timeout_s: float) -> AsyncKafkaConnection:
+        lock = self._locks.setdefault(broker_id, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(broker_id)
+            if conn is None or conn.closed:
+                node = self._broker.cluster_node
+                assert node is not None
+                ep = node.inter_broker_endpoint(broker_id)
+                if ep is None:
+                    raise ConnectionError(f"broker {broker_id} has no known endpoint")
+                conn = self._conns[broker_id] = await AsyncKafkaConnection.open(
+                    ep[0], ep[1], client_id=f"broker-{self._broker.node_id}-txn-markers", timeout_s=timeout_s)
+            return conn
+
+    async def _drop(self, broker_id: int) -> None:
+        conn = self._conns.pop(broker_id, None)
+        if conn is not None:
+            await conn.close()
+
+    async def close(self) -> None:
+        for broker_id in list(self._conns):
+            await self._drop(broker_id)
