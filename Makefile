@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ bench-replica-join: install-test system-deps
 # The Spark reader over SPARK_BENCH_MB (default 1024) MiB of tiered data, beside the broker path and raw reads.
 bench-spark: install-test system-deps
 	$(PY) -m bench bench_spark_reader
+
+# Transactional produce beside idempotent, read_committed beside read_uncommitted from the remote tier
+bench-transactions: install-test system-deps
+	$(PY) -m bench bench_transactions
 
 # The long fuzz run: many more hostile frames than `make test` sends, and hypothesis over every schema.
 fuzz: install-test system-deps
