@@ -139,9 +139,11 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
     elif _is_subclass(inner, datetime.timedelta) or inner is datetime.timedelta:
         conv = lambda v: v if isinstance(v, datetime.timedelta) else datetime.timedelta(milliseconds=int(v))  # noqa: E731
     elif _is_subclass(inner, datetime.datetime) or inner is datetime.datetime:
-        # Kafka's -1 "no timestamp" is a null datetime in kio; other ints are epoch milliseconds
+        # Kafka's -1 "no timestamp" is a null datetime in kio where the field is nullable; where it is not
+        # (DescribeTransactions' start time) the instant -1 ms from the epoch, which kio writes as -1.
+        # Other ints are epoch milliseconds.
         conv = lambda v: v if isinstance(v, datetime.datetime) or v is None else (  # noqa: E731
-            None if v < 0 else datetime.datetime.fromtimestamp(v / 1000, tz=datetime.timezone.utc)
+            None if v < 0 and optional else datetime.datetime.fromtimestamp(v / 1000, tz=datetime.timezone.utc)
         )
     elif _is_subclass(inner, bool):
         conv = bool
