@@ -45,6 +45,10 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 # on its next send loop; a partition without a leader gets one once the metadata has it).
 MARKER_RETRY_BACKOFF_S = 0.1
 MARKER_RETRY_BACKOFF_MAX_S = 2.0
+# A request that meets a transaction whose markers are being written waits this long for them before
+# it is answered CONCURRENT_TRANSACTIONS (Kafka answers at once; the client then backs off, which costs
+# more than the markers take on a healthy cluster).
+COMPLETION_WAIT_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,7 @@ class TransactionCoordinator:
         self.active = False
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[Cancellable] = []
+        self._completing: dict[str, asyncio.Event] = {}  # transactional id -> set once its markers are done
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -244,6 +249,7 @@ class TransactionCoordinator:
             return (ErrorCode.invalid_transaction_timeout, *fail)
         if (code := self._ownership_error(transactional_id)) is not None:
             return (code, *fail)
+        await self._await_completion(transactional_id)
         md = self.transactions.get(transactional_id)
         if md is None:
             try:
@@ -300,6 +306,7 @@ class TransactionCoordinator:
 
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                              partitions: Iterable[TopicPartition]) -> ErrorCode:
+        await self._await_completion(transactional_id)
         found = self._check_producer(transactional_id, producer_id, epoch)
         if isinstance(found, ErrorCode):
             return found
@@ -370,7 +377,25 @@ class TransactionCoordinator:
                         "check", md.transactional_id, code.name)
 
     def _complete_later(self, md: TransactionMetadata, committed: bool) -> None:
-        self._spawn(self._complete(md, committed), f"markers-{md.transactional_id}")
+        done = self._completing[md.transactional_id] = asyncio.Event()
+
+        async def complete() -> None:
+            try:
+                await self._complete(md, committed)
+            finally:
+                done.set()
+                if self._completing.get(md.transactional_id) is done:
+                    del self._completing[md.transactional_id]
+
+        self._spawn(complete(), f"markers-{md.transactional_id}")
+
+    async def _await_completion(self, transactional_id: str) -> None:
+        done = self._completing.get(transactional_id)
+        if done is not None:
+            try:
+                await asyncio.wait_for(done.wait(), COMPLETION_WAIT_S)
+            except asyncio.TimeoutError:
+                pass  # still writing markers: the caller answers CONCURRENT_TRANSACTIONS
 
     async def _complete(self, md: TransactionMetadata, committed: bool) -> None:
         """Write the markers until every partition has one, then CompleteCommit / CompleteAbort."""
