@@ -16,6 +16,7 @@ from tieredlog.protocol.api import DESCRIBE_TRANSACTIONS
 from tieredlog.protocol.codec import encode_response
 from tieredlog.tools import hanging_transactions as hanging
 from tieredlog.tools.cluster_admin import ClusterView, Node, PartitionInfo, TopicInfo
+from tieredlog.tools.describe_transactions_wire import decode_describe_transactions
 from tieredlog.tools.transaction_admin import (
     AbortTransactionSpec,
     AdminApiError,
@@ -24,7 +25,6 @@ from tieredlog.tools.transaction_admin import (
     TransactionDescription,
     TransactionListing,
     TransactionState,
-    decode_describe_transactions,
 )
 from tieredlog.tools.transactions import execute, parser, pretty_print_table
 

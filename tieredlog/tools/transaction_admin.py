@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, TypeVar
@@ -39,9 +38,8 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.protocol.codec import encode_request
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_uvarint
 from tieredlog.tools.cluster_admin import ClusterView, Node, describe_cluster, exception_message
+from tieredlog.tools.describe_transactions_wire import decode_describe_transactions
 
 T = TypeVar("T")
 
@@ -467,84 +465,6 @@ def _abort_result(spec: AbortTransactionSpec, code: ErrorCode) -> None:
         message = (f"WriteTxnMarkers request with {spec} failed due to unexpected error: "
                    f"{exception_message(code, None)}")
     raise AdminApiError(code, message, retriable=False)
-
-
-# ---- DescribeTransactions v0 response, by hand ------------------------------------------------------------
-
-
-class _Reader:
-    """Kafka's flexible-version primitives over one response frame."""
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def _fixed(self, fmt: struct.Struct) -> Any:
-        if self.pos + fmt.size > len(self.buf):
-            raise KafkaProtocolError(f"DescribeTransactions response truncated at byte {self.pos}")
-        (v,) = fmt.unpack_from(self.buf, self.pos)
-        self.pos += fmt.size
-        return v
-
-    def i16(self) -> int:
-        return int(self._fixed(_I16))
-
-    def i32(self) -> int:
-        return int(self._fixed(_I32))
-
-    def i64(self) -> int:
-        return int(self._fixed(_I64))
-
-    def uvarint(self) -> int:
-        try:
-            v, self.pos = read_uvarint(self.buf, self.pos)
-        except CorruptRecordError as exc:
-            raise KafkaProtocolError(f"DescribeTransactions response: {exc}") from None
-        return v
-
-    def string(self) -> str:
-        n = self.uvarint() - 1
-        if n < 0 or self.pos + n > len(self.buf):
-            raise KafkaProtocolError(f"DescribeTransactions response: bad string of {n} bytes at {self.pos}")
-        s = self.buf[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def array(self, item: Callable[[], T]) -> list[T]:
-        return [item() for _ in range(max(self.uvarint() - 1, 0))]
-
-    def tagged_fields(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self.pos += self.uvarint()
-
-
-_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-
-
-def decode_describe_transactions(payload: bytes) -> tuple[int, list[dict[str, Any]]]:
-    """(correlation id, transaction states) of a DescribeTransactions v0 response frame."""
-    r = _Reader(bytes(payload))
-    correlation_id = r.i32()
-    r.tagged_fields()  # response header v1
-    r.i32()  # throttle time
-
-    def topic() -> tuple[str, list[int]]:
-        name = r.string()
-        partitions = r.array(r.i32)
-        r.tagged_fields()
-        return name, partitions
-
-    def state() -> dict[str, Any]:
-        s = {"error_code": r.i16(), "transactional_id": r.string(), "transaction_state": r.string(),
-             "transaction_timeout_ms": r.i32(), "transaction_start_time_ms": r.i64(), "producer_id": r.i64(),
-             "producer_epoch": r.i16(), "topics": r.array(topic)}
-        r.tagged_fields()
-        return s
-
-    states = r.array(state)
-    r.tagged_fields()
-    return correlation_id, states
 
 
 def flatten(listings: Mapping[int, list[TransactionListing] | AdminApiError]) -> list[TransactionListing]:
