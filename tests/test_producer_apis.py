@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pytest
 from broker_harness import BrokerProcess
 from kio.schema.errors import ErrorCode
 from test_cluster_replication import member, partition_state
 from txn_helpers import HOUR_MS, create_topic, idempotent_batch, now_ms, open_transaction, produce_batch
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog import cli
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import DESCRIBE_PRODUCERS
 from tieredlog.protocol.client import KafkaClient
@@ -58,7 +60,8 @@ def test_every_active_producer_with_kafkas_fields_and_errors(broker_factory: Cal
 
 
 def test_cluster_a_follower_answers_and_a_broker_without_a_replica_does_not(
-        broker_factory: Callable[..., BrokerProcess], zk_connect: str) -> None:  # noqa: F811
+        broker_factory: Callable[..., BrokerProcess], zk_connect: str,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
     # no controlled shutdown at the end: nothing is left to hand over
     brokers = {i: broker_factory(member(zk_connect, i, {"controlled.shutdown.enable": "false"})) for i in (1, 2)}
     with ZkClient(zk_connect) as zk:
@@ -81,3 +84,16 @@ def test_cluster_a_follower_answers_and_a_broker_without_a_replica_does_not(
     assert describe(brokers[2].bootstrap, {"only1": [0]})[("only1", 0)].error_code == ErrorCode.not_leader_or_follower
     assert describe(brokers[2].bootstrap, {"only1": [1]})[("only1", 1)].error_code == \
         ErrorCode.unknown_topic_or_partition
+
+    # the tool asks the follower when told its id, and searches only the partitions with a replica there
+    def tool(*argv: str) -> tuple[int, list[list[str]]]:
+        capsys.readouterr()
+        rc = cli.main(["transactions", "--bootstrap-server", brokers[1].bootstrap, *argv])
+        return rc, [[c.strip() for c in line.split("\t")[:-1]] for line in capsys.readouterr().out.splitlines()]
+
+    rc, table = tool("describe-producers", "--topic", "both", "--partition", "0", "--broker-id", "2")
+    assert rc == 0 and [(r[0], r[5]) for r in table[1:]] == [("4100", str(start))]
+    open_transaction(brokers[1].bootstrap, "only1", 0, producer_id=4101, timestamp_ms=now_ms() - HOUR_MS)
+    for broker_id, hanging in (("2", ["both"]), ("1", ["both", "only1"])):
+        rc, table = tool("find-hanging", "--broker-id", broker_id)
+        assert rc == 0 and [r[0] for r in table[1:]] == hanging, broker_id

@@ -85,6 +85,12 @@ def test_a_hand_made_hanging_transaction_is_described_found_and_aborted(
     rc, _, err = tool(capsys, b, "abort", "--topic", "hang", "--partition", "0", "--start-offset", str(start))
     assert rc == 1 and err == f"Could not find any open transactions starting at offset {start} on partition hang-0\n"
 
+    # as for a broker without DescribeProducers: the producer named, coordinator epoch -1 taken as 0
+    other_start = last_stable_offset(b, "hang", 1)
+    assert tool(capsys, b, "abort", "--topic", "hang", "--partition", "1", "--producer-id", "6002",
+                "--producer-epoch", "0", "--coordinator-epoch", "-1") == (0, [], "")
+    assert last_stable_offset(b, "hang", 1) == other_start + 2 + 1
+
 
 def test_a_real_open_transaction_is_listed_described_not_hanging_and_aborted(
         broker_factory: Callable[..., BrokerProcess], capsys: pytest.CaptureFixture[str]) -> None:
