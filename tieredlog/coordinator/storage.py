@@ -62,7 +62,8 @@ class Producer(NamedTuple):
 
 
 def _batch(records: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int, producer: Producer | None) -> bytearray:
-    entries = [(key, value, [], timestamp_ms) for key, value in records]
+    entries: list[tuple[bytes, bytes | None, list[tuple[str, bytes]], int]] = [
+        (key, value, [], timestamp_ms) for key, value in records]
     if producer is None:
         return bytearray(build_batch(entries))
     # Kafka writes a transactional offset commit without a sequence: the coordinator is its only writer
@@ -86,6 +87,8 @@ class GroupStore(Protocol):
 class PartitionedGroupStore(GroupStore, Protocol):
     """A store over the partitions of `__consumer_offsets`, each read back on its own (a cluster
     member loads the partitions it leads)."""
+
+    num_partitions: int
 
     def partition_for(self, group_id: str) -> int: ...
 

@@ -201,8 +201,9 @@ def create_transaction_coordinator(broker: Broker) -> TransactionCoordinator:
     """A broker alone: `__transaction_state` in its own logs (created with Kafka's configs when
     missing; an existing topic keeps its partition count), every partition loaded at start-up."""
     config = TransactionConfig.from_properties(broker.config)
-    topic = broker.create_internal_topic(TRANSACTION_STATE_TOPIC, config.num_partitions,
-                                         transaction_state_topic_configs(broker))
+    # alone the ISR is this broker: a min ISR of 2 would only count every partition under-replicated
+    configs = {**transaction_state_topic_configs(broker), "min.insync.replicas": "1"}
+    topic = broker.create_internal_topic(TRANSACTION_STATE_TOPIC, config.num_partitions, configs)
     store = LogGroupStore(lambda p: broker.get_partition_log(TRANSACTION_STATE_TOPIC, p), topic.partitions,
                           topic=TRANSACTION_STATE_TOPIC)
     return TransactionCoordinator(config, LoopScheduler(), store, _producer_id_source(broker), LocalMarkerWriter(broker),

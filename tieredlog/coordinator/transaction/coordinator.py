@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterable, Protocol
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -121,7 +121,7 @@ class TransactionCoordinator:
         if not self.cluster:
             now = self.scheduler.wall_clock_ms()
             for p in range(self.store.num_partitions):
-                records = await asyncio.to_thread(lambda p=p: list(self.store.replay_partition(p)))
+                records = await asyncio.to_thread(self._replay, p)
                 self._adopt(p, 0, _load(records, now))
         self.active = True
         self._schedule(self.config.abort_timed_out_interval_ms, self.abort_timed_out_transactions)
@@ -135,6 +135,10 @@ class TransactionCoordinator:
             task.cancel()
         await self._markers.close()
 
+    def _replay(self, partition: int) -> list[ReplayedRecord]:
+        """A partition's records (reads the disk: called in a thread)."""
+        return list(self.store.replay_partition(partition))
+
     def _schedule(self, interval_ms: int, action: Callable[[], None]) -> None:
         def tick() -> None:
             if not self.active:
@@ -145,8 +149,8 @@ class TransactionCoordinator:
                 self._timers.append(self.scheduler.call_later(interval_ms, tick))
         self._timers.append(self.scheduler.call_later(interval_ms, tick))
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -179,7 +183,7 @@ class TransactionCoordinator:
         started = time.monotonic()
         now = self.scheduler.wall_clock_ms()
         try:
-            records = await asyncio.to_thread(lambda: list(self.store.replay_partition(partition)))
+            records = await asyncio.to_thread(self._replay, partition)
         except Exception:  # noqa: BLE001 - the partition stays unserved here; clients keep looking
             log.exception("%s-%d: loading the transactions failed", TRANSACTION_STATE_TOPIC, partition)
             if self.loading.get(partition) == coordinator_epoch:
