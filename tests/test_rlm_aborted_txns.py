@@ -14,74 +14,20 @@ The partition (each line a batch; ``Pn`` a transactional producer, ``*`` its mar
 
 from __future__ import annotations
 
-import uuid
 from concurrent.futures import wait
 
 import pytest
 
-from tests.helpers import Logs
-from tieredlog.log.config import LogConfig
-from tieredlog.log.types import AppendOrigin, FetchDataInfo
-from tieredlog.log.unified_log import UnifiedLog
+from tests.txn_layout import ABORT, COMMIT, TxnPartition, tier, tiered_log
+from tieredlog.log.types import FetchDataInfo
 from tieredlog.records.batch import iter_headers
-from tieredlog.records.record import build_batch, build_control_batch
-from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.manager import RemoteLogManager
-from tieredlog.rlm.partition_state import PartitionState
-from tieredlog.rlm.pool import TaskContext
-from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
-from tieredlog.rsm.local import LocalTieredStorage
-
-TS = 1_700_000_000_000
-ABORT, COMMIT = 0, 1
-
-
-class Partition:
-    """Appends the layout above and remembers each transaction's (producer, first offset, marker offset)."""
-
-    def __init__(self, plog: UnifiedLog) -> None:
-        self.plog = plog
-        self.seq: dict[int, int] = {}
-        self.first: dict[int, int] = {}
-        self.aborted: list[tuple[int, int, int]] = []
-        self.segments: list[tuple[int, int]] = []  # [start, end] of the rolled segments
-
-    def txn(self, pid: int, n: int = 2) -> None:
-        seq = self.seq.get(pid, 0)
-        recs = [(b"p%d" % pid, b"txn-%d-%d" % (pid, seq + i), [], TS) for i in range(n)]
-        info = self.plog.append_as_leader(
-            build_batch(recs, producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True), 0)
-        self.seq[pid] = seq + n
-        self.first.setdefault(pid, info.first_offset)
-
-    def plain(self, n: int = 2) -> None:
-        self.plog.append_as_leader(build_batch([(b"k", b"plain", [], TS) for _ in range(n)]), 0)
-
-    def end(self, pid: int, control: int) -> None:
-        info = self.plog.append_as_leader(build_control_batch(control, pid, 0, 0, TS), 0,
-                                          origin=AppendOrigin.COORDINATOR)
-        if control == ABORT:
-            self.aborted.append((pid, self.first[pid], info.first_offset))
-        del self.first[pid]
-        self.plog.update_high_watermark(self.plog.log_end_offset)
-
-    def roll(self) -> None:
-        self.segments.append((self.plog.active_segment.base_offset, self.plog.log_end_offset - 1))
-        self.plog.roll()
-
-    def expected(self, start: int, end_exclusive: int) -> set[tuple[int, int, int]]:
-        """Kafka's answer for returned batches ``[start, end_exclusive)``: every aborted transaction
-        whose range [first offset, marker] overlaps them."""
-        return {t for t in self.aborted if t[2] >= start and t[1] < end_exclusive}
 
 
 @pytest.fixture
 def tiered(tmp_path):
-    cfg = LogConfig(segment_bytes=1 << 20, index_interval_bytes=64, remote_storage_enable=True, retention_ms=-1,
-                    local_retention_bytes=1, file_delete_delay_ms=0, message_timestamp_after_max_ms=1 << 62,
-                    message_timestamp_before_max_ms=1 << 62)
-    plog = UnifiedLog(tmp_path / "logs" / "txn-0", cfg, topic_id=uuid.uuid4())
-    p = Partition(plog)
+    plog = tiered_log(tmp_path / "logs")
+    p = TxnPartition(plog)
     for pid in (1, 2, 3, 4):  # A
         p.txn(pid)
     p.plain()
@@ -105,16 +51,9 @@ def tiered(tmp_path):
     p.plain()
     plog.update_high_watermark(plog.log_end_offset)
     assert plog.last_stable_offset == plog.log_end_offset  # every transaction is decided
-
-    rsm = LocalTieredStorage(tmp_path / "remote")
-    rsm.configure({"broker.id": 0})
+    rlm = tier(plog, tmp_path / "remote", tmp_path / "logs")
     events: list = []
-    rsm.add_listener(events.append)
-    rlm_cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=32)
-    rlm = RemoteLogManager(rlm_cfg, Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
-    rlm.start()
-    rlm.copy_task(PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))).run(TaskContext())
-    plog.delete_old_segments()
+    rlm.rsm.add_listener(events.append)
     assert plog.local_log_start_offset == p.segments[-1][1] + 1  # A..D are remote only
     # the layout the tests rely on: B has no txn index, markers in a later remote segment and locally
     tip = rlm._tip(plog.topic_partition, plog)
@@ -127,7 +66,7 @@ def tiered(tmp_path):
         rlm.shutdown()
 
 
-def _committed(rlm: RemoteLogManager, p: Partition, offset: int, max_bytes: int) -> tuple[bytes, int, set]:
+def _committed(rlm: RemoteLogManager, p: TxnPartition, offset: int, max_bytes: int) -> tuple[bytes, int, set]:
     info = rlm.read_committed_async(p.plog.topic_partition, offset, max_bytes).result(10)
     assert isinstance(info, FetchDataInfo)
     data = bytes(info.records)

@@ -76,11 +76,11 @@ class RemoteAbortedTxns:
         epoch = log.leader_epoch_cache.latest_epoch
         local_start = log.local_log_start_offset
         found = collect_aborted_across(self._indexes(tip, log, md, local_start), md.start_offset, md.end_offset + 1)
-        self.walks += 1
-        if log.local_log_start_offset == local_start:
-            # kept only when no local segment was deleted meanwhile: one the remote part of the walk
-            # had not reached yet, and the local part no longer found, may have held an entry
-            with self._lock:
+        with self._lock:
+            self.walks += 1
+            if log.local_log_start_offset == local_start:
+                # kept only when no local segment was deleted meanwhile: one the remote part of the walk
+                # had not reached yet, and the local part no longer found, may have held an entry
                 self._walked[md.remote_log_segment_id.id] = (epoch, found)
                 self._walked.move_to_end(md.remote_log_segment_id.id)
                 while len(self._walked) > self._max_segments:

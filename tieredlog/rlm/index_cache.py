@@ -54,11 +54,9 @@ class Entry:
         self.files = files
         self.offset_index = MappedOffsetIndex(files[OFFSET_SUFFIX], base_offset)
         self.time_index = MappedTimeIndex(files[TIME_SUFFIX], base_offset)
-        self.aborted_txns = read_txn_index(files[TXN_SUFFIX])
+        # searched by tieredlog.rlm.aborted_txns with the log's own collect_aborted_across
+        self.aborted_txns: list[AbortedTxn] = read_txn_index(files[TXN_SUFFIX])
         self.weight = sum(p.stat().st_size for p in files.values())
-
-    def aborted_in_range(self, start: int, end_exclusive: int) -> list[AbortedTxn]:
-        return [t for t in self.aborted_txns if t.last_offset >= start and t.first_offset < end_exclusive]
 
 
 class RemoteIndexCache:
