@@ -6,17 +6,19 @@ array<struct<key string, value binary>>``, null (not empty) for a record without
 
 Batches are parsed and decompressed by ``tieredlog.records`` (all five codecs, CRC checked); this
 module only moves the records' fields into per-column lists. Control batches (transaction markers)
-are skipped, as are records outside ``[from_offset, to_offset)``. Aborted transactional records are
-not filtered yet: the broker has no transactions to abort.
+are skipped, as are records outside ``[from_offset, to_offset)`` and the batches of aborted
+transactions (read_committed: the planner lists them, see :mod:`spark_readers.transactions`), which
+are dropped by their header, without decompressing them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import pyarrow as pa
 
-from tieredlog.records.batch import HEADER_SIZE, peek_size, read_header
+from tieredlog.records.batch import HEADER_SIZE, BatchHeader, peek_size, read_header
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import decode_batch
 
@@ -66,9 +68,27 @@ class Source:
     base_position: int
 
 
+def _aborted_ranges(aborted: Sequence[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """Producer id -> the ``[first offset, marker offset)`` ranges of its aborted transactions."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for producer_id, first, marker in aborted:
+        out.setdefault(producer_id, []).append((first, marker))
+    return out
+
+
+def _in_aborted(dropped: dict[int, list[tuple[int, int]]], header: BatchHeader) -> bool:
+    """A transactional batch lies in one of its producer's aborted transactions: a producer has one
+    transaction open at a time, from its first batch to its marker."""
+    ranges = dropped.get(header.producer_id)
+    return ranges is not None and any(first <= header.base_offset and header.last_offset < marker
+                                      for first, marker in ranges)
+
+
 def decode_records(data: bytes, source: Source, from_offset: int, to_offset: int,
-                   include_headers: bool) -> pa.RecordBatch:
-    """Records of the whole batches in ``data`` with offsets in ``[from_offset, to_offset)``."""
+                   include_headers: bool, aborted: Sequence[tuple[int, int, int]] = ()) -> pa.RecordBatch:
+    """Records of the whole batches in ``data`` with offsets in ``[from_offset, to_offset)``, but
+    those of the ``aborted`` transactions ``(producer id, first offset, marker offset)``."""
+    dropped = _aborted_ranges(aborted)
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []
@@ -86,7 +106,8 @@ def decode_records(data: bytes, source: Source, from_offset: int, to_offset: int
                     f"{source.object_name}: partial batch at byte {source.base_position + pos} "
                     f"({n - pos} bytes left)")
             header = read_header(data, pos)
-            if header.next_offset <= from_offset or header.is_control:
+            if header.next_offset <= from_offset or header.is_control or (
+                    dropped and header.is_transactional and _in_aborted(dropped, header)):
                 pos += header.size
                 continue
             if header.base_offset >= to_offset:

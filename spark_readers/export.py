@@ -7,7 +7,8 @@
 The same planner and decoder as ``spark.read.format("tieredlog")``, so the files hold the same rows in
 the same schema (Spark's Kafka source): one Parquet file per topic partition, ``<to>/<T>-<p>.parquet``
 sorted by offset, which ``pyarrow.dataset`` (or Spark) reads back as one dataset. (Not Hive-style
-``partition=<p>`` folders: their names would add columns that clash with the schema's own.) ``--to-offset`` is exclusive, as ``endingOffsets``; offsets apply to every partition. Storage
+``partition=<p>`` folders: their names would add columns that clash with the schema's own.) ``--to-offset`` is exclusive, as ``endingOffsets``; offsets apply to every partition. Committed
+data only, as the data source's default (read_committed, :mod:`spark_readers.transactions`). Storage
 options take the broker's S3 backend names (``storage.aws.access.key.id`` ...) or come from the AWS
 chain; they are never printed.
 """

@@ -1,9 +1,11 @@
-"""The two remote indexes a reader uses, in Kafka's formats (``tieredlog.log.index``' entry layouts).
+"""The remote indexes a reader uses, in Kafka's formats (``tieredlog.log.index``' entry layouts).
 
 - ``.index``: ``relative offset i32 | position i32``; the offset is the *last* offset of the batch
   starting at that position (Kafka's LogSegment appends ``batch.lastOffset``).
 - ``.timeindex``: ``timestamp i64 | relative offset i32``; each entry is a new maximum timestamp of the
   segment and the offset where it appeared.
+- ``.txnindex``: Kafka's AbortedTxn entries, one per transaction aborted by a marker in the segment;
+  uploaded only when the segment has one (the manifest's ``tx_index_present``).
 
 A rolled segment's indexes are trimmed to their valid entries; entries that stop increasing (a zeroed
 tail of a file that was not) end the index instead of being trusted.
@@ -11,7 +13,7 @@ tail of a file that was not) end the index instead of being trusted.
 
 from __future__ import annotations
 
-from tieredlog.log.index import OFFSET_ENTRY, TIME_ENTRY
+from tieredlog.log.index import OFFSET_ENTRY, TIME_ENTRY, AbortedTxn, decode_txn_entries
 from tieredlog.rsm.api import IndexType, RemoteLogSegmentMetadata
 from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
 
@@ -42,3 +44,10 @@ def older_than_floor(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentM
             break
         floor, last_ts = md.start_offset + relative, ts
     return floor
+
+
+def txn_index_entries(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+    """The segment's aborted transactions, in marker order; CorruptIndexError for a partial entry."""
+    with rsm.fetch_index(md, IndexType.TRANSACTION) as stream:
+        data = stream.read()
+    return decode_txn_entries(data, f"of segment {md.remote_log_segment_id.id} ({md.start_offset}..{md.end_offset})")

@@ -15,6 +15,10 @@
 - ``failOnDataLoss``: ``true`` (default) fails when a requested offset is no longer in the remote tier
   or a hole lies in the range; ``false`` reads what is there.
 - ``includeHeaders``: ``false`` (default).
+- ``kafka.isolation.level``: ``read_committed`` (default here; Spark passes the option to its Kafka
+  consumer, whose default is ``read_uncommitted``) skips the records of aborted transactions and stops
+  at a transaction still open at the end of the tiered part; ``read_uncommitted`` reads every record
+  (see :mod:`spark_readers.transactions`). Control batches are never rows.
 - ``maxBytesPerPartition``: a segment slice larger than this (bytes, default 64 MiB) is split into
   several input partitions at batch boundaries (from the remote offset index).
 
@@ -76,6 +80,8 @@ class ReaderOptions:
     storage: dict[str, str] = field(repr=False)
     # streaming only: offsets per micro-batch over all partitions (None: no limit)
     max_offsets_per_trigger: int | None = None
+    # kafka.isolation.level=read_committed
+    read_committed: bool = True
 
 
 def include_headers(raw: Mapping[str, str]) -> bool:
@@ -123,6 +129,7 @@ def parse_options(raw: Mapping[str, str], streaming: bool = False) -> ReaderOpti
         max_bytes_per_partition=_positive(options, "maxbytesperpartition", DEFAULT_MAX_BYTES_PER_PARTITION),
         storage={k: v for k, v in options.items() if k.startswith(("storage.", "key."))},
         max_offsets_per_trigger=_positive(options, "maxoffsetspertrigger", 0) or None,
+        read_committed=_isolation(options),
     )
 
 
@@ -177,6 +184,13 @@ def _strategy(options: Mapping[str, str]) -> bool:
     if text not in ("error", "latest"):
         raise OptionError(f"option startingOffsetsByTimestampStrategy must be error or latest, not {text!r}")
     return text == "latest"
+
+
+def _isolation(options: Mapping[str, str]) -> bool:
+    text = options.get("kafka.isolation.level", "read_committed").strip().lower()
+    if text not in ("read_committed", "read_uncommitted"):
+        raise OptionError(f"option kafka.isolation.level must be read_committed or read_uncommitted, not {text!r}")
+    return text == "read_committed"
 
 
 def _boolean(options: Mapping[str, str], key: str, default: bool) -> bool:

@@ -12,6 +12,9 @@ offset of a batch to the position where that batch starts):
 Whole segments are read without their index. Slices over ``maxBytesPerPartition`` are cut at index
 positions, which are batch boundaries; every piece keeps the same offset bounds, so pieces never
 return the same record twice.
+
+With read_committed (the default) a partition ends at its stable end, and every task carries the
+aborted transactions overlapping its slice (:mod:`spark_readers.transactions`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from spark_readers.catalog import Catalog, CatalogError, SegmentSlice
 from spark_readers.indexes import offset_index_entries
 from spark_readers.options import EARLIEST, LATEST, OptionError, ReaderOptions
 from spark_readers.timestamps import offset_for_timestamp
+from spark_readers.transactions import Aborted, AbortedTransactions, TransactionError, stable_end
 from tieredlog.rsm.api import RemoteLogSegmentMetadata
 from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
 
@@ -45,6 +49,9 @@ class ReadTask:
     end_position: int | None
     from_offset: int
     to_offset: int
+    # read_committed: the aborted transactions (producer id, first offset, marker offset) overlapping
+    # [from_offset, to_offset), whose records are dropped
+    aborted: Aborted = ()
 
 
 def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
@@ -94,9 +101,15 @@ def _topics(catalog: Catalog, options: ReaderOptions) -> list[str]:
 
 def _bounds(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
             options: ReaderOptions) -> tuple[int, int]:
-    """The ``[start, end)`` the options give one partition, checked against its tiered part."""
+    """The ``[start, end)`` the options give one partition, checked against its tiered part (with
+    read_committed, the part below its stable end)."""
     name = f"{topic}-{partition}"
     earliest, tiered_end = slices[0].from_offset, slices[-1].to_offset
+    if options.read_committed:
+        try:
+            tiered_end = max(earliest, stable_end(rsm, slices))
+        except TransactionError as exc:
+            raise PlanError(f"{name}: {exc}") from None
     start = options.starting.for_partition(topic, partition, "startingOffsets")
     end = options.ending.for_partition(topic, partition, "endingOffsets")
     if options.starting.by_timestamp:
@@ -112,6 +125,10 @@ def _bounds(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, sl
     start = earliest if start == EARLIEST else tiered_end if start == LATEST else start
     end = tiered_end if end == LATEST else end
     if end > tiered_end:
+        if tiered_end < slices[-1].to_offset:
+            raise PlanError(f"{name}: offsets from {tiered_end} are in a transaction whose marker is not in the "
+                            f"remote tier yet (endingOffsets {end}); kafka.isolation.level=read_uncommitted reads "
+                            "them")
         raise PlanError(f"{name}: offsets from {tiered_end} are not in the remote tier yet (endingOffsets "
                         f"{end}); reading the brokers' tail is not supported yet")
     if start < earliest:
@@ -128,7 +145,8 @@ def _plan_range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int
                 start: int, end: int, options: ReaderOptions) -> Iterator[ReadTask]:
     name = f"{topic}-{partition}"
     cursor = start
-    for s in slices:
+    txns = AbortedTransactions(rsm, slices) if options.read_committed else None
+    for i, s in enumerate(slices):
         lo, hi = max(s.from_offset, start), min(s.to_offset, end)
         if lo >= hi:
             continue
@@ -136,16 +154,20 @@ def _plan_range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int
             raise PlanError(f"{name}: offsets {cursor}..{lo - 1} are in no committed remote segment; "
                             "set failOnDataLoss=false to skip them")
         cursor = hi
-        yield from _tasks_for_slice(rsm, topic, partition, s, lo, hi, options.max_bytes_per_partition)
+        try:
+            aborted = txns.overlapping(i, lo, hi) if txns is not None else ()
+        except TransactionError as exc:
+            raise PlanError(f"{name}: {exc}") from None
+        yield from _tasks_for_slice(rsm, topic, partition, s, lo, hi, options.max_bytes_per_partition, aborted)
 
 
 def _tasks_for_slice(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, s: SegmentSlice,
-                     lo: int, hi: int, max_bytes: int) -> Iterator[ReadTask]:
+                     lo: int, hi: int, max_bytes: int, aborted: Aborted) -> Iterator[ReadTask]:
     seg = s.segment
     object_name = seg.manifest_key.removesuffix("manifest") + "log"
     whole = lo <= seg.start_offset and hi > seg.end_offset
     if whole and seg.log_size <= max_bytes:
-        yield ReadTask(topic, partition, seg.metadata, object_name, 0, None, lo, hi)
+        yield ReadTask(topic, partition, seg.metadata, object_name, 0, None, lo, hi, aborted)
         return
     entries = offset_index_entries(rsm, seg.metadata)
     offsets = [o for o, _ in entries]
@@ -160,5 +182,5 @@ def _tasks_for_slice(rsm: ObjectStoreRemoteStorageManager, topic: str, partition
     cuts.append(stop)
     for a, b in zip(cuts, cuts[1:]):
         if b > a:
-            yield ReadTask(topic, partition, seg.metadata, object_name, a, b - 1, lo, hi)
+            yield ReadTask(topic, partition, seg.metadata, object_name, a, b - 1, lo, hi, aborted)
 

@@ -21,4 +21,4 @@ def read_task(rsm: ObjectStoreRemoteStorageManager, task: ReadTask, include_head
         raise CorruptSegmentError(f"{task.object_name}: object ends at byte {task.start_position + len(data)}, "
                                   f"before byte {task.end_position} its offset index points to")
     source = Source(task.topic, task.partition, task.object_name, task.start_position)
-    return decode_records(data, source, task.from_offset, task.to_offset, include_headers)
+    return decode_records(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)

@@ -19,6 +19,7 @@ from spark_readers.options import OptionError, parse_options
 from spark_readers.planner import PlanError, plan
 from spark_readers.read import read_task
 from spark_readers.storage import StorageError, open_storage, storage_spec
+from tieredlog.log.producer_state import encode_snapshot
 from tieredlog.log.segment import LogSegment
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import CONTROL_COMMIT, build_batch, build_control_batch
@@ -72,7 +73,7 @@ def write_segment(tmp: Path, rsm: LocalTieredStorage, tp: TopicIdPartition, epoc
         n += 1
     seg.close()
     snapshot = folder / "empty.snapshot"
-    snapshot.write_bytes(b"")
+    snapshot.write_bytes(encode_snapshot([]))  # no producer: as a broker uploads it for such a segment
     md = RemoteLogSegmentMetadata(
         RemoteLogSegmentId(tp, uuid.uuid4()), start, offset - 1, TS0 + offset, 0, TS0 + len(list(tmp.iterdir())),
         seg.size, segment_leader_epochs(epochs, start, offset))

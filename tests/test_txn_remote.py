@@ -38,25 +38,79 @@ TIERED = {"segment.bytes": "4096", "local.retention.bytes": "1", "remote.storage
 READ_COMMITTED = 1
 
 
-def read_values(bootstrap: str, isolation: str, expect: int, timeout_s: float = 60) -> list[str]:
-    """Values of partition 0 from offset 0 until ``expect`` came (more would be kept, and fail the test)
-    and then nothing more for a moment."""
+def read_records(bootstrap: str, isolation: str, expect: int, timeout_s: float = 60) -> list[tuple[int, str]]:
+    """(offset, value) of partition 0 from offset 0 until ``expect`` came (more would be kept, and fail
+    the test) and then nothing more for a moment."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{isolation}", "isolation.level": isolation,
                   "enable.auto.commit": False, "fetch.error.backoff.ms": 50})
     c.assign([TopicPartition(TOPIC, 0, 0)])
-    out: list[str] = []
+    out: list[tuple[int, str]] = []
     deadline = time.monotonic() + timeout_s
     quiet_until = None
     try:
         while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
             for m in c.consume(num_messages=500, timeout=0.2):
                 if m.error() is None:
-                    out.append(m.value().decode())
+                    out.append((m.offset(), m.value().decode()))
             if len(out) >= expect and quiet_until is None:
                 quiet_until = time.monotonic() + 1.0
     finally:
         c.close()
     return out
+
+
+def produce_transactions(bootstrap: str) -> tuple[list[str], list[str], int]:
+    """Committed and aborted transactions of two interleaving producers into TOPIC, the last one aborted
+    (so its marker ends the log); returns the committed values, the aborted ones, and the aborts."""
+    # batches well below segment.bytes (a bigger one is refused, as in Kafka)
+    producers = {name: Producer({"bootstrap.servers": bootstrap, "transactional.id": name, "linger.ms": 2,
+                                 "batch.size": 1500}) for name in ("left", "right")}
+    for p in producers.values():
+        p.init_transactions(30)
+    committed: list[str] = []
+    aborted: list[str] = []
+    aborts = 0
+    for t in range(10):
+        # both open at once, records interleaved, so each transaction spans several small segments
+        # and one's marker lands while the other is still open
+        for p in producers.values():
+            p.begin_transaction()
+        written: dict[str, list[str]] = {name: [] for name in producers}
+        for i in range(12):
+            for name, p in producers.items():
+                value = f"{name}-t{t}-r{i}-" + "x" * 200
+                p.produce(TOPIC, value=value.encode())
+                written[name].append(value)
+            if i % 4 == 3:
+                for p in producers.values():
+                    p.flush(30)
+        for name, p in producers.items():
+            p.flush(30)  # in the log before an abort: only then is there anything to hide
+            if (t + (name == "right")) % 3 == 0:
+                p.abort_transaction(30)
+                aborted += written[name]
+                aborts += 1
+            else:
+                p.commit_transaction(30)
+                committed += written[name]
+    # the last transaction is aborted, so its marker ends the log: it stays in the active segment
+    last = producers["left"]
+    last.begin_transaction()
+    tail = [f"left-last-r{i}-" + "x" * 200 for i in range(30)]
+    for v in tail:
+        last.produce(TOPIC, value=v.encode())
+    last.flush(30)
+    last.abort_transaction(30)
+    return committed, aborted + tail, aborts + 1
+
+
+def tiered_and_deleted(bootstrap: str, log_dir: Path) -> int:
+    """Wait until every rolled segment is tiered and deleted locally (the active one, holding the last
+    marker, is left); returns the local log start offset."""
+    wait_for(lambda: len(list(log_dir.glob("*.log"))) == 1, what="the rolled segments to be tiered and deleted")
+    local_start = list_offset(bootstrap, -4)
+    assert local_start == int(next(log_dir.glob("*.log")).name[:20])
+    return local_start
 
 
 def list_offset(bootstrap: str, timestamp: int) -> int:
@@ -105,62 +159,18 @@ def test_read_committed_from_the_remote_tier_skips_aborted_transactions(broker_f
     b = broker_factory(OVERRIDES)
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1, config=TIERED)])[TOPIC].result(30)
-    # batches well below segment.bytes (a bigger one is refused, as in Kafka)
-    producers = {name: Producer({"bootstrap.servers": b.bootstrap, "transactional.id": name, "linger.ms": 2,
-                                 "batch.size": 1500}) for name in ("left", "right")}
-    for p in producers.values():
-        p.init_transactions(30)
-    committed: list[str] = []
-    aborted: list[str] = []
-    aborts = 0
-    for t in range(10):
-        # both open at once, records interleaved, so each transaction spans several small segments
-        # and one's marker lands while the other is still open
-        for p in producers.values():
-            p.begin_transaction()
-        written: dict[str, list[str]] = {name: [] for name in producers}
-        for i in range(12):
-            for name, p in producers.items():
-                value = f"{name}-t{t}-r{i}-" + "x" * 200
-                p.produce(TOPIC, value=value.encode())
-                written[name].append(value)
-            if i % 4 == 3:
-                for p in producers.values():
-                    p.flush(30)
-        for name, p in producers.items():
-            p.flush(30)  # in the log before an abort: only then is there anything to hide
-            if (t + (name == "right")) % 3 == 0:
-                p.abort_transaction(30)
-                aborted += written[name]
-                aborts += 1
-            else:
-                p.commit_transaction(30)
-                committed += written[name]
-    # the last transaction is aborted, so its marker ends the log: it stays in the active segment
-    last = producers["left"]
-    last.begin_transaction()
-    tail = [f"left-last-r{i}-" + "x" * 200 for i in range(30)]
-    for v in tail:
-        last.produce(TOPIC, value=v.encode())
-    last.flush(30)
-    last.abort_transaction(30)
-    aborted += tail
-
-    log_dir = Path(b.data_dir) / f"{TOPIC}-0"
+    committed, aborted, aborts = produce_transactions(b.bootstrap)
     end = list_offset(b.bootstrap, -1)
-    # every rolled segment tiered and deleted locally: only the active one, holding the last marker, is left
-    wait_for(lambda: len(list(log_dir.glob("*.log"))) == 1, what="the rolled segments to be tiered and deleted")
-    local_start = list_offset(b.bootstrap, -4)
+    local_start = tiered_and_deleted(b.bootstrap, Path(b.data_dir) / f"{TOPIC}-0")
     assert 0 < local_start < end and list_offset(b.bootstrap, -2) == 0
-    assert local_start == int(next(log_dir.glob("*.log")).name[:20])
 
     # the clients: read_committed sees exactly the committed records, read_uncommitted everything
     # (the two producers' records interleave in the log; each producer's keep their order)
-    seen = read_values(b.bootstrap, "read_committed", len(committed))
+    seen = [v for _, v in read_records(b.bootstrap, "read_committed", len(committed))]
     assert sorted(seen) == sorted(committed)
-    for name in producers:
+    for name in ("left", "right"):
         assert [v for v in seen if v.startswith(name)] == [v for v in committed if v.startswith(name)]
-    everything = read_values(b.bootstrap, "read_uncommitted", len(committed) + len(aborted))
+    everything = [v for _, v in read_records(b.bootstrap, "read_uncommitted", len(committed) + len(aborted))]
     assert sorted(everything) == sorted(committed + aborted)
 
     # the protocol: each remote segment's answer lists exactly the aborted transactions overlapping it
@@ -174,7 +184,7 @@ def test_read_committed_from_the_remote_tier_skips_aborted_transactions(broker_f
     local = fetch(b.bootstrap, local_start, 0)
     every_batch = b"".join(d for _, d in remote_data) + bytes(local.records)
     truth, log_end = transactions_of(every_batch)
-    assert log_end == end and len(truth) == aborts + 1
+    assert log_end == end and len(truth) == aborts
     starts = [start for start, _ in remote_data]
 
     def segment_of(offset: int) -> int:
