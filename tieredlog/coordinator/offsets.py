@@ -35,6 +35,21 @@ TopicPartition = tuple[str, int]
 OffsetCommit = tuple[int, int, "str | None"]
 
 
+def accept_offsets(offsets: dict[TopicPartition, OffsetCommit], now_ms: int, metadata_max_bytes: int
+                   ) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, OffsetAndMetadata]]:
+    """(the partitions refused, with why; the offsets to store): metadata longer than
+    offset.metadata.max.bytes is refused with OFFSET_METADATA_TOO_LARGE, as Kafka does."""
+    refused: dict[TopicPartition, ErrorCode] = {}
+    accepted: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, (offset, leader_epoch, metadata) in offsets.items():
+        metadata = metadata or ""
+        if len(metadata.encode("utf-8")) > metadata_max_bytes:
+            refused[tp] = ErrorCode.offset_metadata_too_large
+            continue
+        accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now_ms)
+    return refused, accepted
+
+
 @dataclass
 class _PendingCommit:
     """A commit appended to the leader's log whose answer waits for the ISR."""
@@ -143,14 +158,7 @@ class CommittedOffsets:
         self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetCommit]
     ) -> dict[TopicPartition, ErrorCode] | _PendingCommit:
         now = self.state.scheduler.wall_clock_ms()
-        result: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            metadata = metadata or ""
-            if len(metadata.encode("utf-8")) > self.state.config.offset_metadata_max_bytes:
-                result[tp] = ErrorCode.offset_metadata_too_large
-                continue
-            accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now)
+        result, accepted = accept_offsets(offsets, now, self.state.config.offset_metadata_max_bytes)
         if accepted:
             records = [
                 (schema.encode_offset_key(group.group_id, t, p), schema.encode_offset_value(v))

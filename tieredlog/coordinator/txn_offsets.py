@@ -13,13 +13,13 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from tieredlog.coordinator import schema
-from tieredlog.coordinator.group import UNKNOWN_MEMBER_ID, GroupState, OffsetAndMetadata
+from tieredlog.coordinator.group import UNKNOWN_MEMBER_ID, GroupState
 from tieredlog.coordinator.membership import GroupMembership
+from tieredlog.coordinator.offsets import OffsetCommit, accept_offsets
 from tieredlog.coordinator.state import CoordinatorState, valid_group_id
 from tieredlog.coordinator.storage import Producer, store_error_code
 
 TopicPartition = tuple[str, int]
-OffsetCommit = tuple[int, int, "str | None"]
 
 
 class TransactionalOffsets:
@@ -56,14 +56,7 @@ class TransactionalOffsets:
         if generation_id >= 0 and generation_id != group.generation_id:
             return all_(ErrorCode.illegal_generation)
         now = self.state.scheduler.wall_clock_ms()
-        result: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            metadata = metadata or ""
-            if len(metadata.encode("utf-8")) > self.state.config.offset_metadata_max_bytes:
-                result[tp] = ErrorCode.offset_metadata_too_large
-                continue
-            accepted[tp] = OffsetAndMetadata(offset, leader_epoch, metadata, now)
+        result, accepted = accept_offsets(offsets, now, self.state.config.offset_metadata_max_bytes)
         if not accepted:
             return result
         records = [(schema.encode_offset_key(group_id, t, p), schema.encode_offset_value(v))
