@@ -57,7 +57,9 @@ def test_the_metadata_partition_leader_deletes_a_deleted_topics_remote_data(
     admin = AdminClient({"bootstrap.servers": servers})
     admin.delete_topics([TOPIC])[TOPIC].result(30)
     wait_until(lambda: not remote_segments(remote, TOPIC), timeout=30, message="the remote segments deleted")
-    assert not [p for p in remote.glob(f"{TOPIC}-*/0/*") if p.is_file()], "objects left behind"
+    # a segment's manifest goes first, its other objects right after
+    wait_until(lambda: not [p for p in remote.glob(f"{TOPIC}-*/0/*") if p.is_file()], timeout=30,
+               message="no object left behind")
     # DELETE_PARTITION_FINISHED, then the line, come after the last object is gone
     done = f"{TOPIC}-0: remote data deleted (the topic was deleted)"
     wait_until(lambda: any(done in b.log_text() for b in brokers.values()), timeout=30, message="the remover's line")

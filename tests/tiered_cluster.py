@@ -93,7 +93,11 @@ def remote_segments(remote_dir: Path, topic: str) -> list[dict[str, Any]]:
     """The committed remote segments of partition 0 (their manifests), by start offset then upload."""
     out = []
     for path in remote_dir.glob(f"{topic}-*/0/*.manifest"):
-        out.append(json.loads(path.read_bytes()))
+        try:
+            out.append(json.loads(path.read_bytes()))
+        except FileNotFoundError:
+            continue  # deleted by retention between the listing and the read: polled while it runs
+
     return sorted(out, key=lambda m: (m["start_offset"], m["event_timestamp_ms"]))
 
 
