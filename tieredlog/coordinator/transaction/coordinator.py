@@ -296,7 +296,9 @@ class TransactionCoordinator:
         return ErrorCode.none, md.producer_id, md.producer_epoch
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------------------
-    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int) -> TransactionMetadata | ErrorCode:
+    def _producer_metadata(self, transactional_id: str, producer_id: int, epoch: int) -> TransactionMetadata | ErrorCode:
+        """The id's metadata when this broker coordinates it and the request names its current
+        producer id and epoch; else the error to answer."""
         if (code := self._ownership_error(transactional_id)) is not None:
             return code
         md = self.transactions.get(transactional_id)
@@ -304,6 +306,12 @@ class TransactionCoordinator:
             return ErrorCode.invalid_producer_id_mapping
         if md.producer_epoch != epoch:
             return ErrorCode.producer_fenced
+        return md
+
+    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int) -> TransactionMetadata | ErrorCode:
+        md = self._producer_metadata(transactional_id, producer_id, epoch)
+        if isinstance(md, ErrorCode):
+            return md
         if md.pending is not None or md.state.is_preparing or md.state is TransactionState.PREPARE_EPOCH_FENCE:
             return ErrorCode.concurrent_transactions
         return md
@@ -326,26 +334,11 @@ class TransactionCoordinator:
                            md.state is TransactionState.ONGOING else wanted, start_ms=start, now_ms=now)
         return await self._write(md, record)
 
-    def partitions_of(self, transactional_id: str, producer_id: int, epoch: int) -> set[TopicPartition] | ErrorCode:
-        """AddPartitionsToTxn with verify_only (KIP-890): the partitions of the open transaction."""
-        if (code := self._ownership_error(transactional_id)) is not None:
-            return code
-        md = self.transactions.get(transactional_id)
-        if md is None or md.producer_id != producer_id:
-            return ErrorCode.invalid_producer_id_mapping
-        if md.producer_epoch != epoch:
-            return ErrorCode.producer_fenced
-        return set(md.partitions) if md.state is TransactionState.ONGOING else set()
-
     # -- EndTxn -----------------------------------------------------------------------------------
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, committed: bool) -> ErrorCode:
-        if (code := self._ownership_error(transactional_id)) is not None:
-            return code
-        md = self.transactions.get(transactional_id)
-        if md is None or md.producer_id != producer_id:
-            return ErrorCode.invalid_producer_id_mapping
-        if md.producer_epoch != epoch:
-            return ErrorCode.producer_fenced
+        md = self._producer_metadata(transactional_id, producer_id, epoch)
+        if isinstance(md, ErrorCode):
+            return md
         if md.pending is not None:
             return ErrorCode.concurrent_transactions
         state = md.state
