@@ -54,6 +54,8 @@ def test_two_brokers_form_a_cluster_and_the_controller_moves_on_sigterm(
         broker_factory: Callable[..., BrokerProcess], zk_connect: str, tmp_path: Path) -> None:  # noqa: F811
     b1 = broker_factory(member(zk_connect, 1))
     b2 = broker_factory(member(zk_connect, 2))
+    # a broker serves requests once it knows the controller: its very first Metadata names it
+    assert metadata(b2).controller_id == 1
 
     with ZkClient(zk_connect) as zk:
         wait_until(lambda: zk.get_all_broker_ids() == [1, 2], message="both brokers at /brokers/ids")

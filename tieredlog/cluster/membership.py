@@ -155,6 +155,12 @@ class ZkClusterMembership:
             self.controller.start()
         self.elector.start()
 
+    def wait_for_controller(self) -> int | None:
+        """Block until the election's first round has named a controller (None after the connection
+        timeout): a client's first Metadata then names it rather than -1."""
+        timeout_ms = self.config.connection_timeout_ms or self.config.session_timeout_ms
+        return self.elector.wait_for_controller(timeout_ms / 1000)
+
     def start(self) -> str:
         """All three steps; returns the cluster id. On failure nothing stays registered."""
         cluster_id = self.connect()

@@ -69,6 +69,11 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
             await broker.shutdown()
             return 1
         broker.cluster.start_controller_election()
+        # requests are served once the controller is known: librdkafka's admin client, told "no
+        # controller" (-1) by its first Metadata, waits for a refresh that may come after it timed out
+        if await loop.run_in_executor(None, broker.cluster.wait_for_controller) is None:
+            log.warning("broker %d: no controller elected yet; serving without one", broker.node_id)
+    server.enable_request_processing()
     log.info(
         "broker %d started, listening on %s, advertised %s:%d, cluster %s",
         broker.node_id, ", ".join(f"{h}:{p}" for h, p in bound), broker.advertised_host, broker.advertised_port,

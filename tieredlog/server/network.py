@@ -422,6 +422,12 @@ class KafkaServer:
         self.inflight: set[asyncio.Task] = set()
         self.stopping = False
         self.cold_reads = ThreadPoolExecutor(COLD_READ_THREADS, thread_name_prefix="cold-read")
+        # Kafka's order: the listeners accept from the start (a cluster registration advertises them),
+        # requests are read once start-up is over, so no client learns a half-started broker's view
+        self._processing = asyncio.Event()
+
+    def enable_request_processing(self) -> None:
+        self._processing.set()
 
     def track(self, task: asyncio.Task) -> None:
         self.inflight.add(task)
@@ -455,6 +461,11 @@ class KafkaServer:
         conn = Connection(self, reader, writer)
         self.connections[task] = conn
         try:
+            if not self._processing.is_set():
+                await self._processing.wait()
+                if self.stopping:
+                    writer.close()
+                    return
             await conn.run()
         except asyncio.CancelledError:
             # Python 3.11's start_server callback calls task.exception() on this task, which raises
@@ -467,6 +478,7 @@ class KafkaServer:
         """Stop accepting and reading, let in-flight requests finish and their responses go out
         (bounded by ``grace``), then close every connection."""
         self.stopping = True
+        self._processing.set()  # connections still waiting for start-up to end are closed
         for srv in self.servers:
             srv.close()
         count = len(self.connections)
