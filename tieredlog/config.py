@@ -67,7 +67,18 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("log.flush.offset.checkpoint.interval.ms", "int", 60000, "", 0),
     _d("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, "", 0),
     _d("background.threads", "int", 10, "threads of the log's background work: retention, flushes, checkpoints, deletes", 1),
-    _d("log.cleaner.enable", "bool", True),
+    # compaction (tieredlog.log.cleaner): Kafka's names and defaults. The topic-level ones
+    # (log.cleaner.min.cleanable.ratio, .min/.max.compaction.lag.ms, .delete.retention.ms) are
+    # synonyms of topic configs.
+    _d("log.cleaner.enable", "bool", True, "run the log cleaner, which compacts cleanup.policy=compact topics"),
+    _d("log.cleaner.threads", "int", 1, "cleaner threads", 0),
+    _d("log.cleaner.dedupe.buffer.size", "int", 134217728,
+       "memory of the cleaners' key maps, all threads together (24 bytes per key)", 0),
+    _d("log.cleaner.io.buffer.size", "int", 524288, "the cleaners' I/O buffers, all threads together", 0),
+    _d("log.cleaner.io.buffer.load.factor", "float", 0.9, "how full a cleaner's key map may get", 0),
+    _d("log.cleaner.io.max.bytes.per.second", "float", 1.7976931348623157e308,
+       "read plus write rate of the cleaners, all threads together", 0),
+    _d("log.cleaner.backoff.ms", "int", 15000, "sleep of a cleaner that found nothing to clean", 0),
     # in a cluster: replicas of __consumer_offsets when the first FindCoordinator creates it (Kafka's
     # default); a broker alone ignores it
     _d("offsets.topic.replication.factor", "int", 3, "replicas of __consumer_offsets, created in a cluster", 1),

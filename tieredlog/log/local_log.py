@@ -22,7 +22,14 @@ from tieredlog.atomic_file import fsync_dir
 from tieredlog.log.config import LogConfig
 from tieredlog.log.index import AbortedTxn, collect_aborted_across
 from tieredlog.log.scheduler import InlineScheduler, Scheduler
-from tieredlog.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, filename_prefix
+from tieredlog.log.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+    filename_prefix,
+)
 from tieredlog.log.storage_errors import describe_os_error, storage_error_log
 from tieredlog.log.types import FetchDataInfo, TopicPartition, parse_partition_dir
 
@@ -72,8 +79,11 @@ class LocalLog:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.recovery_point = recovery_point
         self.log_end_offset = 0
-        # Bumped by every truncation: a flush that started before one must not move the recovery point.
+        # Bumped by every truncation: a flush that started before one must not move the recovery point,
+        # and a cleaned segment built before one must not be swapped in.
         self._truncations = 0
+        # The lowest offset truncated to since the cleaner last asked: its checkpoint must not stay above it.
+        self._truncated_to: int | None = None
         # Segment files created (bumped) and covered by a finished directory fsync: a flush whose range
         # holds a new segment fsyncs the directory too, and concurrent flushes each wait for their own.
         self._dir_changes = 0
@@ -294,10 +304,24 @@ class LocalLog:
         while self._file_ops_in_flight:
             self._files_settled.wait()
 
+    def _note_truncation(self, offset: int) -> None:
+        self._truncations += 1
+        self._truncated_to = offset if self._truncated_to is None else min(self._truncated_to, offset)
+
+    @property
+    def truncations(self) -> int:
+        return self._truncations
+
+    def take_truncation_floor(self) -> int | None:
+        """The lowest offset the log was truncated to since the last call (None: no truncation)."""
+        with self.lock:
+            floor, self._truncated_to = self._truncated_to, None
+            return floor
+
     def truncate_to(self, target_offset: int) -> None:
         """Remove every batch at or above ``target_offset`` (which lies within the local segments)."""
         self._await_file_ops()
-        self._truncations += 1
+        self._note_truncation(target_offset)
         self._flush_target = min(self._flush_target, target_offset)
         for base in [b for b in self._bases if b > target_offset]:
             if len(self._bases) > 1:
@@ -310,7 +334,7 @@ class LocalLog:
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         self._await_file_ops()
-        self._truncations += 1
+        self._note_truncation(new_offset)
         self._flush_target = new_offset
         for base in list(self._bases):
             self.remove_segment(base).delete()
@@ -364,6 +388,49 @@ class LocalLog:
         for seg in due:
             seg.delete()
         return len(due)
+
+    # ---- compaction -------------------------------------------------------------------------------
+    def new_cleaned_segment(self, base_offset: int) -> LogSegment | None:
+        """An empty ``.cleaned`` segment at ``base_offset`` for the cleaner to write (Kafka's
+        createNewCleanedSegment), or None once the partition's directory is gone (deleted: creating
+        files there would bring it back). Under ``lock``, which a log deletion takes to rename it."""
+        with self.lock:
+            if not self.dir.is_dir():
+                return None
+            for sfx in (CLEANED_SUFFIX, SWAP_SUFFIX):
+                for ext in (LOG_SUFFIX, ".index", ".timeindex", ".txnindex"):
+                    (self.dir / f"{filename_prefix(base_offset)}{ext}{sfx}").unlink(missing_ok=True)
+            cfg = self.config
+            return LogSegment(self.dir, base_offset, index_interval_bytes=cfg.index_interval_bytes,
+                              max_index_size=cfg.segment_index_bytes, created_ms=self.clock(),
+                              file_suffix=CLEANED_SUFFIX, active=True)
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment], truncations: int, now: int) -> bool:
+        """Swap the cleaned segment (written and fsynced) in for ``old`` (Kafka's replaceSegments).
+        False, and nothing changed, when the log moved on meanwhile: a truncation since
+        ``truncations`` was read, or one of ``old`` no longer in the map (retention took it).
+
+        Crash safety: the cleaned files become ``.swap`` before the map changes; from then on a load
+        finishes the swap (the segments it covers go, the ``.swap`` files take their names), so any
+        crash leaves either the old segments or the cleaned one. The renames of the old files to
+        ``.deleted`` and of the ``.swap`` files to their names happen outside ``lock``."""
+        with self.lock:
+            if self._truncations != truncations or any(self._segments.get(s.base_offset) is not s for s in old):
+                return False
+            cleaned.change_file_suffix(SWAP_SUFFIX, log_last=True)
+            for seg in old:
+                self.remove_segment(seg.base_offset)
+            self.add_segment(cleaned)
+            self._file_ops_in_flight += len(old) + 1
+        try:
+            self.delete_segment_files(old, now)  # settles the len(old) file operations
+            cleaned.change_file_suffix("", log_last=True)
+        finally:
+            with self.lock:
+                self._file_ops_in_flight -= 1
+                self._files_settled.notify_all()
+        fsync_dir(self.dir)
+        return True
 
     # ---- lifecycle --------------------------------------------------------------------------------
     def close_segments(self) -> None:

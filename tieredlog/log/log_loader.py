@@ -16,23 +16,26 @@ from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.local_log import LocalLog
 from tieredlog.log.producer_state import ProducerStateManager, read_control_record
 from tieredlog.log.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
     offset_from_filename,
 )
 from tieredlog.log.types import EpochEntry
-from tieredlog.records.batch import BatchHeader, validate_batch
+from tieredlog.records.batch import HEADER_SIZE, BatchHeader, peek_size, read_header, validate_batch
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import ControlRecord
 
 log = logging.getLogger(__name__)
 
-# Leftovers of an interrupted delete, compaction or atomic write: never data to load.
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
+# Leftovers of an interrupted delete, compaction or atomic write: never data to load (a ``.swap``
+# segment is finished first, see _complete_swaps).
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
@@ -117,7 +120,34 @@ class LogLoader:
         )
         return LoadedLogOffsets(log_start_offset, local_log_start_offset)
 
+    def _complete_swaps(self) -> None:
+        """A crash during a cleaned segment's swap left ``<base>.log.swap``: the segments whose base
+        offsets it covers go, and its files take their names (Kafka's LogLoader does the same). The
+        ``.log.swap`` is renamed last, so while it exists its indexes are under either name."""
+        d = self.local_log.dir
+        for name in sorted(os.listdir(d)):
+            if not (name.endswith(LOG_SUFFIX + SWAP_SUFFIX) and name[:20].isdigit()):
+                continue
+            base = offset_from_filename(name)
+            swap = d / name
+            end = _next_offset_of(swap, base)
+            log.info("%s: finishing the swap of cleaned segment %s (offsets %d to %d)", self.local_log.topic_partition,
+                     name, base, end - 1)
+            for other in os.listdir(d):
+                if not (other.endswith(LOG_SUFFIX) and other[:20].isdigit() and len(other) == 24):
+                    continue
+                other_base = offset_from_filename(other)
+                if base <= other_base < end:
+                    for ext in (LOG_SUFFIX, *_INDEX_SUFFIXES):
+                        (d / f"{other[:20]}{ext}").unlink(missing_ok=True)
+            prefix = name[:20]
+            for ext in (*_INDEX_SUFFIXES, LOG_SUFFIX):
+                src = d / f"{prefix}{ext}{SWAP_SUFFIX}"
+                if src.exists():
+                    os.replace(src, d / f"{prefix}{ext}")
+
     def _remove_leftovers_and_list_segments(self) -> list[int]:
+        self._complete_swaps()
         d = self.local_log.dir
         bases = []
         for name in sorted(os.listdir(d)):
@@ -171,6 +201,23 @@ class LogLoader:
         # An empty segment past the first one is useless after a crash (Kafka drops it as well).
         while local.num_segments > 1 and local.active_segment.size == 0:
             local.remove_segment(local.active_segment.base_offset).delete()
+
+
+def _next_offset_of(path: os.PathLike[str], base: int) -> int:
+    """One past the last offset of a segment file, from its batch headers (fsynced before it was
+    named ``.swap``, so whole)."""
+    nxt = base
+    with open(path, "rb") as f:
+        total = os.fstat(f.fileno()).st_size
+        pos = 0
+        while total - pos >= HEADER_SIZE:
+            head = os.pread(f.fileno(), HEADER_SIZE, pos)
+            size = peek_size(head, 0)
+            if size < HEADER_SIZE or pos + size > total:
+                break
+            nxt = read_header(head, 0).next_offset
+            pos += size
+    return nxt
 
 
 def rebuild_producer_state(

@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Mapping
 from tieredlog import errors
 from tieredlog.atomic_file import fsync_dir
 from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile
+from tieredlog.log.cleaner.log_cleaner import CleanerConfig, LogCleaner
 from tieredlog.log.config import LogConfig
 from tieredlog.log.scheduler import KafkaScheduler
 from tieredlog.log.storage_errors import describe_os_error, storage_error_log
@@ -88,9 +89,11 @@ class LogManager:
         producer_id_expiration_ms: int = 86_400_000,
         num_recovery_threads_per_data_dir: int = 1,
         background_threads: int = 10,
+        cleaner_config: CleanerConfig | None = None,
     ):
         """``background_threads``: Kafka's background.threads, the scheduler's threads. They start with the
-        first task; a LogManager whose logs never roll nor delete starts none until ``startup``."""
+        first task; a LogManager whose logs never roll nor delete starts none until ``startup``.
+        ``cleaner_config``: the log cleaner (compaction), started by ``startup`` when enabled."""
         self.log_dirs = [Path(d) for d in log_dirs]
         if not self.log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -111,6 +114,9 @@ class LogManager:
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         self._load_dirs()
+        self.cleaner: LogCleaner | None = None
+        if cleaner_config is not None:
+            self.cleaner = LogCleaner(cleaner_config, self.log_dirs, self.all_logs, clock=clock)
 
     # ---- loading ----------------------------------------------------------------------------------
     def config_for(self, topic: str) -> LogConfig:
@@ -262,9 +268,13 @@ class LogManager:
             plog = self._logs.pop(tp, None)
             if plog is None:
                 return False
-            plog.close_handles()
+            if self.cleaner is not None:
+                self.cleaner.abort_cleaning(tp)
             doomed = plog.dir.with_name(f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-            os.rename(plog.dir, doomed)
+            # under the log's lock: the cleaner creates its files there only while the directory exists
+            with plog.local_log.lock:
+                plog.close_handles()
+                os.rename(plog.dir, doomed)
             self._logs_to_be_deleted.append((doomed, self._clock() + plog.config.file_delete_delay_ms))
         self.scheduler.schedule_once(f"log-deleted {tp}", lambda: self._after_log_renamed(doomed.parent))
         self.scheduler.schedule_once("kafka-delete-logs", self.delete_logs, plog.config.file_delete_delay_ms)
@@ -312,6 +322,8 @@ class LogManager:
         sched.schedule("kafka-checkpoints", self.write_checkpoints, checkpoint_ms, checkpoint_ms)
         if self.pending_log_deletes():
             sched.schedule_once("kafka-delete-logs", self.delete_logs)
+        if self.cleaner is not None:
+            self.cleaner.startup()
 
     def write_checkpoints(self) -> bool:
         """Recovery points, log start offsets and high watermarks (no replica manager owns those here)."""
@@ -402,6 +414,8 @@ class LogManager:
         log itself instead of trusting files that could not be written. The background tasks stop first
         (a task stuck on a dead disk is waited for at most 30 s); unfinished directory deletes are done
         by the next start."""
+        if self.cleaner is not None:
+            self.cleaner.shutdown()  # a round in progress stops swapping nothing in, or finishes its swap
         self.scheduler.shutdown()
         logs = self.all_logs()
         failed: set[Path] = set()

@@ -33,6 +33,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"  # a segment the cleaner is writing: never loaded
+SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in: the next load finishes the swap
 
 _SCAN_CHUNK = 64 * 1024  # header scans read this much at a time
 _RECOVER_CHUNK = 4 * 1024 * 1024  # recovery reads whole batches in chunks of this size
@@ -602,16 +604,26 @@ class LogSegment:
         self._log.close()
         self.txn_index.close()
 
-    def change_file_suffix(self, new_suffix: str) -> None:
-        """Rename every file of the segment, e.g. to ``.deleted`` before the delayed physical delete."""
+    def change_file_suffix(self, new_suffix: str, *, log_last: bool = False) -> None:
+        """Rename every file of the segment, e.g. to ``.deleted`` before the delayed physical delete.
+        The ``.log`` goes first (an index left behind is an orphan the next load deletes), or last
+        with ``log_last`` (a cleaned segment leaving ``.swap``: the ``.log.swap`` still there tells
+        the next load that the swap is unfinished, and its indexes are found under either name)."""
         old_log = self.log_path
         self._suffix = new_suffix
-        if old_log.exists():
-            os.replace(old_log, self.log_path)
-        self._log.path = self.log_path
+
+        def rename_log() -> None:
+            if old_log.exists():
+                os.replace(old_log, self.log_path)
+            self._log.path = self.log_path
+
+        if not log_last:
+            rename_log()
         self.offset_index.rename_to(self.offset_index_path)
         self.time_index.rename_to(self.time_index_path)
         self.txn_index.rename_to(self.txn_index_path)
+        if log_last:
+            rename_log()
 
     def delete(self) -> None:
         self.close_handles()

@@ -656,6 +656,13 @@ class UnifiedLog:
         with self._lock:
             return self.producer_state.remove_expired_producers(now)
 
+    def last_records_of_active_producers(self) -> dict[int, tuple[int, int]]:
+        """producer id -> (offset of its last data batch's last record or -1, its epoch): the batches
+        compaction keeps, emptied if need be, so idempotence and fencing survive (Kafka's
+        lastRecordsOfActiveProducers)."""
+        with self._lock:
+            return {pid: (e.last_data_offset, e.producer_epoch) for pid, e in self.producer_state.active_producers.items()}
+
     # ---- tiering hooks ------------------------------------------------------------------------------
     def segments_to_copy(self, upper_bound_exclusive: int, from_offset: int | None = None) -> list[LogSegment]:
         """Rolled segments that end below ``upper_bound_exclusive`` (the LSO) and at or after ``from_offset``

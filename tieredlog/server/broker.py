@@ -51,6 +51,7 @@ from tieredlog.server.coordinators import (
     create_transaction_coordinator,
 )
 from tieredlog.server.delayed import PartitionWatchers
+from tieredlog.server.log_cleaner_config import cleaner_config_of
 from tieredlog.server.producer_ids import ProducerIdManager
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
 
@@ -263,6 +264,7 @@ class Broker:
             producer_id_expiration_ms=self.config["producer.id.expiration.ms"],
             num_recovery_threads_per_data_dir=self.config["num.recovery.threads.per.data.dir"],
             background_threads=self.config["background.threads"],
+            cleaner_config=cleaner_config_of(self.config),
         )
 
     def _topic_config_for(self, topic: str) -> LogConfig:

@@ -1,0 +1,249 @@
+"""The cleaner's work on one v2 batch, bytes in and bytes out (Kafka's MemoryRecords.filterTo with the
+cleaner's RecordFilter).
+
+A batch is walked record by record over its (decompressed) records section, reading only the varints
+and the key each decision needs; no record object is built. A batch whose records all stay, and that
+needs no delete horizon, is copied as it is. Otherwise the records that stay are written into a new
+batch with the original base offset, last offset delta (so the producer's last sequence survives),
+codec, timestamp type, producer id, epoch, base sequence and partition leader epoch, Kafka's rule.
+Each kept record's bytes are copied unchanged unless the base timestamp moves to a delete horizon
+(KIP-534), which shifts every record's timestamp delta so record timestamps stay what they were.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+from tieredlog.log.cleaner.offset_map import OffsetMap
+from tieredlog.records.batch import (
+    COMPRESSION_MASK,
+    COMPRESSION_NONE,
+    CRC_OFFSET,
+    DELETE_HORIZON_MASK,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    BytesLike,
+    compute_crc,
+)
+from tieredlog.records.codecs import compress, decompress
+from tieredlog.records.errors import CorruptRecordError
+from tieredlog.records.record import read_varint, write_varint
+
+_CONTROL_TYPE = struct.Struct(">hh")
+
+
+class BatchRetention(enum.Enum):
+    """What happens to a batch whose records all go (Kafka's BatchRetention)."""
+
+    DELETE = 1  # drop the batch, whatever its records say
+    DELETE_EMPTY = 2  # drop it only if no record stays
+    RETAIN_EMPTY = 3  # keep at least its header: producer state or the round's last offset needs it
+
+
+@dataclass(slots=True)
+class FilterStats:
+    messages_read: int = 0
+    bytes_read: int = 0
+    messages_retained: int = 0
+    bytes_retained: int = 0
+    invalid_messages: int = 0
+
+
+def records_section(buf: BytesLike, pos: int, h: BatchHeader) -> tuple[BytesLike, int, int]:
+    """The batch's records: its own bytes when uncompressed, else the decompressed data."""
+    start, end = pos + HEADER_SIZE, pos + h.size
+    codec = h.attributes & COMPRESSION_MASK
+    if codec == COMPRESSION_NONE:
+        return buf, start, end
+    data = decompress(codec, memoryview(buf)[start:end])
+    return data, 0, len(data)
+
+
+def _skip_varint(data: BytesLike, q: int) -> int:
+    while data[q] >= 0x80:
+        q += 1
+    return q + 1
+
+
+def add_keys_to_map(buf: BytesLike, pos: int, h: BatchHeader, start_offset: int, offset_map: OffsetMap,
+                    max_entries: int) -> tuple[bool, int]:
+    """Put every keyed record of the batch at or past ``start_offset`` into the map: (whether the map
+    filled before the batch ended, records read)."""
+    count = h.records_count
+    if count <= 0:
+        return False, 0
+    data, p, end = records_section(buf, pos, h)
+    base = h.base_offset
+    put = offset_map.put
+    try:
+        for index in range(count):
+            length, p = read_varint(data, p)
+            rec_end = p + length
+            q = _skip_varint(data, p + 1)  # attributes, then the timestamp delta
+            offset_delta, q = read_varint(data, q)
+            key_len, q = read_varint(data, q)
+            offset = base + offset_delta
+            if key_len >= 0 and offset >= start_offset:
+                if offset_map.size >= max_entries:
+                    return True, index
+                put(data[q : q + key_len], offset)
+            p = rec_end
+    except IndexError:
+        raise CorruptRecordError(f"batch at offset {base}: record {index} is truncated") from None
+    if p != end:
+        raise CorruptRecordError(f"batch at offset {base}: {end - p} bytes left over after {count} records")
+    return False, count
+
+
+def control_type(buf: BytesLike, pos: int, h: BatchHeader) -> int | None:
+    """The marker type of a control batch (0 ABORT, 1 COMMIT), None when it holds no record."""
+    if h.records_count <= 0:
+        return None
+    p = pos + HEADER_SIZE
+    _, p = read_varint(buf, p)  # record length
+    p = _skip_varint(buf, p + 1)  # attributes, timestamp delta
+    p = _skip_varint(buf, p)  # offset delta
+    key_len, p = read_varint(buf, p)
+    if key_len < 4:
+        return None
+    return int(_CONTROL_TYPE.unpack_from(buf, p)[1])
+
+
+def seal_batch(h: BatchHeader, payload: bytes | bytearray, *, attributes: int, base_timestamp: int,
+               max_timestamp: int, records_count: int) -> bytearray:
+    """A v2 batch with ``h``'s offsets, epochs and producer fields around ``payload`` (the records
+    section, already compressed as ``attributes`` says), its CRC computed."""
+    out = bytearray(HEADER_SIZE)
+    out += payload
+    HEADER_STRUCT.pack_into(
+        out, 0, h.base_offset, len(out) - LOG_OVERHEAD, h.partition_leader_epoch, 2, 0, attributes,
+        h.last_offset_delta, base_timestamp, max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence,
+        records_count,
+    )
+    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, len(out)))
+    return out
+
+
+def empty_batch(h: BatchHeader) -> bytearray:
+    """The header alone, no record (Kafka's empty batch): what keeps a producer's last sequence and
+    epoch, or a cleaning round's last offset, once every record of the batch is gone."""
+    attributes = h.attributes & ~COMPRESSION_MASK & ~DELETE_HORIZON_MASK
+    return seal_batch(h, b"", attributes=attributes, base_timestamp=h.max_timestamp,
+                      max_timestamp=h.max_timestamp, records_count=0)
+
+
+@dataclass(slots=True)
+class RecordFilter:
+    """One cleaning round's view: the map, the clock, the topic's delete.retention.ms."""
+
+    offset_map: OffsetMap
+    now_ms: int
+    delete_retention_ms: int
+    stats: FilterStats
+
+    def filter(self, buf: BytesLike, pos: int, h: BatchHeader, retention: BatchRetention,
+               discard_records: bool, marker_for_empty_txn: bool) -> bytes | bytearray | memoryview | None:
+        """The batch to write for the batch at ``pos`` (``buf`` itself when it is that batch and it
+        stays unchanged), or None."""
+        stats = self.stats
+        count = max(h.records_count, 0)
+        stats.messages_read += count
+        stats.bytes_read += h.size
+        if retention is BatchRetention.DELETE:
+            return None
+        has_horizon = bool(h.attributes & DELETE_HORIZON_MASK)
+        keep_deletes = not has_horizon or self.now_ms < h.base_timestamp
+        kept: list[tuple[int, int, int]] = []  # (record start, record end, timestamp delta) of each kept record
+        tombstones = False
+        data: BytesLike = buf
+        if count and not discard_records:
+            data, p, end = records_section(buf, pos, h)
+            is_control = h.is_control
+            offset_map = self.offset_map
+            latest = offset_map.latest_offset
+            base = h.base_offset
+            try:
+                for _ in range(count):
+                    start = p
+                    length, p = read_varint(data, p)
+                    rec_end = p + length
+                    ts_delta, q = read_varint(data, p + 1)
+                    if is_control:
+                        kept.append((start, rec_end, ts_delta))
+                        p = rec_end
+                        continue
+                    offset_delta, q = read_varint(data, q)
+                    key_len, q = read_varint(data, q)
+                    offset = base + offset_delta
+                    if offset > latest:
+                        value_len = -1 if key_len < 0 else read_varint(data, q + key_len)[0]
+                        kept.append((start, rec_end, ts_delta))
+                        tombstones |= key_len >= 0 and value_len < 0
+                    elif key_len < 0:
+                        stats.invalid_messages += 1
+                    elif offset >= offset_map.get(data[q : q + key_len]):
+                        value_len = read_varint(data, q + key_len)[0]
+                        if value_len >= 0:
+                            kept.append((start, rec_end, ts_delta))
+                        elif keep_deletes:
+                            kept.append((start, rec_end, ts_delta))
+                            tombstones = True
+                    p = rec_end
+            except IndexError:
+                raise CorruptRecordError(f"batch at offset {base}: a record is truncated") from None
+            if p != end:
+                raise CorruptRecordError(f"batch at offset {base}: {end - p} bytes left over after {count} records")
+        need_horizon = (tombstones or marker_for_empty_txn) and not has_horizon
+        if kept and len(kept) == count and not need_horizon:
+            stats.messages_retained += count
+            stats.bytes_retained += h.size
+            if isinstance(buf, (bytes, bytearray, memoryview)) and pos == 0 and len(buf) == h.size:
+                return buf
+            return memoryview(buf)[pos : pos + h.size]
+        if kept:
+            out = self._rebuild(h, data, kept, self.now_ms + self.delete_retention_ms if need_horizon else None)
+        elif retention is BatchRetention.RETAIN_EMPTY:
+            out = empty_batch(h)
+        else:
+            return None
+        stats.messages_retained += len(kept)
+        stats.bytes_retained += len(out)
+        return out
+
+    @staticmethod
+    def _rebuild(h: BatchHeader, data: BytesLike, kept: list[tuple[int, int, int]], horizon: int | None) -> bytearray:
+        attributes = h.attributes
+        base_ts = h.base_timestamp
+        if horizon is not None:
+            attributes |= DELETE_HORIZON_MASK
+            base_ts = horizon
+        shift = h.base_timestamp - base_ts
+        body = bytearray()
+        view = memoryview(data)
+        max_delta: int | None = None
+        for start, rec_end, ts_delta in kept:
+            if max_delta is None or ts_delta > max_delta:
+                max_delta = ts_delta
+            if not shift:
+                body += view[start:rec_end]
+                continue
+            _, p = read_varint(data, start)  # the length, rewritten below
+            q = _skip_varint(data, p + 1)  # past the timestamp delta
+            rec = bytearray(view[p : p + 1])  # attributes
+            write_varint(rec, ts_delta + shift)
+            rec += view[q:rec_end]
+            write_varint(body, len(rec))
+            body += rec
+        if attributes & TIMESTAMP_TYPE_MASK:
+            max_ts = h.max_timestamp  # LogAppendTime: the batch's own time
+        else:
+            max_ts = h.base_timestamp + (max_delta or 0)
+        codec = attributes & COMPRESSION_MASK
+        payload = compress(codec, body) if codec != COMPRESSION_NONE else body
+        return seal_batch(h, payload, attributes=attributes, base_timestamp=base_ts, max_timestamp=max_ts,
+                          records_count=len(kept))
