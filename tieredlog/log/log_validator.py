@@ -63,6 +63,7 @@ class LogValidator:
         if n == 0:
             raise errors.InvalidRecordError("empty record set")
         client = self.origin is AppendOrigin.CLIENT
+        replication = self.origin is AppendOrigin.REPLICATION
         headers: list[BatchHeader] = []
         pos = 0
         max_size = self.config.max_message_bytes
@@ -88,7 +89,11 @@ class LogValidator:
                 raise errors.CorruptMessageError(str(e)) from None
             except InvalidRecordError as e:
                 raise errors.InvalidRecordError(str(e)) from None
-            if h.records_count <= 0 or h.last_offset_delta + 1 != h.records_count:
+            # A leader's appends are fresh batches, every offset with its record. A follower copies
+            # the leader's log as it is, cleaned batches included: offsets the cleaner removed and
+            # emptied batches (recordsCount 0) kept for their producer state. Kafka checks these
+            # counts only where it assigns offsets (LogValidator.validateBatch), never on replication.
+            if not replication and (h.records_count <= 0 or h.last_offset_delta + 1 != h.records_count):
                 raise errors.InvalidRecordError(
                     f"batch at byte {pos}: record count {h.records_count} does not match lastOffsetDelta {h.last_offset_delta}"
                 )

@@ -116,6 +116,17 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & CONTROL_MASK)
 
     @property
+    def has_delete_horizon(self) -> bool:
+        """KIP-534: the cleaner has seen this batch's tombstones and transaction markers; the base
+        timestamp is then the time after which it may drop them, no longer the first record's."""
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """The delete horizon when the flag is set (Kafka's RecordBatch.deleteHorizonMs), else None."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
+
+    @property
     def has_producer_id(self) -> bool:
         return self.producer_id >= 0
 

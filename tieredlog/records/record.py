@@ -23,6 +23,7 @@ from tieredlog.records.batch import (
     COMPRESSION_NONE,
     CONTROL_MASK,
     CRC_OFFSET,
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -54,6 +55,7 @@ __all__ = [
     "record_at_or_after",
     "build_batch",
     "build_control_batch",
+    "build_empty_batch",
     "parse_control_record",
     "read_varint",
     "read_uvarint",
@@ -204,6 +206,9 @@ def decode_batch(buf: BytesLike, pos: int = 0, *, verify_crc: bool = True) -> tu
         raise CorruptRecordError(f"batch at byte {pos} has negative record count {count}", position=pos)
     log_append_time = header.max_timestamp if header.timestamp_type == 1 else None
     codec = header.compression
+    if count == 0 and end == pos + HEADER_SIZE:
+        # A batch the cleaner emptied: no records section, not even an empty compressed stream.
+        return header, []
     if codec == COMPRESSION_NONE:
         # Slices of a bytearray would be copied twice (slice, then bytes()); a memoryview once.
         view = buf if isinstance(buf, bytes) else memoryview(buf)
@@ -228,9 +233,10 @@ def record_at_or_after(buf: BytesLike, pos: int, timestamp: int, start_offset: i
     ``timestamp`` and an offset at or after ``start_offset``, or None when no record of this batch
     qualifies (the search goes on with the next batch), as Kafka's LogSegment.findOffsetByTimestamp
     looks inside a batch. ListOffsets by timestamp, local and remote; decompresses, so never on
-    the event loop. A LogAppendTime batch gives every record its max timestamp: nothing to decode."""
+    the event loop. A LogAppendTime batch gives every record its max timestamp: nothing to decode,
+    unless the cleaner took records out of it (its first offsets may be gone, or all of them)."""
     h = read_header(buf, pos)
-    if h.timestamp_type == 1:
+    if h.timestamp_type == 1 and h.records_count == h.last_offset_delta + 1:
         if h.max_timestamp >= timestamp and h.last_offset >= start_offset:
             return max(h.base_offset, start_offset), h.max_timestamp
         return None
@@ -459,13 +465,16 @@ def build_batch(
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     timestamp_type: int = 0,
     is_control: bool = False,
+    delete_horizon_ms: int | None = None,
 ) -> bytes:
     """Build one v2 batch, byte-identical to what Kafka's Java producer writes for the same input.
 
     ``records`` holds either ``Record`` objects, whose offsets must be ascending and at least
     ``base_offset`` (gaps are kept, as after compaction), or tuples ``(key, value[, headers[,
     timestamp]])`` that take consecutive offsets from ``base_offset``. A missing or None
-    timestamp means now. The first record's timestamp is the batch's baseTimestamp.
+    timestamp means now. The first record's timestamp is the batch's baseTimestamp, unless
+    ``delete_horizon_ms`` is given: then, as the cleaner writes a batch under KIP-534, the horizon is
+    the baseTimestamp, the delete-horizon attribute is set and record timestamps are deltas from it.
     """
     if codec & ~COMPRESSION_MASK or codec > 4:
         raise InvalidRecordError(f"unknown compression codec {codec}")
@@ -473,6 +482,8 @@ def build_batch(
         raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
     if is_transactional and producer_id < 0:
         raise ValueError("a transactional batch needs a producer id")
+    if delete_horizon_ms is not None and delete_horizon_ms < 0:
+        raise ValueError(f"delete_horizon_ms must be a timestamp, not {delete_horizon_ms}")
     body = bytearray()
     rec = bytearray()
     count = 0
@@ -499,7 +510,8 @@ def build_batch(
         if ts is None:
             ts = int(time.time() * 1000)
         if count == 0:
-            base_ts = max_ts = ts
+            max_ts = ts
+            base_ts = ts if delete_horizon_ms is None else delete_horizon_ms
         elif ts > max_ts:
             max_ts = ts
         ts_delta = ts - base_ts
@@ -521,6 +533,8 @@ def build_batch(
         attributes |= TRANSACTIONAL_MASK
     if is_control:
         attributes |= CONTROL_MASK
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
     out = bytearray(HEADER_SIZE)
     out += payload
     HEADER_STRUCT.pack_into(
@@ -576,6 +590,67 @@ def _write_nullable(out: bytearray, data: bytes | bytearray | memoryview | None,
         raise TypeError(f"record {what} must be bytes or None, not {type(data).__name__}")
     write_varint(out, len(data))
     out += data
+
+
+def build_empty_batch(
+    base_offset: int,
+    last_offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+    timestamp_type: int,
+    max_timestamp: int,
+    is_transactional: bool,
+    is_control: bool,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """A batch whose records were all removed, the 61-byte header alone (Kafka's
+    DefaultRecordBatch.writeEmptyHeader): the cleaner keeps one where a producer's last sequence and
+    epoch, or a transaction's marker, must survive. It spans ``base_offset..last_offset`` as the
+    original did (so the next sequence the producer may send is still known) and holds no record.
+
+    As Kafka writes it: uncompressed, recordsCount 0, baseTimestamp -1 (no record to be the first)
+    and ``max_timestamp`` the original batch's. With ``delete_horizon_ms`` the KIP-534 flag is set and
+    the horizon takes the baseTimestamp's place (Kafka never sets it on an empty batch, but reads it
+    the same way).
+    """
+    delta = last_offset - base_offset
+    if not 0 <= delta <= _I32_MAX:
+        raise ValueError(f"last_offset {last_offset} must be at least base_offset {base_offset}, within an int32")
+    if timestamp_type not in (0, 1):
+        raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
+    if delete_horizon_ms is not None and delete_horizon_ms < 0:
+        raise ValueError(f"delete_horizon_ms must be a timestamp, not {delete_horizon_ms}")
+    attributes = COMPRESSION_NONE
+    if timestamp_type:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
+    out = bytearray(HEADER_SIZE)
+    HEADER_STRUCT.pack_into(
+        out,
+        0,
+        base_offset,
+        HEADER_SIZE - LOG_OVERHEAD,
+        partition_leader_epoch,
+        2,
+        0,  # CRC, filled below
+        attributes,
+        delta,
+        NO_TIMESTAMP if delete_horizon_ms is None else delete_horizon_ms,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        0,
+    )
+    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, HEADER_SIZE))
+    return bytes(out)
 
 
 def build_control_batch(

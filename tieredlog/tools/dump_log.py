@@ -5,6 +5,12 @@ Handles segments (`.log`, magic 0/1/2), `.index`, `.timeindex`, `.txnindex`, pro
 remote tier's `<offset>-<uuid>.<suffix>` names. Indexes are read as raw fixed-size entries, so this
 works on any file without the broker's index code. On corrupt input it prints everything it read,
 then `corrupt data at byte N: <reason>`, and exits with 1.
+
+Cleaned (compacted) segments print as they are: a batch's lastOffset and lastSequence come from
+its header, whatever records the cleaner removed; a batch emptied for its producer state prints
+`count: 0` and no record; a batch with KIP-534's delete-horizon flag adds `deleteHorizonMs: <ms>`
+after `isControl`. Kafka 3.1+ prints that field on every batch (`OptionalLong.empty` when unset);
+here it appears only when set, so other batches print as they always have.
 """
 
 from __future__ import annotations
@@ -122,12 +128,17 @@ def _dump_v2_batch(buf, pos: int, out: _Out, print_data: bool) -> None:
     h = read_header(buf, pos)
     computed = compute_crc(buf, pos, h.size)
     valid = computed == h.crc
+    # A cleaned segment shows through the header alone: lastOffset from lastOffsetDelta (the offsets
+    # the cleaner removed stay inside the batch's span), count 0 for a batch kept only for its
+    # producer state, and the KIP-534 delete horizon where the base timestamp now holds it.
+    horizon = h.delete_horizon_ms
     out(
         f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.records_count} "
         f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} producerId: {h.producer_id} "
         f"producerEpoch: {h.producer_epoch} partitionLeaderEpoch: {h.partition_leader_epoch} "
         f"isTransactional: {str(h.is_transactional).lower()} isControl: {str(h.is_control).lower()} "
-        f"position: {pos} {_ts_label(h.timestamp_type)}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
+        + ("" if horizon is None else f"deleteHorizonMs: {horizon} ")
+        + f"position: {pos} {_ts_label(h.timestamp_type)}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
         f"compresscodec: {COMPRESSION_NAMES.get(h.compression, h.compression)} crc: {h.crc} "
         f"isvalid: {str(valid).lower()}"
     )
