@@ -535,27 +535,8 @@ def build_batch(
         attributes |= CONTROL_MASK
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_MASK
-    out = bytearray(HEADER_SIZE)
-    out += payload
-    HEADER_STRUCT.pack_into(
-        out,
-        0,
-        base_offset,
-        len(out) - LOG_OVERHEAD,
-        partition_leader_epoch,
-        2,
-        0,  # CRC, filled below once the bytes it covers are final
-        attributes,
-        last_delta,
-        base_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        count,
-    )
-    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, len(out)))
-    return bytes(out)
+    return bytes(seal_batch(payload, base_offset, last_delta, partition_leader_epoch, attributes, base_ts, max_ts,
+                            producer_id, producer_epoch, base_sequence, count))
 
 
 def _encode_record(
@@ -631,26 +612,47 @@ def build_empty_batch(
         attributes |= CONTROL_MASK
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_MASK
+    base_timestamp = NO_TIMESTAMP if delete_horizon_ms is None else delete_horizon_ms
+    return bytes(seal_batch(b"", base_offset, delta, partition_leader_epoch, attributes, base_timestamp, max_timestamp,
+                            producer_id, producer_epoch, base_sequence, 0))
+
+
+def seal_batch(
+    payload: bytes | bytearray | memoryview,
+    base_offset: int,
+    last_offset_delta: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    records_count: int,
+) -> bytearray:
+    """A v2 batch: the header with these fields, its length and CRC computed, before ``payload``
+    (the records section, compressed as ``attributes`` says)."""
     out = bytearray(HEADER_SIZE)
+    out += payload
     HEADER_STRUCT.pack_into(
         out,
         0,
         base_offset,
-        HEADER_SIZE - LOG_OVERHEAD,
+        len(out) - LOG_OVERHEAD,
         partition_leader_epoch,
         2,
-        0,  # CRC, filled below
+        0,  # CRC, filled below once the bytes it covers are final
         attributes,
-        delta,
-        NO_TIMESTAMP if delete_horizon_ms is None else delete_horizon_ms,
+        last_offset_delta,
+        base_timestamp,
         max_timestamp,
         producer_id,
         producer_epoch,
         base_sequence,
-        0,
+        records_count,
     )
-    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, HEADER_SIZE))
-    return bytes(out)
+    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, len(out)))
+    return out
 
 
 def build_control_batch(

@@ -20,19 +20,15 @@ from tieredlog.log.cleaner.offset_map import OffsetMap
 from tieredlog.records.batch import (
     COMPRESSION_MASK,
     COMPRESSION_NONE,
-    CRC_OFFSET,
     DELETE_HORIZON_MASK,
     HEADER_SIZE,
-    HEADER_STRUCT,
-    LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     BytesLike,
-    compute_crc,
 )
 from tieredlog.records.codecs import compress, decompress
 from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_varint, write_varint
+from tieredlog.records.record import build_empty_batch, read_varint, seal_batch, write_varint
 
 _CONTROL_TYPE = struct.Struct(">hh")
 
@@ -114,27 +110,12 @@ def control_type(buf: BytesLike, pos: int, h: BatchHeader) -> int | None:
     return int(_CONTROL_TYPE.unpack_from(buf, p)[1])
 
 
-def seal_batch(h: BatchHeader, payload: bytes | bytearray, *, attributes: int, base_timestamp: int,
-               max_timestamp: int, records_count: int) -> bytearray:
-    """A v2 batch with ``h``'s offsets, epochs and producer fields around ``payload`` (the records
-    section, already compressed as ``attributes`` says), its CRC computed."""
-    out = bytearray(HEADER_SIZE)
-    out += payload
-    HEADER_STRUCT.pack_into(
-        out, 0, h.base_offset, len(out) - LOG_OVERHEAD, h.partition_leader_epoch, 2, 0, attributes,
-        h.last_offset_delta, base_timestamp, max_timestamp, h.producer_id, h.producer_epoch, h.base_sequence,
-        records_count,
-    )
-    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, len(out)))
-    return out
-
-
-def empty_batch(h: BatchHeader) -> bytearray:
+def empty_batch(h: BatchHeader) -> bytes:
     """The header alone, no record (Kafka's empty batch): what keeps a producer's last sequence and
     epoch, or a cleaning round's last offset, once every record of the batch is gone."""
-    attributes = h.attributes & ~COMPRESSION_MASK & ~DELETE_HORIZON_MASK
-    return seal_batch(h, b"", attributes=attributes, base_timestamp=h.max_timestamp,
-                      max_timestamp=h.max_timestamp, records_count=0)
+    return build_empty_batch(h.base_offset, h.last_offset, h.producer_id, h.producer_epoch, h.base_sequence,
+                             h.partition_leader_epoch, h.timestamp_type, h.max_timestamp, h.is_transactional,
+                             h.is_control)
 
 
 @dataclass(slots=True)
@@ -208,7 +189,7 @@ class RecordFilter:
         if kept:
             out = self._rebuild(h, data, kept, self.now_ms + self.delete_retention_ms if need_horizon else None)
         elif retention is BatchRetention.RETAIN_EMPTY:
-            out = empty_batch(h)
+            out = bytearray(empty_batch(h))
         else:
             return None
         stats.messages_retained += len(kept)
@@ -245,5 +226,5 @@ class RecordFilter:
             max_ts = h.base_timestamp + (max_delta or 0)
         codec = attributes & COMPRESSION_MASK
         payload = compress(codec, body) if codec != COMPRESSION_NONE else body
-        return seal_batch(h, payload, attributes=attributes, base_timestamp=base_ts, max_timestamp=max_ts,
-                          records_count=len(kept))
+        return seal_batch(payload, h.base_offset, h.last_offset_delta, h.partition_leader_epoch, attributes, base_ts,
+                          max_ts, h.producer_id, h.producer_epoch, h.base_sequence, len(kept))

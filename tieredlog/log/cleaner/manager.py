@@ -58,7 +58,7 @@ def log_to_clean(plog: UnifiedLog, checkpoint: int | None, now_ms: int) -> LogTo
         upper = segs[i + 1].base_offset if i + 1 < len(segs) else plog.log_end_offset
         if upper <= first_dirty:
             clean += s.size
-        elif s.base_offset < first_uncleanable:
+        elif s.base_offset < first_uncleanable and first_dirty < first_uncleanable:
             cleanable += s.size
     return LogToClean(plog, first_dirty, first_uncleanable, clean, cleanable, forced)
 
