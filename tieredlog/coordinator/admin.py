@@ -111,7 +111,7 @@ class GroupAdmin:
             cancel(group.join_handle)
             cancel(group.sync_handle)
             group.offsets.clear()
-            group.transition_to(GroupState.DEAD, self.state.scheduler.now_ms())
+            group.transition_to(GroupState.DEAD, self.state.scheduler.wall_clock_ms())
             del self.state.groups[group_id]
             result[group_id] = ErrorCode.none
         return result

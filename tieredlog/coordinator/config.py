@@ -21,6 +21,8 @@ class GroupConfig:
     offsets_topic_num_partitions: int = 50  # offsets.topic.num.partitions
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024  # offsets.topic.segment.bytes
+    offsets_retention_ms: int = 10080 * 60_000  # offsets.retention.minutes, as Kafka's OffsetConfig holds it
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
 
     @classmethod
     def from_properties(cls, props: Properties) -> "GroupConfig":
@@ -33,15 +35,23 @@ class GroupConfig:
             "offsets.topic.num.partitions": "offsets_topic_num_partitions",
             "offset.metadata.max.bytes": "offset_metadata_max_bytes",
             "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+            "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
         }
         values: dict[str, int] = {}
         for key, attr in names.items():
             raw = props.get(key)
             if raw is not None and raw != "":
                 values[attr] = int(raw)
+        retention_minutes = props.get("offsets.retention.minutes")
+        if retention_minutes is not None and retention_minutes != "":
+            values["offsets_retention_ms"] = int(retention_minutes) * 60_000
         config = cls(**values)
         if config.offsets_topic_num_partitions < 1:
             raise ValueError("offsets.topic.num.partitions must be at least 1")
         if config.min_session_timeout_ms > config.max_session_timeout_ms:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
+        if config.offsets_retention_ms < 60_000:
+            raise ValueError("offsets.retention.minutes must be at least 1")
+        if config.offsets_retention_check_interval_ms < 1:
+            raise ValueError("offsets.retention.check.interval.ms must be at least 1")
         return config

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 from tieredlog.coordinator.contracts import SubscribedTopics
 
@@ -96,6 +96,9 @@ class GroupMetadata:
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader_id: str | None = None
+    # Kafka's currentStateTimestamp: wall-clock ms of the last state transition, stored in the group's
+    # GroupMetadataValue (v2+). -1: unknown (a record of an older version), so offset expiry of an
+    # Empty group goes by each offset's commit timestamp instead.
     state_timestamp_ms: int = -1
     members: dict[str, MemberMetadata] = field(default_factory=dict)
     # Member ids handed out with MEMBER_ID_REQUIRED that have not joined with them yet.
@@ -106,6 +109,12 @@ class GroupMetadata:
     # In a cluster a commit reaches `offsets` once the ISR has it, and two commits' waits may end in
     # either order: the number of the newest commit applied per partition keeps an older one out.
     offset_commit_seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Partitions with a commit appended whose wait for the ISR has not ended (Kafka's
+    # pendingOffsetCommits): offset expiry leaves them alone, or its tombstone could land after the commit.
+    pending_offset_commits: Counter[tuple[str, int]] = field(default_factory=Counter)
+    # TxnOffsetCommits appended whose wait has not ended: their offsets are not pending yet, but the
+    # group must not become Dead under them.
+    pending_txn_appends: int = 0
     # TxnOffsetCommit: offsets written in a producer's open transaction, applied to `offsets` when the
     # COMMIT marker reaches the group's partition, dropped on ABORT (Kafka's pendingTransactionalOffsetCommits)
     pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = field(default_factory=dict)
@@ -128,6 +137,40 @@ class GroupMetadata:
 
     def can_rebalance(self) -> bool:
         return self.state in _VALID_PREVIOUS[GroupState.PREPARING_REBALANCE]
+
+    # -- offsets -------------------------------------------------------------------------------------
+    def has_pending_offsets(self) -> bool:
+        """Offsets on their way in: a commit waiting for the ISR, or a transaction's still open."""
+        return bool(self.pending_offset_commits) or bool(self.pending_txn_offsets) or self.pending_txn_appends > 0
+
+    def expired_offsets(
+        self, now_ms: int, retention_ms: int, decode: SubscribedTopics
+    ) -> dict[tuple[str, int], OffsetAndMetadata]:
+        """The committed offsets offsets.retention.minutes (``retention_ms``) has expired, Kafka's
+        GroupMetadata.removeExpiredOffsets (KIP-211) without the removal:
+        - an Empty group: all of them, once the retention has passed since it became Empty (since
+          each offset's commit when that moment is unknown);
+        - a Stable consumer group: those of topics no member subscribes to any more, by commit time;
+        - a standalone consumer's (no protocol type: commits only, never a member): by commit time;
+        - any other group keeps them all (it is rebalancing, or its subscriptions cannot be read).
+        A partition whose commit is still waiting for the ISR is kept; offsets of an open transaction
+        are not in `offsets` yet, so they never expire."""
+        subscribed: Collection[str] = ()
+        emptied_ms = -1
+        if self.protocol_type is not None and self.is_state(GroupState.EMPTY):
+            emptied_ms = self.state_timestamp_ms
+        elif self.protocol_type == CONSUMER_PROTOCOL_TYPE and self.is_state(GroupState.STABLE):
+            topics = self.subscribed_topics(decode)
+            if topics is None:
+                return {}
+            subscribed = topics
+        elif self.protocol_type is not None:
+            return {}
+        return {
+            tp: o for tp, o in self.offsets.items()
+            if tp[0] not in subscribed and tp not in self.pending_offset_commits
+            and (emptied_ms if emptied_ms >= 0 else o.commit_timestamp) + retention_ms <= now_ms
+        }
 
     # -- membership ----------------------------------------------------------------------------------
     def has(self, member_id: str) -> bool:

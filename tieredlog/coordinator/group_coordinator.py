@@ -7,7 +7,8 @@ seam (Kafka keeps them all in GroupCoordinator and GroupMetadataManager):
 (TxnOffsetCommit and the transaction markers that settle it), `admin.GroupAdmin` (ListGroups,
 DescribeGroups, DeleteGroups); `loader.load_groups` rebuilds the group table at start-up. They share
 one `CoordinatorState`. Durable state goes through a `GroupStore` as `__consumer_offsets` records;
-timers come from a `Scheduler` (the broker's runs on the asyncio loop).
+timers come from a `Scheduler` (the broker's runs on the asyncio loop), among them offset expiry
+(`CommittedOffsets.cleanup_group_metadata`) from start-up on and every offsets.retention.check.interval.ms.
 
 Alone, a broker coordinates every group and loads them all at start-up. In a cluster
 (`GroupCoordinator.for_cluster`) it coordinates the groups of the `__consumer_offsets` partitions it
@@ -31,7 +32,7 @@ from tieredlog.coordinator.membership import GroupMembership
 from tieredlog.coordinator.offsets import CommittedOffsets
 from tieredlog.coordinator.state import CoordinatorState, PartitionOwnership
 from tieredlog.coordinator.storage import OFFSETS_TOPIC, GroupStore, MemoryGroupStore, PartitionedGroupStore
-from tieredlog.coordinator.timer import Scheduler
+from tieredlog.coordinator.timer import Cancellable, Scheduler
 from tieredlog.coordinator.txn_offsets import TransactionalOffsets
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class GroupCoordinator:
         self.state = CoordinatorState(config, scheduler, store if store is not None else MemoryGroupStore())
         self._partitioned: PartitionedGroupStore | None = None
         self._loads: set[asyncio.Task] = set()
+        self._cleanup_timer: Cancellable | None = None
         self.membership = GroupMembership(self.state)
         self.offsets = CommittedOffsets(self.state, self.membership, subscriptions)
         self.admin = GroupAdmin(self.state)
@@ -58,6 +60,7 @@ class GroupCoordinator:
         self.handle_commit_offsets = self.offsets.handle_commit_offsets
         self.fetch_offsets = self.offsets.fetch_offsets
         self.delete_offsets = self.offsets.delete_offsets
+        self.cleanup_group_metadata = self.offsets.cleanup_group_metadata
         self.list_groups = self.admin.list_groups
         self.describe_group = self.admin.describe_group
         self.delete_groups = self.admin.delete_groups
@@ -90,9 +93,22 @@ class GroupCoordinator:
 
     async def start(self) -> None:
         if self.state.ownership is None:
-            self.state.groups = load_groups(self.state.store, self.state.scheduler.now_ms())
+            self.state.groups = load_groups(self.state.store, self.state.scheduler.wall_clock_ms())
             self._adopt(self.state.groups)
         self.state.active = True
+        # Kafka's "delete-expired-group-metadata" task: a first run at start-up, then periodically
+        self._schedule_cleanup(0)
+
+    def _schedule_cleanup(self, delay_ms: int) -> None:
+        def run() -> None:
+            if not self.state.active:
+                return
+            try:
+                self.offsets.cleanup_group_metadata()
+            finally:
+                self._schedule_cleanup(self.config.offsets_retention_check_interval_ms)
+
+        self._cleanup_timer = self.state.scheduler.call_later(delay_ms, run)
 
     def _adopt(self, groups: dict[str, GroupMetadata]) -> None:
         for group in groups.values():
@@ -102,6 +118,8 @@ class GroupCoordinator:
 
     async def shutdown(self) -> None:
         self.state.active = False
+        if self._cleanup_timer is not None:
+            self._cleanup_timer.cancel()
         for task in list(self._loads):
             task.cancel()
         self.membership.shutdown()
@@ -144,7 +162,7 @@ class GroupCoordinator:
     async def _load(self, partition: int, leader_epoch: int) -> None:
         own, store = self.state.ownership, self._partitioned
         assert own is not None and store is not None
-        now = self.state.scheduler.now_ms()
+        now = self.state.scheduler.wall_clock_ms()
         started = time.monotonic()
         try:
             # reading the log is disk I/O: off the event loop, as start-up reads it before serving

@@ -3,8 +3,10 @@ a broker alone, in a cluster for each partition this broker becomes the leader o
 
 Every record of every partition is replayed in log order; the last value of a key wins and a
 tombstone deletes it. A group with stored members comes back Stable with its last generation, so its
-members keep their assignment and only have to heartbeat. A record this version cannot read is
-skipped (one line for all of them): damage or a newer Kafka's schema never stops start-up.
+members keep their assignment and only have to heartbeat. A group keeps the current_state_timestamp of
+its GroupMetadataValue: an Empty group's offsets expire counting from it, not from the load. A record
+this version cannot read is skipped (one line for all of them): damage or a newer Kafka's schema never
+stops start-up.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def load_groups(store: GroupStore, now_ms: int) -> dict[str, GroupMetadata]:
 
 def load_records(records: Iterable[ReplayedRecord], now_ms: int) -> dict[str, GroupMetadata]:
     """The groups that ``records`` (key, value or None), in log order, leave behind; those of a
-    transaction still open come back as its pending offsets."""
+    transaction still open come back as its pending offsets. ``now_ms`` (wall clock) is the state
+    timestamp of a group without a GroupMetadataValue, as in Kafka."""
     offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
     pending: dict[str, dict[int, dict[tuple[str, int], OffsetAndMetadata]]] = {}
     stored: dict[str, schema.StoredGroup | None] = {}
@@ -74,5 +77,6 @@ def _restore(group: GroupMetadata, saved: schema.StoredGroup) -> None:
             [(saved.protocol or "", m.subscription)], m.assignment,
         )
     group.leader_id = saved.leader if saved.leader in group.members else None
+    group.state_timestamp_ms = saved.current_state_timestamp
     if group.members:
         group.state = GroupState.STABLE

@@ -79,7 +79,7 @@ class GroupMembership:
         parked members get NOT_COORDINATOR (they find the new coordinator), the group is Dead here."""
         self._release(group)
         if not group.is_state(GroupState.DEAD):
-            group.transition_to(GroupState.DEAD, self.state.scheduler.now_ms())
+            group.transition_to(GroupState.DEAD, self.state.scheduler.wall_clock_ms())
 
     def _release(self, group: GroupMetadata) -> None:
         cancel(group.join_handle)
@@ -391,7 +391,7 @@ class GroupMembership:
         else:
             group.join_initial = False
             group.join_handle = scheduler.call_later(group.rebalance_timeout_ms(), lambda: self._complete_join(group))
-        group.transition_to(GroupState.PREPARING_REBALANCE, scheduler.now_ms())
+        group.transition_to(GroupState.PREPARING_REBALANCE, scheduler.wall_clock_ms())
 
     def _on_initial_join_expired(self, group: GroupMetadata, delay: int, remaining: int) -> None:
         if not group.is_state(GroupState.PREPARING_REBALANCE):
@@ -438,7 +438,7 @@ class GroupMembership:
         group.new_member_added = False
         group.pending_sync.clear()
         group.generation_id += 1
-        now = self.state.scheduler.now_ms()
+        now = self.state.scheduler.wall_clock_ms()
         if not group.members:
             group.protocol_name = None
             group.leader_id = None
@@ -563,7 +563,7 @@ class GroupMembership:
             _resolve(member_.awaiting_sync, SyncResult(ErrorCode.none, member_.assignment, group.protocol_type,
                                                        group.protocol_name))
             member_.awaiting_sync = None
-        group.transition_to(GroupState.STABLE, self.state.scheduler.now_ms())
+        group.transition_to(GroupState.STABLE, self.state.scheduler.wall_clock_ms())
         if not group.pending_sync:
             cancel(group.sync_handle)
             group.sync_handle = None
@@ -662,7 +662,7 @@ class GroupMembership:
             generation=group.generation_id,
             protocol=protocol,
             leader=group.leader_id,
-            current_state_timestamp=now,
+            current_state_timestamp=group.state_timestamp_ms,
             members=[
                 schema.StoredMember(
                     m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,

@@ -3,7 +3,16 @@
 A commit from a group member must come from the current generation (and counts as a heartbeat); a
 commit with a negative generation to an Empty group is a standalone consumer's. Every accepted
 commit is one OffsetCommitValue record in the group's `__consumer_offsets` partition, a deletion a
-tombstone. Offset expiry (offsets.retention.minutes) is not done.
+tombstone.
+
+Offset expiry (offsets.retention.minutes, KIP-211): every offsets.retention.check.interval.ms,
+`cleanup_group_metadata` (Kafka's GroupMetadataManager.cleanupGroupMetadata) removes the offsets
+`GroupMetadata.expired_offsets` names: an Empty group's once the retention has passed since it became
+Empty, a Stable consumer group's for topics it no longer subscribes to and a standalone consumer's by
+their commit time. Each gets a tombstone; an Empty group left without offsets becomes Dead, leaves the
+group table and, if it ever had a generation, its GroupMetadataValue gets a tombstone too. In a
+cluster only the groups of the partitions led here are looked at, and the tombstones are not waited
+for: a leader that loses them expires the offsets again (Kafka appends them with acks=0).
 
 Alone, a broker's commit is committed once appended (`commit_offsets` answers at once). In a cluster
 the answer waits until the ISR has the record (`handle_commit_offsets`), and only then does the offset
@@ -13,6 +22,8 @@ become what OffsetFetch returns (Kafka's pending offset commits).
 from __future__ import annotations
 
 import itertools
+import logging
+from collections import Counter
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -27,8 +38,10 @@ from tieredlog.coordinator.group import (
     OffsetAndMetadata,
 )
 from tieredlog.coordinator.membership import GroupMembership
-from tieredlog.coordinator.state import CoordinatorState, valid_group_id
+from tieredlog.coordinator.state import CoordinatorState, cancel, valid_group_id
 from tieredlog.coordinator.storage import WaitForIsr, store_error_code
+
+log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 # (offset, leader epoch, metadata) as OffsetCommit carries them
@@ -98,12 +111,16 @@ class CommittedOffsets:
         if not isinstance(outcome, _PendingCommit):
             return outcome
         pending = outcome
+        group = pending.group
+        waiting = Counter(pending.accepted.keys())
+        group.pending_offset_commits.update(waiting)
         try:
             await pending.wait()
         except Exception as exc:  # noqa: BLE001 - a failed wait is this commit's answer, not the broker's
             code = store_error_code(exc)
             return {**pending.result, **{tp: code for tp in pending.accepted}}
-        group = pending.group
+        finally:
+            group.pending_offset_commits -= waiting
         for tp, value in pending.accepted.items():
             # an older commit whose wait ended after a newer one's must not overwrite it
             if group.offset_commit_seq.get(tp, -1) < pending.seq:
@@ -229,3 +246,46 @@ class CommittedOffsets:
                 del group.offsets[tp]
         result.update({tp: ErrorCode.none for tp in deletable})
         return ErrorCode.none, result
+
+    # -- offset expiry -------------------------------------------------------------------------------
+    def cleanup_group_metadata(self) -> int:
+        """One run of offset expiry over the groups this coordinator serves; the number of offsets removed."""
+        now = self.state.scheduler.wall_clock_ms()
+        removed = 0
+        for group in list(self.state.groups.values()):
+            if self.state.ownership_error(group.group_id) is None:
+                removed += self._remove_expired_offsets(group, now)
+        if removed:
+            log.info("Removed %d expired offsets in %d milliseconds.", removed,
+                     self.state.scheduler.wall_clock_ms() - now)
+        return removed
+
+    def _remove_expired_offsets(self, group: GroupMetadata, now: int) -> int:
+        expired = group.expired_offsets(now, self.state.config.offsets_retention_ms, self.subscriptions)
+        dead = (group.is_state(GroupState.EMPTY) and group.offsets.keys() <= expired.keys()
+                and not group.has_pending_offsets())
+        tombstones: list[tuple[bytes, bytes | None]] = [
+            (schema.encode_offset_key(group.group_id, t, p), None) for t, p in expired]
+        if dead and group.generation_id > 0:
+            # generation 0: a group that only ever stored offsets has no GroupMetadataValue to delete
+            tombstones.append((schema.encode_group_key(group.group_id), None))
+        if tombstones:
+            try:
+                self.state.store.append(group.group_id, tombstones, now)
+            except Exception as exc:  # noqa: BLE001 - the next run tries again; the offsets stay meanwhile
+                log.error("group %s: failed to append %d tombstone(s) for expired offsets: %s",
+                          group.group_id, len(tombstones), exc)
+                return 0
+        for tp in expired:
+            del group.offsets[tp]
+            group.offset_commit_seq.pop(tp, None)
+        if dead:
+            log.info("Group %s transitioned to Dead in generation %d", group.group_id, group.generation_id)
+            cancel(group.join_handle)
+            cancel(group.sync_handle)
+            for handle in group.pending_members.values():
+                cancel(handle)
+            group.transition_to(GroupState.DEAD, now)
+            if self.state.groups.get(group.group_id) is group:
+                del self.state.groups[group.group_id]
+        return len(expired)

@@ -59,7 +59,7 @@ class CoordinatorState:
         return self.ownership is not None and bool(self.ownership.loading)
 
     def new_group(self, group_id: str) -> GroupMetadata:
-        group = self.groups[group_id] = GroupMetadata(group_id, state_timestamp_ms=self.scheduler.now_ms())
+        group = self.groups[group_id] = GroupMetadata(group_id, state_timestamp_ms=self.scheduler.wall_clock_ms())
         return group
 
 

@@ -61,6 +61,7 @@ class TransactionalOffsets:
             return result
         records = [(schema.encode_offset_key(group_id, t, p), schema.encode_offset_value(v))
                    for (t, p), v in accepted.items()]
+        group.pending_txn_appends += 1
         try:
             wait = self.state.store.append(group_id, records, now, producer)
             if wait is not None:
@@ -68,6 +69,8 @@ class TransactionalOffsets:
         except Exception as exc:  # noqa: BLE001 - a failed append is this commit's answer
             code = store_error_code(exc)
             return {**result, **{tp: code for tp in accepted}}
+        finally:
+            group.pending_txn_appends -= 1
         group.pending_txn_offsets.setdefault(producer.producer_id, {}).update(accepted)
         return {**result, **{tp: ErrorCode.none for tp in accepted}}
 
