@@ -230,3 +230,27 @@ def test_isr_changes_are_marked_once_the_controller_accepts_them(tmp_path: Path)
     p.update_follower_fetch_state(2, 0, 0, leader_end_offset=0)  # caught up: expansion proposed
     p.on_isr_change_answered(proposals.sent[-1], PartitionState(1, 3, (1, 2), (1, 2), partition_epoch=6))
     assert (listener.shrinks, listener.expands) == (1, 1)
+
+
+def test_alone_the_log_cleaner_reports_kafkas_figures_after_a_round(broker_factory: Callable[..., BrokerProcess]) -> None:
+    port = free_port()
+    b = broker_factory({"metrics.port": str(port), "log.cleaner.backoff.ms": "100"})
+    lc, lcm = "kafka_log_logcleaner_", "kafka_log_logcleanermanager_"
+    assert value(scrape(port), lc + "deadthreadcount") == 0
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("compacted", 1, 1, config={
+        "cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"})])["compacted"].result(30)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    for i in range(400):  # 4 keys, 100 values each, 20 records a batch: segments of a few batches roll
+        p.produce("compacted", key=b"k%d" % (i % 4), value=b"v%d" % i + bytes(100))
+        if i % 20 == 19:
+            p.flush(30)
+    wait_until(lambda: "Cleaner 0: cleaned compacted-0" in b.log_text(), timeout=60, message="a cleaning round")
+    samples = scrape(port)
+    recopy = value(samples, lc + "cleaner_recopy_percent")
+    assert recopy is not None and 0 < recopy < 50
+    assert value(samples, lc + "max_buffer_utilization_percent") is not None
+    assert value(samples, lcm + "uncleanable_partitions_count") == 0
+    assert value(samples, lc + "deadthreadcount") == 0
+    since = value(samples, lcm + "time_since_last_run_ms")
+    assert since is not None and since >= 0

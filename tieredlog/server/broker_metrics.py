@@ -17,6 +17,13 @@ kafka.server:type=ReplicaManager,name=IsrExpandsPerSec                       kaf
 kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount   kafka_server_replicamanager_partitionswithlatetransactionscount
 kafka.log:type=Log,name=OpenTransactionCount (tieredlog's)                   kafka_log_log_opentransactioncount                          topic, partition
 kafka.log:type=Log,name=OldestOpenTransactionAgeMs (tieredlog's)             kafka_log_log_oldestopentransactionagems                    topic, partition
+kafka.log:type=LogCleaner,name=cleaner-recopy-percent                         kafka_log_logcleaner_cleaner_recopy_percent
+kafka.log:type=LogCleaner,name=max-clean-time-secs                            kafka_log_logcleaner_max_clean_time_secs
+kafka.log:type=LogCleaner,name=max-buffer-utilization-percent                 kafka_log_logcleaner_max_buffer_utilization_percent
+kafka.log:type=LogCleaner,name=DeadThreadCount                                kafka_log_logcleaner_deadthreadcount
+kafka.log:type=LogCleanerManager,name=max-dirty-percent                       kafka_log_logcleanermanager_max_dirty_percent
+kafka.log:type=LogCleanerManager,name=time-since-last-run-ms                  kafka_log_logcleanermanager_time_since_last_run_ms
+kafka.log:type=LogCleanerManager,name=uncleanable-partitions-count            kafka_log_logcleanermanager_uncleanable_partitions_count
 kafka.controller:type=KafkaController,name=ActiveControllerCount             kafka_controller_kafkacontroller_activecontrollercount
 kafka.controller:type=KafkaController,name=OfflinePartitionsCount            kafka_controller_kafkacontroller_offlinepartitionscount
 kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec                      kafka_server_brokertopicmetrics_bytesin_total               topic
@@ -123,6 +130,7 @@ class BrokerMetrics:
     def collect(self) -> Iterator[Any]:
         yield from self._replica_manager_families()
         yield from self._transaction_families()
+        yield from self._cleaner_families()
         yield from self._controller_families()
         yield from self._topic_families()
         yield from self._request_families()
@@ -189,6 +197,28 @@ class BrokerMetrics:
                                 "transaction.max.timeout.ms plus 5 minutes", value=late)
         yield count
         yield oldest
+
+    def _cleaner_families(self) -> Iterator[Any]:
+        lm = self._broker.log_manager
+        cleaner = lm.cleaner if lm is not None else None
+        if cleaner is None:
+            return
+        m = cleaner.metrics()
+        c, cm = "kafka_log_logcleaner_", "kafka_log_logcleanermanager_"
+        yield GaugeMetricFamily(c + "cleaner_recopy_percent", "cleaner-recopy-percent: share of the bytes read "
+                                "that the last rounds wrote back", value=m.cleaner_recopy_percent)
+        yield GaugeMetricFamily(c + "max_clean_time_secs", "max-clean-time-secs: the longest last round of a "
+                                "cleaner thread", value=m.max_clean_time_secs)
+        yield GaugeMetricFamily(c + "max_buffer_utilization_percent", "max-buffer-utilization-percent: how full "
+                                "the fullest key map got in the last rounds", value=m.max_buffer_utilization_percent)
+        yield GaugeMetricFamily(c + "deadthreadcount", "DeadThreadCount: cleaner threads that died",
+                                value=m.dead_thread_count)
+        yield GaugeMetricFamily(cm + "max_dirty_percent", "max-dirty-percent: the dirty share of the log chosen "
+                                "last", value=m.max_dirty_percent)
+        yield GaugeMetricFamily(cm + "time_since_last_run_ms", "time-since-last-run-ms: since a cleaner last "
+                                "finished a round", value=m.time_since_last_run_ms)
+        yield GaugeMetricFamily(cm + "uncleanable_partitions_count", "uncleanable-partitions-count: partitions a "
+                                "round failed on (bad data), no longer cleaned", value=m.uncleanable_partitions_count)
 
     def _controller_families(self) -> Iterator[Any]:
         broker = self._broker
