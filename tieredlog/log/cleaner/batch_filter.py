@@ -78,11 +78,31 @@ def add_keys_to_map(buf: BytesLike, pos: int, h: BatchHeader, start_offset: int,
     put = offset_map.put
     try:
         for index in range(count):
-            length, p = read_varint(data, p)
-            rec_end = p + length
+            # one-byte varints (most lengths and deltas) inline: a call each would double the cost
+            b = data[p]
+            if b < 0x80:
+                rec_end = p + 1 + ((b >> 1) ^ -(b & 1))
+                p += 1
+            elif data[p + 1] < 0x80:
+                v = (b & 0x7F) | (data[p + 1] << 7)
+                rec_end = p + 2 + ((v >> 1) ^ -(v & 1))
+                p += 2
+            else:
+                length, p = read_varint(data, p)
+                rec_end = p + length
             q = _skip_varint(data, p + 1)  # attributes, then the timestamp delta
-            offset_delta, q = read_varint(data, q)
-            key_len, q = read_varint(data, q)
+            b = data[q]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                q += 1
+            else:
+                offset_delta, q = read_varint(data, q)
+            b = data[q]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                q += 1
+            else:
+                key_len, q = read_varint(data, q)
             offset = base + offset_delta
             if key_len >= 0 and offset >= start_offset:
                 if offset_map.size >= max_entries:
@@ -151,15 +171,39 @@ class RecordFilter:
             try:
                 for _ in range(count):
                     start = p
-                    length, p = read_varint(data, p)
-                    rec_end = p + length
-                    ts_delta, q = read_varint(data, p + 1)
+                    b = data[p]
+                    if b < 0x80:
+                        p += 1
+                        rec_end = p + ((b >> 1) ^ -(b & 1))
+                    elif data[p + 1] < 0x80:
+                        v = (b & 0x7F) | (data[p + 1] << 7)
+                        p += 2
+                        rec_end = p + ((v >> 1) ^ -(v & 1))
+                    else:
+                        length, p = read_varint(data, p)
+                        rec_end = p + length
+                    b = data[p + 1]
+                    if b < 0x80:
+                        ts_delta = (b >> 1) ^ -(b & 1)
+                        q = p + 2
+                    else:
+                        ts_delta, q = read_varint(data, p + 1)
                     if is_control:
                         kept.append((start, rec_end, ts_delta))
                         p = rec_end
                         continue
-                    offset_delta, q = read_varint(data, q)
-                    key_len, q = read_varint(data, q)
+                    b = data[q]
+                    if b < 0x80:
+                        offset_delta = (b >> 1) ^ -(b & 1)
+                        q += 1
+                    else:
+                        offset_delta, q = read_varint(data, q)
+                    b = data[q]
+                    if b < 0x80:
+                        key_len = (b >> 1) ^ -(b & 1)
+                        q += 1
+                    else:
+                        key_len, q = read_varint(data, q)
                     offset = base + offset_delta
                     if offset > latest:
                         value_len = -1 if key_len < 0 else read_varint(data, q + key_len)[0]

@@ -16,6 +16,7 @@ DIGEST_SIZE = 16
 ENTRY_SIZE = DIGEST_SIZE + 8
 _EMPTY = bytes(DIGEST_SIZE)
 _OFFSET = struct.Struct("<q")
+_md5 = hashlib.md5
 
 
 def _is_prime(n: int) -> bool:
@@ -47,8 +48,7 @@ class OffsetMap:
         self._table = bytearray(self.slots * ENTRY_SIZE)
         self.size = 0  # entries in use
         self.latest_offset = -1
-        self.lookups = 0
-        self.probes = 0
+        self.probes = 0  # probes past the first slot, over the map's life: how crowded it runs
 
     @property
     def memory_bytes(self) -> int:
@@ -63,7 +63,7 @@ class OffsetMap:
             self._table[:] = bytes(len(self._table))
         self.size = 0
         self.latest_offset = -1
-        self.lookups = self.probes = 0
+        self.probes = 0
 
     def update_latest_offset(self, offset: int) -> None:
         if offset > self.latest_offset:
@@ -73,42 +73,41 @@ class OffsetMap:
         """The byte position of ``digest``'s slot, and whether it is already there (else empty)."""
         slots = self.slots
         table = self._table
-        i = int.from_bytes(digest[:8], "little") % slots
-        step = int.from_bytes(digest[8:], "little") % (slots - 1) + 1
-        probes = 1
+        x = int.from_bytes(digest, "little")
+        i = x % slots
+        p = i * ENTRY_SIZE
+        cur = table[p : p + DIGEST_SIZE]
+        if cur == digest:
+            return p, True
+        if cur == _EMPTY:
+            return p, False
+        step = (x >> 64) % (slots - 1) + 1
         while True:
-            p = i * ENTRY_SIZE
-            cur = table[p : p + DIGEST_SIZE]
-            if cur == digest:
-                self.probes += probes
-                return p, True
-            if cur == _EMPTY:
-                self.probes += probes
-                return p, False
-            probes += 1
+            self.probes += 1
             i += step
             if i >= slots:
                 i -= slots
+            p = i * ENTRY_SIZE
+            cur = table[p : p + DIGEST_SIZE]
+            if cur == digest:
+                return p, True
+            if cur == _EMPTY:
+                return p, False
 
     def put(self, key: bytes | bytearray | memoryview, offset: int) -> None:
         """Record ``offset`` as the latest for ``key``; the caller keeps the load factor below 1."""
-        digest = hashlib.md5(key).digest()
-        if digest == _EMPTY:  # pragma: no cover - needs an MD5 preimage of zero
-            digest = b"\x01" + digest[1:]
+        digest = _md5(key).digest()
         p, found = self._slot(digest)
         if not found:
+            if digest == _EMPTY:  # pragma: no cover - needs an MD5 preimage of zero
+                return
             self._table[p : p + DIGEST_SIZE] = digest
             self.size += 1
         _OFFSET.pack_into(self._table, p + DIGEST_SIZE, offset)
-        self.lookups += 1
         if offset > self.latest_offset:
             self.latest_offset = offset
 
     def get(self, key: bytes | bytearray | memoryview) -> int:
         """The latest offset recorded for ``key``, or -1."""
-        digest = hashlib.md5(key).digest()
-        if digest == _EMPTY:  # pragma: no cover
-            digest = b"\x01" + digest[1:]
-        p, found = self._slot(digest)
-        self.lookups += 1
+        p, found = self._slot(_md5(key).digest())
         return _OFFSET.unpack_from(self._table, p + DIGEST_SIZE)[0] if found else -1
