@@ -6,6 +6,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from tieredlog.security.principal import ANONYMOUS, KafkaPrincipal
+
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
 
@@ -23,6 +25,10 @@ class RequestContext:
     # The server's pool for reads that would wait for the disk (KafkaServer.cold_reads); None: the
     # loop's default executor (handlers called without a server, in tests).
     cold_reads: Executor | None = None
+    # who sent the request (SASL, mutual TLS; User:ANONYMOUS otherwise) and on which listener
+    principal: KafkaPrincipal = ANONYMOUS
+    listener_name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
 
 
 # A handler gets the decoded kio request body and returns the response body: a kio entity or a dict

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
 from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request, peek_header, warm_up
+from tieredlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
 
 if TYPE_CHECKING:
@@ -89,8 +90,13 @@ class OpenRegion:
 
 
 class Connection:
-    def __init__(self, server: "KafkaServer", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, server: "KafkaServer", reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
         self.server = server
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
+        # set by the connection's authentication (SASL, a client certificate); ACLs match on it
+        self.principal: KafkaPrincipal = ANONYMOUS
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername") or ("?", 0)
@@ -190,7 +196,7 @@ class Connection:
                 return
             ctx = RequestContext(
                 api_key, version, correlation_id, header.client_id, self.host, self.port, self.server.broker, self.name,
-                self.server.cold_reads,
+                self.server.cold_reads, self.principal, self.listener_name, self.security_protocol,
             )
             handler = self.server.dispatcher.handler_for(api_key, version)
             if handler is None:
