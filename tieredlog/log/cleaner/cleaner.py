@@ -3,7 +3,11 @@
 The round maps every key of the dirty part ``[first_dirty, first_uncleanable)`` to its latest offset,
 then rewrites the log from its start up to where the map ends, a group of segments at a time, into
 one ``.cleaned`` segment per group that keeps a record only if it is the latest of its key (a
-tombstone only until its delete horizon), and swaps it in. Offsets never change and order is kept;
+tombstone only until its delete horizon), and swaps it in. A group takes the next segment while what
+is written so far and all of that segment would still fit one segment, so segments whose records are
+all superseded join their neighbours rather than each becoming a segment of one empty batch (the
+group's end marker): a fetch there would answer with no record, and librdkafka, after ten such
+answers, reports MSG_SIZE_TOO_LARGE (kcat stops). Offsets never change and order is kept;
 the active segment is never touched. The event loop never waits for any of it: segments below the
 active one are immutable, and the log's lock is taken only to create the cleaned segment and to swap.
 """
@@ -22,6 +26,7 @@ from tieredlog.log.cleaner.batch_filter import (
     RecordFilter,
     add_keys_to_map,
     control_type,
+    empty_batch,
 )
 from tieredlog.log.cleaner.offset_map import OffsetMap
 from tieredlog.log.cleaner.throttler import Throttler
@@ -183,35 +188,57 @@ class Cleaner:
         cfg = plog.config
         record_filter = RecordFilter(offset_map, now, cfg.delete_retention_ms, stats.filter)
         txns = CleanedTransactionMetadata()
-        groups = group_segments_by_size(
-            [s for s in segs[:-1] if s.base_offset < end_offset], segs, cfg.segment_bytes, cfg.segment_index_bytes,
-            ltc.first_uncleanable_offset)
-        log.info("Cleaner %d: cleaning %s up to offset %d in %d group(s), %d keys mapped", self.id,
-                 plog.topic_partition, end_offset, len(groups), offset_map.size)
-        for group in groups:
-            self._clean_segments(plog, segs, group, record_filter, txns, ltc.first_uncleanable_offset, truncations)
+        to_clean = [s for s in segs[:-1] if s.base_offset < end_offset]
+        log.info("Cleaner %d: cleaning %s up to offset %d, %d segment(s), %d keys mapped", self.id,
+                 plog.topic_partition, end_offset, len(to_clean), offset_map.size)
+        i = 0
+        while i < len(to_clean):
+            i = self._clean_segments(plog, segs, to_clean, i, record_filter, txns, ltc.first_uncleanable_offset,
+                                     truncations)
         stats.buffer_utilization = offset_map.utilization
         stats.ended = time.monotonic()
         return end_offset, stats
 
-    def _clean_segments(self, plog: UnifiedLog, segs: list[LogSegment], group: list[LogSegment],
+    def _clean_segments(self, plog: UnifiedLog, segs: list[LogSegment], to_clean: list[LogSegment], first: int,
                         record_filter: RecordFilter, txns: CleanedTransactionMetadata, round_upper: int,
-                        truncations: int) -> None:
-        """Clean one group of segments into one segment and swap it in (Kafka's cleanSegments)."""
+                        truncations: int) -> int:
+        """Clean ``to_clean[first]`` and as many of the segments after it as fit into one segment and
+        swap it in (Kafka's cleanSegments); the index in ``to_clean`` of the segment after the group."""
         local = plog.local_log
-        cleaned = local.new_cleaned_segment(group[0].base_offset)
+        base = to_clean[first].base_offset
+        cleaned = local.new_cleaned_segment(base)
         if cleaned is None:
             raise LogCleaningAbortedError(f"{plog.topic_partition} was deleted")
+        cfg = plog.config
+        group: list[LogSegment] = []
+
+        def ends_group(kept_bytes: int) -> bool:
+            """Whether the group ends with its latest segment, whose last batch would add ``kept_bytes``:
+            the next segment joins only if the cleaned segment holds all of it within a segment's size,
+            index sizes and int32 relative offsets (Kafka's groupSegmentsBySize bounds, on what is
+            written rather than on the old segments' sizes)."""
+            n = first + len(group)
+            if n >= len(to_clean):
+                return True
+            nxt = to_clean[n]
+            last_offset = _upper(segs, segs.index(nxt), plog) - 1
+            offsets, times = cleaned.offset_index, cleaned.time_index
+            return (cleaned.size + kept_bytes + nxt.size > cfg.segment_bytes
+                    or offsets.size_bytes + nxt.offset_index.size_bytes + offsets.entry_size > cfg.segment_index_bytes
+                    or times.size_bytes + nxt.time_index.size_bytes + times.entry_size > cfg.segment_index_bytes
+                    or bool(nxt.size and last_offset - base > INT32_MAX))
+
         swapped = False
         try:
             txns.cleaned_index = cleaned.txn_index
             last_records = plog.last_records_of_active_producers()
-            for n, seg in enumerate(group):
-                i = segs.index(seg)
-                upper = _upper(segs, i, plog)
+            while True:
+                seg = to_clean[first + len(group)]
+                group.append(seg)
+                upper = _upper(segs, segs.index(seg), plog)
                 txns.add_aborted(plog.collect_aborted_transactions(seg.base_offset, upper))
-                self._clean_into(plog, seg, cleaned, record_filter, txns, last_records, round_upper,
-                                 last_of_group=n == len(group) - 1)
+                if self._clean_into(plog, seg, cleaned, record_filter, txns, last_records, round_upper, ends_group):
+                    break
             cleaned.on_become_inactive()
             cleaned.flush()
             mtime = group[-1].last_modified_ms * 1_000_000
@@ -223,10 +250,15 @@ class Cleaner:
         finally:
             if not swapped:
                 cleaned.delete()
+        return first + len(group)
 
     def _clean_into(self, plog: UnifiedLog, seg: LogSegment, dest: LogSegment, record_filter: RecordFilter,
                     txns: CleanedTransactionMetadata, last_records: dict[int, tuple[int, int]], round_upper: int,
-                    *, last_of_group: bool) -> None:
+                    ends_group: Callable[[int], bool]) -> bool:
+        """Write what stays of ``seg`` into ``dest``; whether the group ends with ``seg`` (``ends_group``
+        decides once all but its last batch are written). A group's last batch stays, empty if none of
+        its records does: it keeps the cleaned segment's end where the old segments ended, so a load
+        finishing the swap knows what it covers."""
         tp = plog.topic_partition
         now = record_filter.now_ms
         out: list[bytes | bytearray | memoryview] = []
@@ -235,8 +267,7 @@ class Cleaner:
         pending: tuple[memoryview, BatchHeader] | None = None
         throttle = self.throttler.maybe_throttle
 
-        def one(view: memoryview, h: BatchHeader, last: bool) -> None:
-            nonlocal out_bytes
+        def keep(view: memoryview, h: BatchHeader) -> bytes | bytearray | memoryview | None:
             if h.is_control:
                 can_discard = txns.on_control_batch(h.producer_id, h.last_offset, control_type(view, 0, h))
                 discard_records = (can_discard and bool(h.attributes & DELETE_HORIZON_MASK)
@@ -247,18 +278,18 @@ class Cleaner:
             if producer is not None and (h.last_offset == producer[0] if producer[0] >= 0
                                          else h.is_control and h.producer_epoch == producer[1]):
                 retention = BatchRetention.RETAIN_EMPTY
-            elif h.next_offset == round_upper or last:
-                # the round's last batch keeps the log's end; a group's keeps the cleaned segment's
-                # end where the old segments ended, so a load finishing the swap knows what it covers
-                retention = BatchRetention.RETAIN_EMPTY
+            elif h.next_offset == round_upper:
+                retention = BatchRetention.RETAIN_EMPTY  # the round's last batch keeps the log's end
             elif discard_records:
                 retention = BatchRetention.DELETE
             else:
                 retention = BatchRetention.DELETE_EMPTY
             kept = record_filter.filter(view, 0, h, retention, discard_records, can_discard and h.is_control)
             throttle(h.size)
-            if kept is None:
-                return
+            return kept
+
+        def add(view: memoryview, h: BatchHeader, kept: bytes | bytearray | memoryview) -> None:
+            nonlocal out_bytes
             out.append(kept)
             out_headers.append(h if kept is view else read_header(kept, 0))
             out_bytes += len(kept)
@@ -276,44 +307,28 @@ class Cleaner:
         for view, h in _batches(seg):
             self._check_done(tp)
             if pending is not None:
-                one(*pending, False)
+                kept = keep(*pending)
+                if kept is not None:
+                    add(*pending, kept)
                 if out_bytes >= self.io_buffer_size:
                     write()
             pending = (view, h)  # each read makes a new chunk: the view stays valid
-        if pending is not None:
-            one(*pending, last_of_group)
+        if pending is None:
+            write()
+            return ends_group(0)
+        view, h = pending
+        kept = keep(view, h)
+        write()  # dest's size and indexes are then all that is written so far
+        ends = ends_group(len(kept) if kept is not None else 0)
+        if ends and kept is None:
+            kept = empty_batch(h)
+            record_filter.stats.bytes_retained += len(kept)
+        if kept is not None:
+            add(view, h, kept)
         write()
+        return ends
 
 
 def _upper(segs: list[LogSegment], i: int, plog: UnifiedLog) -> int:
     """The offset after segment ``i``'s range: the next segment's base, or the log end."""
     return segs[i + 1].base_offset if i + 1 < len(segs) else plog.log_end_offset
-
-
-def group_segments_by_size(to_clean: list[LogSegment], segs: list[LogSegment], max_size: int, max_index_size: int,
-                           first_uncleanable: int) -> list[list[LogSegment]]:
-    """Consecutive segments whose data and index sizes each fit one segment, and whose offsets fit one
-    segment's int32 relative offsets (Kafka's groupSegmentsBySize)."""
-    groups: list[list[LogSegment]] = []
-    i = 0
-    while i < len(to_clean):
-        group = [to_clean[i]]
-        log_size = to_clean[i].size
-        index_size = to_clean[i].offset_index.size_bytes
-        time_size = to_clean[i].time_index.size_bytes
-        i += 1
-        while i < len(to_clean):
-            seg = to_clean[i]
-            j = segs.index(seg)
-            last_offset = segs[j + 1].base_offset - 1 if j + 1 < len(segs) else first_uncleanable - 1
-            if (log_size + seg.size > max_size or index_size + seg.offset_index.size_bytes > max_index_size
-                    or time_size + seg.time_index.size_bytes > max_index_size
-                    or (seg.size and last_offset - group[0].base_offset > INT32_MAX)):
-                break
-            group.append(seg)
-            log_size += seg.size
-            index_size += seg.offset_index.size_bytes
-            time_size += seg.time_index.size_bytes
-            i += 1
-        groups.append(group)
-    return groups
