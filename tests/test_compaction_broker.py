@@ -15,6 +15,8 @@
   no .cleaned or .swap file is left and every key's latest acknowledged (acks=all) value is there.
 - __consumer_offsets, compacted with offsets.topic.segment.bytes segments, stays small however many
   times a group commits, and the last commit survives a restart.
+- __transaction_state likewise under hundreds of transactions of one transactional id, and the
+  coordinator reloads the id from it after a restart.
 """
 
 from __future__ import annotations
@@ -451,3 +453,48 @@ def test_consumer_offsets_is_compacted(broker_factory):
     b.restart()
     assert committed() == COMMITS
     assert re.search(r"cleaned __consumer_offsets-0: .* messages read", b.log_text())
+
+
+TRANSACTIONS = 300
+
+
+def test_transaction_state_is_compacted_and_reloads(broker_factory):
+    """Every transaction writes its state to __transaction_state several times (ongoing, prepare,
+    complete); compacted, one record per transactional id stays, and after a restart the coordinator
+    knows the id's producer id and epoch: a new producer with it is fenced in as the next epoch."""
+    b = broker_factory({**CLEANER_OVERRIDES, "transaction.state.log.segment.bytes": str(SEGMENT_BYTES),
+                        "transaction.state.log.num.partitions": "1", "transaction.state.log.min.isr": "1"})
+    topic, tid = "txn-out", "compact-txn"
+    _create(b, topic)
+    pdir = _pdir(b, "__transaction_state")
+    p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid, "linger.ms": 0})
+    p.init_transactions(30)
+    for i in range(TRANSACTIONS):
+        p.begin_transaction()
+        p.produce(topic, key=b"k", value=b"%d" % i)
+        p.commit_transaction(30)
+    # at least three state records (ongoing, prepare-commit, complete-commit) of a batch header each
+    written = TRANSACTIONS * 3 * 61
+    wait_for(lambda: "cleaned __transaction_state-0" in b.log_text() and _log_bytes(pdir) < written / 5,
+             "__transaction_state compacted", timeout_s=WAIT_S, interval_s=0.2)
+    _assert_healthy(b)
+    del p
+    b.restart()
+    again = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid})
+    again.init_transactions(30)  # the reloaded state: the id exists, its epoch is bumped
+    again.begin_transaction()
+    again.produce(topic, key=b"k", value=b"after restart")
+    again.commit_transaction(30)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "reader", "isolation.level": "read_committed",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < TRANSACTIONS + 1 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                values.append(m.value())
+    finally:
+        c.close()
+    assert values == [b"%d" % i for i in range(TRANSACTIONS)] + [b"after restart"]
