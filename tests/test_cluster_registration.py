@@ -222,9 +222,16 @@ def test_zookeeper_restart_under_registered_brokers(zookeeper_factory: Callable[
     server.stop()
     server.port = home
     server.start()
-    wait_until(lambda: brief.zk.session_id not in (None, brief_session) and brief.broker_epoch is not None,
-               timeout=reconnect_s, message="broker 2 to register on a new session")
-    assert registration(brief)[1] == brief.zk.session_id
+    def registered_on_new_session() -> bool:
+        session = brief.zk.session_id
+        if session in (None, brief_session):
+            return False
+        got = brief.zk.get_data(znodes.broker_id_path(2))
+        return got is not None and got[1].ephemeralOwner == session
+
+    # the new session comes first, the registration on it a moment later
+    wait_until(registered_on_new_session, timeout=reconnect_s, message="broker 2 to register on a new session")
+    assert brief.broker_epoch is not None
     wait_until(lambda: steady.zk.connected, timeout=reconnect_s, message="broker 1 to reconnect")
     assert registration(steady)[1] == steady.zk.session_id == steady_session
     assert brief.elector.wait_for(lambda s: s.controller_id == 1 and s.epoch == 1, 10), brief.elector.state
