@@ -22,7 +22,7 @@ from tieredlog.log.log_manager import LogManager
 from tieredlog.log.types import AppendOrigin
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import DELETE_HORIZON_MASK, iter_headers
-from tieredlog.records.record import build_batch, build_control_batch, iter_batches_records
+from tieredlog.records.record import build_batch, build_control_batch, build_empty_batch, iter_batches_records
 
 T0 = time.time_ns() // 1_000_000  # now: a reload expires producers idle for producer.id.expiration.ms
 ABORT, COMMIT = 0, 1
@@ -379,3 +379,31 @@ def test_a_cleaner_with_a_map_smaller_than_the_dirty_part_makes_progress_round_b
     rounds = clean_all(cleaner)
     assert rounds > 2
     assert sorted(v for _, _, v in records(plog)) == sorted(b"%d" % i for i in range(200, 400))
+
+
+def test_a_follower_replicates_a_cleaned_log_with_empty_batches_and_markers(tmp_path: Path) -> None:
+    """What a follower fetches from a cleaned leader: gaps, a producer's last (transactional) data batch
+    emptied with its marker kept, and an empty control batch (a producer whose last record is a
+    marker); it appends all of it, and its producer state and last stable offset agree."""
+    clock = Clock()
+    plog = compacted(tmp_path, clock, **{"delete.retention.ms": "0"})
+    produce(plog, [(b"a", b"1")], producer_id=3, producer_epoch=0, base_sequence=0, is_transactional=True)
+    marker(plog, 3, COMMIT)
+    produce(plog, [(b"a", b"2")])
+    plog.roll()
+    clean_all(cleaner_for(plog, clock))
+    kept = {h.base_offset: h for h in headers(plog)}
+    assert kept[0].is_transactional and kept[0].records_count == 0 and kept[1].records_count == 1
+    end = plog.log_end_offset
+    empty_marker = build_empty_batch(end, end, 4, 0, -1, 0, 0, T0, True, True)
+    follower = UnifiedLog(tmp_path / "f" / "c-0", plog.config, clock=clock)
+    follower.append_as_follower(log_bytes(plog) + empty_marker)
+    follower.update_high_watermark(follower.log_end_offset)
+    assert follower.log_end_offset == end + 1
+    assert follower.last_stable_offset == follower.log_end_offset  # no transaction left open
+    assert records(follower) == records(plog)
+    follower.close()
+    reloaded = UnifiedLog(tmp_path / "f" / "c-0", plog.config, clock=clock, had_clean_shutdown=False)
+    reloaded.update_high_watermark(reloaded.log_end_offset)
+    assert reloaded.last_stable_offset == reloaded.log_end_offset
+    assert reloaded.producer_state.last_entry(3) is not None

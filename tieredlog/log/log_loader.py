@@ -253,6 +253,8 @@ def _read_control(seg: LogSegment, pos: int, h: BatchHeader) -> ControlRecord | 
     recovery point is not re-validated at load, and a marker that cannot be read must not fail the
     partition's load, and with it the broker's start. Without its record the marker counts as a
     commit, as ``ProducerStateManager.update`` documents."""
+    if h.records_count <= 0:
+        return None  # an empty batch the cleaner kept for the producer's epoch: no marker left in it
     data = seg.read_bytes(pos, h.size)
     try:
         validate_batch(data, 0, check_records=False)

@@ -309,7 +309,8 @@ class UnifiedLog:
             for h in headers:
                 if h.has_producer_id:
                     touched_producers = True
-                    control = read_control_record(buf, pos) if h.is_control else None
+                    # a cleaned log's empty control batch (a producer's last, kept for its epoch) has no record
+                    control = read_control_record(buf, pos) if h.is_control and h.records_count > 0 else None
                     done = ps.update(h, h.base_offset, append_time if append_time >= 0 else h.max_timestamp, control)
                     if done is not None:
                         self._on_txn_completed(seg, done)  # may write the transaction index
