@@ -37,6 +37,7 @@ WRITE_TXN_MARKERS = 27
 TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
+DESCRIBE_LOG_DIRS = 35
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 ELECT_LEADERS = 43
@@ -81,6 +82,7 @@ API_NAMES: dict[int, str] = {
     TXN_OFFSET_COMMIT: "TxnOffsetCommit",
     DESCRIBE_CONFIGS: "DescribeConfigs",
     ALTER_CONFIGS: "AlterConfigs",
+    DESCRIBE_LOG_DIRS: "DescribeLogDirs",
     CREATE_PARTITIONS: "CreatePartitions",
     DELETE_GROUPS: "DeleteGroups",
     ELECT_LEADERS: "ElectLeaders",
@@ -109,6 +111,7 @@ CORE_VERSIONS: dict[int, tuple[int, int]] = {
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
+    DESCRIBE_LOG_DIRS: (1, 4),  # v0 left Kafka 4 (KIP-896); kio has no v0 schema
     CREATE_PARTITIONS: (0, 3),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
     DESCRIBE_CLUSTER: (0, 1),

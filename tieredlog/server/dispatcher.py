@@ -36,6 +36,7 @@ class Dispatcher:
             fetch_api,
             group_apis,
             inter_broker_apis,
+            log_dir_apis,
             metadata_apis,
             offset_apis,
             produce_api,
@@ -45,7 +46,8 @@ class Dispatcher:
 
         self.broker = broker
         self.handlers: dict[int, Handler] = {API_VERSIONS: self.api_versions}
-        for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis, producer_apis):
+        for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis, producer_apis,
+                    log_dir_apis):
             self.handlers.update(mod.handlers())
         self.handlers.update(group_apis.group_handlers(broker))
         self.handlers.update(txn_apis.handlers())
