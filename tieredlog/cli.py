@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "remote": ("tieredlog.tools.remote", "inspect remote segments and __remote_log_metadata"),
     "reassign": ("tieredlog.tools.reassign", "move partition replicas between brokers (kafka-reassign-partitions)"),
     "transactions": ("tieredlog.tools.transactions", "list, describe and abort transactions, find hanging ones (kafka-transactions)"),
+    "consumer-groups": ("tieredlog.tools.consumer_groups", "list, describe, reset offsets of and delete consumer groups (kafka-consumer-groups)"),
     "leader-election": ("tieredlog.tools.leader_election", "elect preferred or unclean leaders (kafka-leader-election)"),
     "dev-cluster": ("tieredlog.tools.dev_cluster", "run a ZooKeeper and N brokers on 127.0.0.1 until Ctrl-C"),
     # lives beside the Spark reader, whose planner and decoder it shares (needs no Spark)
