@@ -100,6 +100,13 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("group.max.session.timeout.ms", "int", 1800000, "", 0),
     # read by the group coordinator (tieredlog.coordinator.GroupConfig); Kafka's defaults and minimums
     _d("group.max.size", "int", 2**31 - 1, "most members a consumer group may have", 1),
+    # KIP-848 consumer groups (tieredlog.coordinator.consumer_group)
+    _d("group.coordinator.rebalance.protocols", "str", "classic,consumer",
+       "group protocols served: classic (JoinGroup/SyncGroup) and consumer (ConsumerGroupHeartbeat)"),
+    _d("group.consumer.assignors", "str", "uniform,range", "server-side assignors; the first is the default"),
+    _d("group.consumer.session.timeout.ms", "int", 45000, "a consumer-protocol member without a heartbeat this long is removed", 1),
+    _d("group.consumer.heartbeat.interval.ms", "int", 5000, "heartbeat interval handed to consumer-protocol members", 1),
+    _d("group.consumer.max.size", "int", 2**31 - 1, "most members a consumer-protocol group may have", 1),
     _d("offset.metadata.max.bytes", "int", 4096, "largest metadata string of a committed offset", 0),
     _d("offsets.topic.segment.bytes", "int", 104857600, "segment.bytes of __consumer_offsets when created", 1),
     _d("offsets.retention.minutes", "int", 10080,

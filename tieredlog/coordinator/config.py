@@ -23,6 +23,16 @@ class GroupConfig:
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024  # offsets.topic.segment.bytes
     offsets_retention_ms: int = 10080 * 60_000  # offsets.retention.minutes, as Kafka's OffsetConfig holds it
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    # KIP-848 consumer groups
+    rebalance_protocols: tuple[str, ...] = ("classic", "consumer")  # group.coordinator.rebalance.protocols
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    consumer_max_size: int = 2**31 - 1  # group.consumer.max.size
+
+    @property
+    def consumer_protocol_enabled(self) -> bool:
+        return "consumer" in self.rebalance_protocols
 
     @classmethod
     def from_properties(cls, props: Properties) -> "GroupConfig":
@@ -36,12 +46,20 @@ class GroupConfig:
             "offset.metadata.max.bytes": "offset_metadata_max_bytes",
             "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
             "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
+            "group.consumer.session.timeout.ms": "consumer_session_timeout_ms",
+            "group.consumer.heartbeat.interval.ms": "consumer_heartbeat_interval_ms",
+            "group.consumer.max.size": "consumer_max_size",
         }
-        values: dict[str, int] = {}
+        values: dict[str, Any] = {}
         for key, attr in names.items():
             raw = props.get(key)
             if raw is not None and raw != "":
                 values[attr] = int(raw)
+        for key, attr in (("group.coordinator.rebalance.protocols", "rebalance_protocols"),
+                          ("group.consumer.assignors", "consumer_assignors")):
+            raw = props.get(key)
+            if raw is not None:
+                values[attr] = tuple(p.strip().lower() for p in str(raw).split(",") if p.strip())
         retention_minutes = props.get("offsets.retention.minutes")
         if retention_minutes is not None and retention_minutes != "":
             values["offsets_retention_ms"] = int(retention_minutes) * 60_000
@@ -52,6 +70,12 @@ class GroupConfig:
             raise ValueError("group.min.session.timeout.ms exceeds group.max.session.timeout.ms")
         if config.offsets_retention_ms < 60_000:
             raise ValueError("offsets.retention.minutes must be at least 1")
+        unknown = set(config.rebalance_protocols) - {"classic", "consumer"}
+        if unknown or "classic" not in config.rebalance_protocols:
+            raise ValueError("group.coordinator.rebalance.protocols must include classic and may add consumer")
+        bad = set(config.consumer_assignors) - {"uniform", "range"}
+        if bad or not config.consumer_assignors:
+            raise ValueError(f"group.consumer.assignors: unknown assignor(s) {sorted(bad)}; known: uniform, range")
         if config.offsets_retention_check_interval_ms < 1:
             raise ValueError("offsets.retention.check.interval.ms must be at least 1")
         return config

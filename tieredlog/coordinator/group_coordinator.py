@@ -10,6 +10,13 @@ one `CoordinatorState`. Durable state goes through a `GroupStore` as `__consumer
 timers come from a `Scheduler` (the broker's runs on the asyncio loop), among them offset expiry
 (`CommittedOffsets.cleanup_group_metadata`) from start-up on and every offsets.retention.check.interval.ms.
 
+KIP-848 consumer groups (`consumer_group.ConsumerGroupCoordinator`: ConsumerGroupHeartbeat,
+ConsumerGroupDescribe) share the state, the store and the loading; each keeps its committed offsets in a
+GroupMetadata of its id without classic members. The classic calls refuse a consumer group's id
+(JoinGroup: INCONSISTENT_GROUP_PROTOCOL, the others UNKNOWN_MEMBER_ID) and a heartbeat refuses a classic
+group that has members (GROUP_ID_NOT_FOUND); an empty classic group becomes a consumer group on its first
+consumer heartbeat. Classic members joining a consumer group (Kafka's online migration) are not served.
+
 Alone, a broker coordinates every group and loads them all at start-up. In a cluster
 (`GroupCoordinator.for_cluster`) it coordinates the groups of the `__consumer_offsets` partitions it
 leads: `on_elected` loads a partition's groups off the event loop (its groups answer
@@ -22,16 +29,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
-from tieredlog.coordinator.admin import GroupAdmin
+from kio.schema.errors import ErrorCode
+
+from tieredlog.coordinator import schema
+from tieredlog.coordinator.admin import GroupAdmin, GroupSummary, MemberSummary
 from tieredlog.coordinator.config import GroupConfig
+from tieredlog.coordinator.consumer_group.coordinator import ConsumerGroupCoordinator
+from tieredlog.coordinator.consumer_group.group import ConsumerGroup
 from tieredlog.coordinator.contracts import SubscribedTopics
-from tieredlog.coordinator.group import GroupMetadata
+from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState
 from tieredlog.coordinator.loader import load_groups, load_records
-from tieredlog.coordinator.membership import GroupMembership
+from tieredlog.coordinator.membership import GroupMembership, JoinResult, SyncResult
 from tieredlog.coordinator.offsets import CommittedOffsets
 from tieredlog.coordinator.state import CoordinatorState, PartitionOwnership
-from tieredlog.coordinator.storage import OFFSETS_TOPIC, GroupStore, MemoryGroupStore, PartitionedGroupStore
+from tieredlog.coordinator.storage import (
+    OFFSETS_TOPIC,
+    GroupStore,
+    MemoryGroupStore,
+    PartitionedGroupStore,
+    store_error_code,
+)
 from tieredlog.coordinator.timer import Cancellable, Scheduler
 from tieredlog.coordinator.txn_offsets import TransactionalOffsets
 
@@ -50,24 +69,96 @@ class GroupCoordinator:
         self._loads: set[asyncio.Task] = set()
         self._cleanup_timer: Cancellable | None = None
         self.membership = GroupMembership(self.state)
+        self.consumer = ConsumerGroupCoordinator(self.state)
         self.offsets = CommittedOffsets(self.state, self.membership, subscriptions)
         self.admin = GroupAdmin(self.state)
-        self.join_group = self.membership.join_group
-        self.sync_group = self.membership.sync_group
-        self.heartbeat = self.membership.heartbeat
-        self.leave_group = self.membership.leave_group
+        self.consumer_group_heartbeat = self.consumer.heartbeat
+        self.consumer_group_describe = self.consumer.describe
         self.commit_offsets = self.offsets.commit_offsets
         self.handle_commit_offsets = self.offsets.handle_commit_offsets
         self.fetch_offsets = self.offsets.fetch_offsets
         self.delete_offsets = self.offsets.delete_offsets
         self.cleanup_group_metadata = self.offsets.cleanup_group_metadata
         self.list_groups = self.admin.list_groups
-        self.describe_group = self.admin.describe_group
-        self.delete_groups = self.admin.delete_groups
         self.txn_offsets = TransactionalOffsets(self.state, self.membership)
         self.txn_commit_offsets = self.txn_offsets.txn_commit_offsets
         self.complete_txn = self.txn_offsets.complete_txn
         self.unstable_offsets = self.txn_offsets.unstable
+
+    # -- classic calls, refused for a consumer group's id ------------------------------------------------
+    def _consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        return self.state.consumer_groups.get(group_id) if self.state.active else None
+
+    @staticmethod
+    def _done(value: object) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(value)
+        return future
+
+    def join_group(self, group_id: str, member_id: str, *args: Any, **kwargs: Any) -> Any:
+        if self._consumer_group(group_id) is not None:
+            return self._done(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
+        return self.membership.join_group(group_id, member_id, *args, **kwargs)
+
+    def sync_group(self, group_id: str, *args: Any, **kwargs: Any) -> Any:
+        if self._consumer_group(group_id) is not None:
+            return self._done(SyncResult(ErrorCode.unknown_member_id))
+        return self.membership.sync_group(group_id, *args, **kwargs)
+
+    def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> ErrorCode:
+        if self._consumer_group(group_id) is not None:
+            return ErrorCode.unknown_member_id
+        return self.membership.heartbeat(group_id, member_id, group_instance_id, generation_id)
+
+    def leave_group(self, group_id: str, leaving: list[tuple[str, str | None]]
+                    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        if self._consumer_group(group_id) is not None:
+            return ErrorCode.none, [(mid, iid, ErrorCode.unknown_member_id) for mid, iid in leaving]
+        return self.membership.leave_group(group_id, leaving)
+
+    def describe_group(self, group_id: str) -> GroupSummary:
+        """DescribeGroups: a consumer group is shown with its KIP-848 state, its assignor as the protocol and
+        its members without classic metadata (ConsumerGroupDescribe has the details)."""
+        group = self._consumer_group(group_id)
+        if group is None or self.state.ownership_error(group_id) is not None:
+            return self.admin.describe_group(group_id)
+        return GroupSummary(group_id, ErrorCode.none, group.state.value, CONSUMER_PROTOCOL_TYPE,
+                            self.consumer.assignor_for(group),
+                            [MemberSummary(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
+                             for m in group.members.values()])
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        """DeleteGroups: a consumer group only when it has no member (NON_EMPTY_GROUP otherwise); its
+        offsets and every record of it get tombstones."""
+        result: dict[str, ErrorCode] = {}
+        classic: list[str] = []
+        for group_id in group_ids:
+            group = self._consumer_group(group_id)
+            if group is None or self.state.ownership_error(group_id) is not None:
+                classic.append(group_id)
+                continue
+            if group.members:
+                result[group_id] = ErrorCode.non_empty_group
+                continue
+            shell = self.state.groups.get(group_id)
+            tombstones = self.consumer.tombstones(group)
+            if shell is not None:
+                tombstones += [(schema.encode_offset_key(group_id, t, p), None) for t, p in shell.offsets]
+            try:
+                self.state.store.append(group_id, tombstones, self.state.scheduler.wall_clock_ms())
+            except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
+                result[group_id] = store_error_code(exc)
+                continue
+            del self.state.consumer_groups[group_id]
+            group.dead = True
+            if shell is not None:
+                shell.offsets.clear()
+                shell.transition_to(GroupState.DEAD, self.state.scheduler.wall_clock_ms())
+                self.state.groups.pop(group_id, None)
+            result[group_id] = ErrorCode.none
+        if classic:
+            result.update(self.admin.delete_groups(classic))
+        return result
 
     @classmethod
     def for_cluster(cls, config: GroupConfig, scheduler: Scheduler, store: PartitionedGroupStore, *,
@@ -93,8 +184,10 @@ class GroupCoordinator:
 
     async def start(self) -> None:
         if self.state.ownership is None:
-            self.state.groups = load_groups(self.state.store, self.state.scheduler.wall_clock_ms())
+            self.state.groups = load_groups(self.state.store, self.state.scheduler.wall_clock_ms(),
+                                            self.state.consumer_groups)
             self._adopt(self.state.groups)
+            self.consumer.adopt(self.state.consumer_groups)
         self.state.active = True
         # Kafka's "delete-expired-group-metadata" task: a first run at start-up, then periodically
         self._schedule_cleanup(0)
@@ -123,6 +216,7 @@ class GroupCoordinator:
         for task in list(self._loads):
             task.cancel()
         self.membership.shutdown()
+        self.consumer.shutdown()
 
     # -- leadership of __consumer_offsets partitions (a cluster) -------------------------------------
     def on_elected(self, partition: int, leader_epoch: int) -> None:
@@ -157,6 +251,9 @@ class GroupCoordinator:
         dropped = [g for g in self.state.groups if own.partition_for(g) == partition]
         for group_id in dropped:
             self.membership.unload(self.state.groups.pop(group_id))
+            consumer_group = self.state.consumer_groups.pop(group_id, None)
+            if consumer_group is not None:
+                self.consumer.unload(consumer_group)
         log.info("%s-%d: no longer the coordinator, unloaded %d group(s)", OFFSETS_TOPIC, partition, len(dropped))
 
     async def _load(self, partition: int, leader_epoch: int) -> None:
@@ -166,7 +263,9 @@ class GroupCoordinator:
         started = time.monotonic()
         try:
             # reading the log is disk I/O: off the event loop, as start-up reads it before serving
-            groups = await asyncio.to_thread(lambda: load_records(store.replay_partition(partition), now))
+            consumer_groups: dict[str, ConsumerGroup] = {}
+            groups = await asyncio.to_thread(
+                lambda: load_records(store.replay_partition(partition), now, consumer_groups))
         except Exception:  # noqa: BLE001 - the partition stays unserved here; clients keep looking
             log.exception("%s-%d: loading the groups failed", OFFSETS_TOPIC, partition)
             if own.loading.get(partition) == leader_epoch:
@@ -176,7 +275,9 @@ class GroupCoordinator:
             return  # resigned (or elected again, at a newer epoch) while loading
         del own.loading[partition]
         self.state.groups.update(groups)
+        self.state.consumer_groups.update(consumer_groups)
         self._adopt(groups)
+        self.consumer.adopt(consumer_groups)
         own.owned[partition] = leader_epoch
         log.info("%s-%d: loaded %d group(s) in %.0f ms (leader epoch %d)", OFFSETS_TOPIC, partition, len(groups),
                  (time.monotonic() - started) * 1000, leader_epoch)

@@ -14,6 +14,12 @@ group table and, if it ever had a generation, its GroupMetadataValue gets a tomb
 cluster only the groups of the partitions led here are looked at, and the tombstones are not waited
 for: a leader that loses them expires the offsets again (Kafka appends them with acks=0).
 
+A KIP-848 consumer group's commits carry the member epoch where classic ones carry the generation:
+a member's commit must come with its current epoch (STALE_MEMBER_EPOCH otherwise), one without member
+(an admin's) is taken only while the group has no member. Its offsets live in the GroupMetadata of its
+id like a classic group's; while it has members, only offsets of topics none of them subscribes to
+expire (by commit time), and OffsetDelete refuses the subscribed ones.
+
 Alone, a broker's commit is committed once appended (`commit_offsets` answers at once). In a cluster
 the answer waits until the ISR has the record (`handle_commit_offsets`), and only then does the offset
 become what OffsetFetch returns (Kafka's pending offset commits).
@@ -29,6 +35,8 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from tieredlog.coordinator import schema
+from tieredlog.coordinator.consumer_group import records as consumer_records
+from tieredlog.coordinator.consumer_group.group import ConsumerGroup
 from tieredlog.coordinator.contracts import SubscribedTopics
 from tieredlog.coordinator.group import (
     CONSUMER_PROTOCOL_TYPE,
@@ -146,6 +154,12 @@ class CommittedOffsets:
         if (code := self.state.ownership_error(group_id)) is not None:
             return all_(code)
         group = self.state.groups.get(group_id)
+        consumer_group = self.state.consumer_groups.get(group_id)
+        if consumer_group is not None and group is not None:
+            code = _validate_consumer_commit(consumer_group, member_id, group_instance_id, generation_id)
+            if code != ErrorCode.none:
+                return all_(code)
+            return self._store_offsets(group, offsets)
         if group is None:
             if generation_id >= 0:
                 return all_(ErrorCode.illegal_generation)
@@ -223,7 +237,15 @@ class CommittedOffsets:
             return ErrorCode.group_id_not_found, {}
         result: dict[TopicPartition, ErrorCode] = {}
         deletable: list[TopicPartition] = []
-        if group.is_state(GroupState.EMPTY):
+        consumer_group = self.state.consumer_groups.get(group_id)
+        if consumer_group is not None and consumer_group.members:
+            topics = consumer_group.subscribed_topic_names()
+            for tp in partitions:
+                if tp[0] in topics:
+                    result[tp] = ErrorCode.group_subscribed_to_topic
+                else:
+                    deletable.append(tp)
+        elif group.is_state(GroupState.EMPTY):
             deletable = list(partitions)
         elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
             # None: some member's subscription cannot be read, so every topic counts as subscribed.
@@ -261,14 +283,27 @@ class CommittedOffsets:
         return removed
 
     def _remove_expired_offsets(self, group: GroupMetadata, now: int) -> int:
-        expired = group.expired_offsets(now, self.state.config.offsets_retention_ms, self.subscriptions)
+        consumer_group = self.state.consumer_groups.get(group.group_id)
+        retention = self.state.config.offsets_retention_ms
+        if consumer_group is not None and consumer_group.members:
+            subscribed = consumer_group.subscribed_topic_names()
+            expired = {tp: o for tp, o in group.offsets.items()
+                       if tp[0] not in subscribed and tp not in group.pending_offset_commits
+                       and o.commit_timestamp + retention <= now}
+        else:
+            expired = group.expired_offsets(now, retention, self.subscriptions)
         dead = (group.is_state(GroupState.EMPTY) and group.offsets.keys() <= expired.keys()
-                and not group.has_pending_offsets())
+                and not group.has_pending_offsets()
+                and (consumer_group is None or not consumer_group.members))
         tombstones: list[tuple[bytes, bytes | None]] = [
             (schema.encode_offset_key(group.group_id, t, p), None) for t, p in expired]
         if dead and group.generation_id > 0:
             # generation 0: a group that only ever stored offsets has no GroupMetadataValue to delete
             tombstones.append((schema.encode_group_key(group.group_id), None))
+        if dead and consumer_group is not None:
+            tombstones += [(consumer_records.encode_key(t, group.group_id), None) for t in (
+                consumer_records.TARGET_ASSIGNMENT_METADATA, consumer_records.PARTITION_METADATA,
+                consumer_records.GROUP_METADATA)]
         if tombstones:
             try:
                 self.state.store.append(group.group_id, tombstones, now)
@@ -288,4 +323,20 @@ class CommittedOffsets:
             group.transition_to(GroupState.DEAD, now)
             if self.state.groups.get(group.group_id) is group:
                 del self.state.groups[group.group_id]
+            if consumer_group is not None:
+                consumer_group.dead = True
+                self.state.consumer_groups.pop(group.group_id, None)
         return len(expired)
+
+
+def _validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: str | None,
+                              member_epoch: int) -> ErrorCode:
+    """Kafka's ConsumerGroup.validateOffsetCommit for a commit outside a transaction."""
+    if member_epoch < 0 and member_id == UNKNOWN_MEMBER_ID and instance_id is None:
+        return ErrorCode.none if not group.members else ErrorCode.unknown_member_id
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    if member_epoch != member.member_epoch:
+        return ErrorCode.stale_member_epoch
+    return ErrorCode.none

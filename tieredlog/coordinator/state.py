@@ -7,7 +7,7 @@ see the same groups, so they get one `CoordinatorState` instead of reaching into
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -15,6 +15,9 @@ from tieredlog.coordinator.config import GroupConfig
 from tieredlog.coordinator.group import GroupMetadata
 from tieredlog.coordinator.storage import GroupStore
 from tieredlog.coordinator.timer import Cancellable, Scheduler
+
+if TYPE_CHECKING:
+    from tieredlog.coordinator.consumer_group.group import ConsumerGroup
 
 
 @dataclass
@@ -37,6 +40,8 @@ class CoordinatorState:
     active: bool = False
     # None: one broker, which coordinates every group; in a cluster, the partitions led here
     ownership: PartitionOwnership | None = None
+    # KIP-848 groups by id; each also has a GroupMetadata in `groups` (no classic member) for its offsets
+    consumer_groups: dict[str, "ConsumerGroup"] = field(default_factory=dict)
 
     def not_ready_error(self) -> ErrorCode | None:
         return None if self.active else ErrorCode.coordinator_not_available

@@ -50,6 +50,8 @@ DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 
 API_NAMES: dict[int, str] = {
     PRODUCE: "Produce",
@@ -95,6 +97,8 @@ API_NAMES: dict[int, str] = {
     DESCRIBE_PRODUCERS: "DescribeProducers",
     DESCRIBE_TRANSACTIONS: "DescribeTransactions",
     LIST_TRANSACTIONS: "ListTransactions",
+    CONSUMER_GROUP_HEARTBEAT: "ConsumerGroupHeartbeat",
+    CONSUMER_GROUP_DESCRIBE: "ConsumerGroupDescribe",
 }
 
 # APIs the server itself implements: key -> (min advertised, max advertised).
@@ -148,6 +152,10 @@ GROUP_VERSIONS: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    # KIP-848: advertised only when group.coordinator.rebalance.protocols includes consumer (group_apis
+    # registers their handlers only then)
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 # What brokers of one cluster speak to each other: the controller's requests to brokers (the

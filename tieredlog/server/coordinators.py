@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -55,9 +56,17 @@ log = logging.getLogger(__name__)
 _CREATE_RETRY_S = 10.0
 
 
+def _topics_view(broker: Broker) -> Callable[[], dict[str, tuple[uuid.UUID, int]]]:
+    """What KIP-848 assignment needs of the broker's topics: id and partition count by name."""
+    return lambda: {name: (t.topic_id, t.partitions) for name, t in broker.topics.items() if t.topic_id is not None}
+
+
 def create_group_coordinator(broker: Broker) -> GroupCoordinator:
     config = GroupConfig.from_properties(broker.config)
-    return GroupCoordinator(config, LoopScheduler(), LogGroupStore.open(broker, config), subscriptions=subscribed_topics)
+    coordinator = GroupCoordinator(config, LoopScheduler(), LogGroupStore.open(broker, config),
+                                   subscriptions=subscribed_topics)
+    coordinator.consumer.topics = _topics_view(broker)
+    return coordinator
 
 
 def create_cluster_group_coordinator(broker: Broker) -> GroupCoordinator:
@@ -70,6 +79,7 @@ def create_cluster_group_coordinator(broker: Broker) -> GroupCoordinator:
         lambda p: broker.get_partition_log(OFFSETS_TOPIC, p), config.offsets_topic_num_partitions, rm,
         commit_timeout_ms=broker.config["offsets.commit.timeout.ms"], on_appended=broker.append_watchers.notify)
     coordinator = GroupCoordinator.for_cluster(config, LoopScheduler(), store, subscriptions=subscribed_topics)
+    coordinator.consumer.topics = _topics_view(broker)
 
     def on_leadership(tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:
         if tp.topic != OFFSETS_TOPIC:

@@ -1,5 +1,7 @@
 """Group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGroupHeartbeat and
+ConsumerGroupDescribe (registered, hence advertised, only when group.coordinator.rebalance.protocols
+includes consumer).
 
 Each handler reads the fields its request version has (getattr with Kafka's default for the others),
 asks the coordinator, and answers with a dict of response fields; the dispatcher builds the kio response
@@ -16,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.coordinator.consumer_group import HeartbeatRequest
 from tieredlog.protocol.api import (
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
@@ -317,17 +322,80 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "groups": []}
         types = {t.lower() for t in (getattr(req, "types_filter", None) or ())}
-        code, listed = coordinator.list_groups(getattr(req, "states_filter", None) or ())
-        if types and "classic" not in types:
-            listed = []  # every group here speaks the classic protocol
-        return {
-            "throttle_time": 0,
-            "error_code": code,
-            "groups": [
-                {"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": "classic"}
-                for gid, ptype, state in listed
-            ],
-        }
+        states = {s.lower() for s in (getattr(req, "states_filter", None) or ())}
+        code, listed = coordinator.list_groups(())
+        groups = []
+        for gid, ptype, state in listed:
+            kind = "classic"
+            consumer_state = coordinator.consumer.list_state(gid)
+            if consumer_state is not None:
+                kind, state = "consumer", consumer_state.value  # KIP-848 group: its own states
+            if (types and kind not in types) or (states and state.lower() not in states):
+                continue
+            groups.append({"group_id": gid, "protocol_type": ptype, "group_state": state, "group_type": kind})
+        return {"throttle_time": 0, "error_code": code, "groups": groups}
+
+    # -- KIP-848 -------------------------------------------------------------------------------------------
+    async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> dict:
+        coordinator = broker.group_coordinator
+        if coordinator is None:
+            return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "member_epoch": -1,
+                    "heartbeat_interval": 0}
+        owned = None
+        if req.topic_partitions is not None:
+            owned = {}
+            for tp in req.topic_partitions:
+                if tp.topic_id is not None:
+                    owned[tp.topic_id] = frozenset(int(p) for p in tp.partitions)
+        names = req.subscribed_topic_names
+        result = await coordinator.consumer_group_heartbeat(HeartbeatRequest(
+            group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+            instance_id=req.instance_id, rack_id=req.rack_id, rebalance_timeout_ms=_ms(req.rebalance_timeout),
+            subscribed_topic_names=tuple(names) if names is not None else None,
+            subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
+            server_assignor=req.server_assignor, owned=owned, client_id=ctx.client_id or "",
+            client_host="/" + ctx.client_host, api_version=ctx.api_version))
+        assignment = None
+        if result.assignment is not None:
+            assignment = {"topic_partitions": [
+                {"topic_id": t, "partitions": sorted(ps)}
+                for t, ps in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))]}
+        return {"throttle_time": 0, "error_code": result.error, "error_message": result.message,
+                "member_id": result.member_id, "member_epoch": result.member_epoch,
+                "heartbeat_interval": result.heartbeat_interval_ms, "assignment": assignment}
+
+    async def consumer_group_describe(ctx: RequestContext, req: Any) -> dict:
+        coordinator = broker.group_coordinator
+        operations = authorized_operations(ResourceType.GROUP, req.include_authorized_operations)
+        out = []
+        for group_id in req.group_ids or ():
+            if coordinator is None:
+                out.append({"error_code": ErrorCode.coordinator_not_available, "group_id": group_id,
+                            "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                            "members": [], "authorized_operations": operations})
+                continue
+            d = coordinator.consumer_group_describe(group_id)
+
+            def assignment(parts: Any, names: dict = d.topic_names) -> dict:
+                return {"topic_partitions": [
+                    {"topic_id": t, "topic_name": names.get(t, ""), "partitions": sorted(ps)}
+                    for t, ps in sorted(parts.items(), key=lambda kv: names.get(kv[0], ""))]}
+
+            out.append({
+                "error_code": d.error, "error_message": d.message, "group_id": group_id, "group_state": d.state,
+                "group_epoch": d.group_epoch, "assignment_epoch": d.assignment_epoch, "assignor_name": d.assignor,
+                "members": [{
+                    "member_id": m.member.member_id, "instance_id": m.member.instance_id,
+                    "rack_id": m.member.rack_id, "member_epoch": m.member.member_epoch,
+                    "client_id": m.member.client_id, "client_host": m.member.client_host,
+                    "subscribed_topic_names": list(m.member.subscribed_topic_names),
+                    "subscribed_topic_regex": m.member.subscribed_topic_regex,
+                    "assignment": assignment(m.member.assigned), "target_assignment": assignment(m.target),
+                    "member_type": 1,  # v1: 1 = a consumer-protocol member (0 would be classic)
+                } for m in d.members],
+                "authorized_operations": operations,
+            })
+        return {"throttle_time": 0, "groups": out}
 
     async def delete_groups(ctx: RequestContext, req: Any) -> dict:
         coordinator = broker.group_coordinator
@@ -339,7 +407,11 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         return {"throttle_time": 0,
                 "results": [{"group_id": name, "error_code": results[name]} for name in dict.fromkeys(names)]}
 
+    kip848: dict[int, Handler] = {}
+    if "consumer" in str(broker.config.get("group.coordinator.rebalance.protocols", "classic,consumer")).lower():
+        kip848 = {CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat, CONSUMER_GROUP_DESCRIBE: consumer_group_describe}
     return {
+        **kip848,
         FIND_COORDINATOR: find_coordinator,
         JOIN_GROUP: join_group,
         SYNC_GROUP: sync_group,
