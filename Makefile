@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-rebalance fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ bench-spark: install-test system-deps
 # Transactional produce beside idempotent, read_committed beside read_uncommitted from the remote tier
 bench-transactions: install-test system-deps
 	$(PY) -m bench bench_transactions
+
+# Time for a group of 6 to settle after one member leaves: classic eager, classic cooperative, KIP-848.
+bench-rebalance: install-test system-deps
+	$(PY) -m bench bench_rebalance
 
 # The log cleaner alone (also part of `make bench`): MB/s cleaned beside a raw read-and-write, bytes per key.
 bench-cleaner: install-test system-deps
