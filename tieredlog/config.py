@@ -122,6 +122,7 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("replica.fetch.max.bytes", "int", 1048576, "bytes per partition a follower fetch asks for", 0),
     _d("replica.fetch.response.max.bytes", "int", 10485760, "", 0),
     _d("replica.fetch.backoff.ms", "int", 1000, "pause after a failed follower fetch", 0),
+    _d("max.incremental.fetch.session.cache.slots", "int", 1000, "incremental fetch sessions (KIP-227) kept", 0),
     _d("replica.socket.timeout.ms", "int", 30000, "", 1),
     _d("replica.high.watermark.checkpoint.interval.ms", "int", 5000, "", 1),
     _d("request.timeout.ms", "int", 30000, "", 0),

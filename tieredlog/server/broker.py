@@ -51,6 +51,7 @@ from tieredlog.server.coordinators import (
     create_transaction_coordinator,
 )
 from tieredlog.server.delayed import PartitionWatchers
+from tieredlog.server.fetch_session import FetchSessionCache
 from tieredlog.server.log_cleaner_config import cleaner_config_of
 from tieredlog.server.producer_ids import ProducerIdManager
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
@@ -109,6 +110,7 @@ class Broker:
         self._store = TopicStore(self.log_dirs[0])
         self.stopping = False  # set on SIGTERM; parked fetches return at once
         self.metrics = BrokerMetrics(self)
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self._metrics_endpoint: MetricsEndpoint | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Fetch (1): local reads as file regions sent with sendfile, remote reads through the RLM.
 
 A fetch that has fewer than ``min_bytes`` parks on its partitions until an append wakes it or
-``max_wait`` passes (never blocking the loop). Sessions: every answer is a full, sessionless
-response (session id 0), which Kafka also gives when its session cache is full; clients then keep
-sending full fetches.
+``max_wait`` passes (never blocking the loop). Incremental fetch sessions (KIP-227) are kept by
+tieredlog.server.fetch_session: it says which partitions a request reads and which of them the
+answer carries.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tieredlog.log.types import FetchDataInfo, FetchIsolation, TopicPartition
 from tieredlog.protocol.api import FETCH
 from tieredlog.protocol.fetch_encoder import FetchPartitionData, FetchTopicData, encode_fetch_response
 from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.fetch_session import new_context as new_fetch_context
 from tieredlog.server.network import OpenRegion, RawResponse
 from tieredlog.server.produce_api import error_code_of
 
@@ -264,20 +265,14 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         else FetchIsolation.TXN_COMMITTED if req.isolation_level == READ_COMMITTED
         else FetchIsolation.HIGH_WATERMARK
     )
-    session_id = getattr(req, "session_id", 0)
-    session_epoch = getattr(req, "session_epoch", -1)
-
-    if session_id != 0:
-        # we never hand out sessions, so any id the client names is unknown
-        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=ErrorCode.fetch_session_id_not_found)
-        return RawResponse(parts, size)
-    if session_epoch > 0:
-        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=ErrorCode.invalid_fetch_session_epoch)
+    fetch_session = new_fetch_context(broker.fetch_sessions, req, version, follower)
+    if fetch_session.error != ErrorCode.none:
+        parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=fetch_session.error)
         return RawResponse(parts, size)
 
     topics: list[FetchTopicData] = []
     reads: list[_PartitionRead] = []
-    for ft in req.topics:
+    for ft in fetch_session.topics:
         if version >= 13:
             # kio reads the all-zero id as None: no topic has it
             tid = ft.topic_id or uuid.UUID(int=0)
@@ -338,8 +333,10 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
     metrics = broker.metrics
     for pr in reads:
         metrics.record_fetch(pr.topic, _records_size(pr.data.records), follower)
+    topics, session_id = fetch_session.finish(topics)
     _open_regions(topics)
-    parts, size = encode_fetch_response(version, ctx.correlation_id, topics, node_endpoints=_leader_endpoints(broker, topics))
+    parts, size = encode_fetch_response(version, ctx.correlation_id, topics, session_id=session_id,
+                                        node_endpoints=_leader_endpoints(broker, topics))
     return RawResponse(parts, size)
 
 
