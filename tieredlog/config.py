@@ -135,6 +135,12 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("leader.imbalance.per.broker.percentage", "int", 10, "share of a broker's preferred partitions it may not lead", 0),
     _d("security.inter.broker.protocol", "str", "PLAINTEXT", "inter-broker protocol when inter.broker.listener.name is unset"),
     _d("controller.socket.timeout.ms", "int", 30000, "socket timeout of the controller's connections to brokers", 0),
+    # authorization (tieredlog.security.authorizer): Kafka's names and defaults
+    _d("authorizer.class.name", "str", "",
+       "empty: no authorization; kafka.security.authorizer.AclAuthorizer or "
+       "org.apache.kafka.metadata.authorizer.StandardAuthorizer: the built-in ACL authorizer"),
+    _d("super.users", "str", None, "principals allowed everything, separated by semicolons (User:admin;User:broker)"),
+    _d("allow.everyone.if.no.acl.found", "bool", False, "allow a resource no ACL applies to"),
     _d("zookeeper.connect", "str", None),
     _d("zookeeper.session.timeout.ms", "int", 18000),
     _d("zookeeper.connection.timeout.ms", "int", None),
@@ -312,6 +318,7 @@ class BrokerConfig:
         return cls.from_props(props, warn=warn)
 
     def _validate(self) -> None:
+        self._validate_authorizer()
         nid, bid = self.values["node.id"], self.values["broker.id"]
         if nid >= 0 and bid >= 0 and nid != bid:
             raise BrokerConfigError(f"node.id {nid} and broker.id {bid} differ")
@@ -321,6 +328,15 @@ class BrokerConfig:
         try:
             self.default_log_config()
         except ConfigError as exc:
+            raise BrokerConfigError(str(exc)) from None
+
+    def _validate_authorizer(self) -> None:
+        from tieredlog.security.authorizer import check_authorizer_class_name, parse_super_users
+
+        try:
+            check_authorizer_class_name(self.values["authorizer.class.name"])
+            parse_super_users(self.values["super.users"])
+        except ValueError as exc:
             raise BrokerConfigError(str(exc)) from None
 
     def __getitem__(self, key: str) -> Any:

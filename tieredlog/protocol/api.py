@@ -35,6 +35,9 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 WRITE_TXN_MARKERS = 27
 TXN_OFFSET_COMMIT = 28
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 DESCRIBE_LOG_DIRS = 35
@@ -82,6 +85,9 @@ API_NAMES: dict[int, str] = {
     END_TXN: "EndTxn",
     WRITE_TXN_MARKERS: "WriteTxnMarkers",
     TXN_OFFSET_COMMIT: "TxnOffsetCommit",
+    DESCRIBE_ACLS: "DescribeAcls",
+    CREATE_ACLS: "CreateAcls",
+    DELETE_ACLS: "DeleteAcls",
     DESCRIBE_CONFIGS: "DescribeConfigs",
     ALTER_CONFIGS: "AlterConfigs",
     DESCRIBE_LOG_DIRS: "DescribeLogDirs",
@@ -136,6 +142,14 @@ TXN_VERSIONS: dict[int, tuple[int, int]] = {
     TXN_OFFSET_COMMIT: (0, 3),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
+}
+
+# ACL administration (tieredlog.server.acl_apis), answered SECURITY_DISABLED without an authorizer as
+# Kafka does. v0 is gone from Kafka 4 (KIP-896) and from kio; v1 added the pattern types.
+ACL_VERSIONS: dict[int, tuple[int, int]] = {
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
 }
 
 # Group APIs (served by tieredlog.server.group_apis when present). Kafka 4.0's ranges capped by kio;

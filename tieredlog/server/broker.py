@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster.config_changes import ConfigChangeListener
 from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
-from tieredlog.config import BrokerConfig
+from tieredlog.config import BrokerConfig, BrokerConfigError
 from tieredlog.controller.config import ControllerConfig
 from tieredlog.controller.controller import KafkaController
 from tieredlog.controller.topic_deletion import DeletedTopic
@@ -42,6 +42,8 @@ from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.replication.controller_channel import AlterPartitionManager, ControllerChannel
 from tieredlog.replication.fetcher import FetcherConfig
 from tieredlog.replication.replica_manager import ReplicaManager
+from tieredlog.security.authorizer import AclAuthorizer, create_authorizer
+from tieredlog.security.authorizer.file_store import AclFileError
 from tieredlog.server.broker_metrics import BrokerMetrics, MetricsEndpoint
 from tieredlog.server.cluster_node import ClusterNode, attach_state_change_log, detach_state_change_log
 from tieredlog.server.coordinators import (
@@ -112,6 +114,7 @@ class Broker:
         self.metrics = BrokerMetrics(self)
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         self._metrics_endpoint: MetricsEndpoint | None = None
+        self.authorizer: AclAuthorizer | None = None  # None: authorizer.class.name is empty, all is allowed
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class Broker:
             self._config_changes = ConfigChangeListener(
                 self.cluster.zk, functools.partial(self._topic_config_changed, loop), name=str(self.node_id))
             self._config_changes.start()
+        self.authorizer = await self._start_authorizer(first)
         self.producer_ids = (ProducerIdManager.in_log_dir(first) if self.cluster is None
                              else ProducerIdManager.in_zookeeper(self.cluster.zk, self.node_id))
         if self.cluster_node is None:
@@ -191,6 +195,20 @@ class Broker:
             flush_check_ms=max(flush_ms, 10) if flush_ms < 2**62 else None,
             checkpoint_ms=max(self.config["log.flush.offset.checkpoint.interval.ms"], 10),
         )
+
+    async def _start_authorizer(self, first: Path) -> AclAuthorizer | None:
+        """The ACL authorizer with every ACL loaded (alone from a file in the first log dir, in a
+        cluster from ZooKeeper), before any request is served."""
+        c = self.config
+        authorizer = create_authorizer(c["authorizer.class.name"], c["super.users"], c["allow.everyone.if.no.acl.found"],
+                                       first, self.cluster.zk if self.cluster is not None else None, str(self.node_id))
+        if authorizer is None:
+            return None
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, authorizer.start)
+        except AclFileError as exc:
+            raise BrokerConfigError(str(exc)) from None
+        return authorizer
 
     def _topic_config_changed(self, loop: asyncio.AbstractEventLoop, topic: str, configs: dict[str, str]) -> None:
         # the listener's thread: the topic table and the logs belong to the event loop
@@ -373,6 +391,8 @@ class Broker:
             await asyncio.to_thread(self.log_manager.shutdown)
         if self._config_changes is not None:
             self._config_changes.close()
+        if self.authorizer is not None:
+            self.authorizer.close()
         if self.controller is not None:
             try:
                 await asyncio.to_thread(self.controller.close)

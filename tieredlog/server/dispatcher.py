@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tieredlog.protocol.api import (
+    ACL_VERSIONS,
     API_VERSIONS,
     CLUSTER_ADMIN_VERSIONS,
     CORE_VERSIONS,
@@ -18,6 +19,7 @@ from tieredlog.protocol.api import (
     TXN_VERSIONS,
 )
 from tieredlog.protocol.codec import encode_response
+from tieredlog.server.authorization import check_request
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
 from tieredlog.server.network import RawResponse
 
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 class Dispatcher:
     def __init__(self, broker: Broker) -> None:
         from tieredlog.server import (
+            acl_apis,
             admin_apis,
             cluster_admin_apis,
             config_apis,
@@ -47,11 +50,11 @@ class Dispatcher:
         self.broker = broker
         self.handlers: dict[int, Handler] = {API_VERSIONS: self.api_versions}
         for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis, producer_apis,
-                    log_dir_apis):
+                    log_dir_apis, acl_apis):
             self.handlers.update(mod.handlers())
         self.handlers.update(group_apis.group_handlers(broker))
         self.handlers.update(txn_apis.handlers())
-        versions = {**CORE_VERSIONS, **GROUP_VERSIONS, **TXN_VERSIONS}
+        versions = {**CORE_VERSIONS, **GROUP_VERSIONS, **TXN_VERSIONS, **ACL_VERSIONS}
         if broker.config.get("zookeeper.connect"):
             # as a ZooKeeper-mode Kafka broker: the controller's requests and the brokers' to it
             self.handlers.update(inter_broker_apis.handlers())
@@ -67,7 +70,11 @@ class Dispatcher:
         return self.handlers.get(api_key)
 
     async def run(self, handler: Handler, ctx: RequestContext, body: Any) -> Any:
-        result = await handler(ctx, body)
+        # an API's per-request authorization (its cluster operation, group or transactional id): a
+        # denied request is answered with the API's own error response and its handler never runs
+        result = check_request(ctx, body)
+        if result is None:
+            result = await handler(ctx, body)
         if result is NO_RESPONSE or result is CLOSE_CONNECTION or isinstance(result, (RawResponse, bytes)):
             return result
         return encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, result)

@@ -24,6 +24,8 @@ from tieredlog.log.segment import PagesNotCached
 from tieredlog.log.types import FetchDataInfo, FetchIsolation, TopicPartition
 from tieredlog.protocol.api import FETCH
 from tieredlog.protocol.fetch_encoder import FetchPartitionData, FetchTopicData, encode_fetch_response
+from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.authorization import authorize, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.fetch_session import new_context as new_fetch_context
 from tieredlog.server.network import OpenRegion, RawResponse
@@ -270,6 +272,17 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=fetch_session.error)
         return RawResponse(parts, size)
 
+    # a follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic
+    cluster_action = follower and authorize_cluster(ctx, AclOperation.CLUSTER_ACTION)
+    readable: dict[str, bool] = {}
+
+    def may_fetch(name: str) -> bool:
+        if follower:
+            return cluster_action
+        if name not in readable:
+            readable[name] = authorize(ctx, AclOperation.READ, ResourceType.TOPIC, name)
+        return readable[name]
+
     topics: list[FetchTopicData] = []
     reads: list[_PartitionRead] = []
     for ft in fetch_session.topics:
@@ -286,8 +299,12 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         for fp in ft.partitions:
             pr = _PartitionRead(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
                                 getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
-            if meta is None:
-                pr.data.error_code = ErrorCode.unknown_topic_id if version >= 13 else ErrorCode.unknown_topic_or_partition
+            if meta is None and version >= 13:
+                pr.data.error_code = ErrorCode.unknown_topic_id
+            elif not may_fetch(name):
+                pr.data.error_code = ErrorCode.topic_authorization_failed
+            elif meta is None:
+                pr.data.error_code = ErrorCode.unknown_topic_or_partition
             else:
                 reads.append(pr)
             td.partitions.append(pr.data)

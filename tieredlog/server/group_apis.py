@@ -34,7 +34,9 @@ from tieredlog.protocol.api import (
     OFFSET_FETCH,
     SYNC_GROUP,
 )
-from tieredlog.server.authorized_operations import ResourceType, authorized_operations
+from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names, authorized_operations
+from tieredlog.server.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.coordinators import CoordinatorLocator, offsets_topic_spec, transaction_state_topic_spec
 
@@ -67,8 +69,16 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
     locators: dict[CoordinatorType, CoordinatorLocator] = {}  # in a cluster, made on first use
 
     # -- FindCoordinator ---------------------------------------------------------------------------------
-    async def coordinator_entry(key: str, key_type: int) -> dict:
+    async def coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict:
         entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none, "error_message": None}
+        if key_type == CoordinatorType.GROUP and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            entry.update(error_code=ErrorCode.group_authorization_failed, error_message="Group authorization failed.")
+            return entry
+        if key_type == CoordinatorType.TRANSACTION \
+                and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            entry.update(error_code=ErrorCode.transactional_id_authorization_failed,
+                         error_message="Transactional Id authorization failed.")
+            return entry
         if key_type == CoordinatorType.TRANSACTION:
             active = broker.transaction_coordinator is not None and broker.transaction_coordinator.active
             if key == "":
@@ -101,8 +111,8 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         key_type = getattr(req, "key_type", CoordinatorType.GROUP)
         if ctx.api_version >= 4:
             keys = getattr(req, "coordinator_keys", ()) or ()
-            return {"throttle_time": 0, "coordinators": [await coordinator_entry(k, key_type) for k in keys]}
-        entry = await coordinator_entry(getattr(req, "key", ""), key_type)
+            return {"throttle_time": 0, "coordinators": [await coordinator_entry(ctx, k, key_type) for k in keys]}
+        entry = await coordinator_entry(ctx, getattr(req, "key", ""), key_type)
         entry.pop("key")
         entry["throttle_time"] = 0
         return entry
@@ -210,10 +220,14 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         requested: dict[tuple[str, int], tuple[int, int, str | None]] = {}
         errors_by_tp: dict[tuple[str, int], int] = {}
         order: list[tuple[str, int]] = []
+        readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics or ()))
         for topic in req.topics or ():
             for p in topic.partitions or ():
                 tp = (topic.name, p.partition_index)
                 order.append(tp)
+                if topic.name not in readable:
+                    errors_by_tp[tp] = ErrorCode.topic_authorization_failed
+                    continue
                 if not _partition_exists(broker, *tp):
                     errors_by_tp[tp] = ErrorCode.unknown_topic_or_partition
                     continue
@@ -233,21 +247,35 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             ))
         return {"throttle_time": 0, "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp[tp]})}
 
-    def fetch_group(group_id: str, topics: Any, require_stable: bool) -> tuple[int, list[dict]]:
+    def fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> tuple[int, list[dict]]:
         coordinator = broker.group_coordinator
+        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return ErrorCode.group_authorization_failed, []
         wanted = None
+        denied: set[tuple[str, int]] = set()
         if topics is not None:
             wanted = [(t.name, int(p)) for t in topics for p in (t.partition_indexes or ())]
+            describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
+            denied = {tp for tp in wanted if tp[0] not in describable}
         if coordinator is None:
             return ErrorCode.coordinator_not_available, []
-        code, committed = coordinator.fetch_offsets(group_id, wanted)
+        code, committed = coordinator.fetch_offsets(group_id, None if wanted is None else
+                                                    [tp for tp in wanted if tp not in denied])
         if code != ErrorCode.none:
             return code, []
+        if wanted is None:
+            # offsets of topics the principal may not describe are left out, without a word
+            describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                           {t for t, _ in committed}, log_denied=False)
+            committed = {tp: o for tp, o in committed.items() if tp[0] in describable}
         order = wanted if wanted is not None else sorted(committed)
         # a consumer that takes over must not start from an offset an open transaction may roll back
         unstable = coordinator.unstable_offsets(group_id, order) if require_stable else set()
 
         def partition(tp: tuple[str, int]) -> dict:
+            if tp in denied:
+                return {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                        "error_code": ErrorCode.topic_authorization_failed}
             if tp in unstable:
                 return {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
                         "error_code": ErrorCode.unstable_offset_commit}
@@ -263,10 +291,10 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         if ctx.api_version >= 8:
             groups = []
             for g in req.groups or ():
-                code, topics = fetch_group(g.group_id, g.topics, req.require_stable)
+                code, topics = fetch_group(ctx, g.group_id, g.topics, req.require_stable)
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
             return {"throttle_time": 0, "groups": groups}
-        code, topics = fetch_group(req.group_id, req.topics, getattr(req, "require_stable", False))
+        code, topics = fetch_group(ctx, req.group_id, req.topics, getattr(req, "require_stable", False))
         if code != ErrorCode.none and ctx.api_version < 2:
             # v1 has no group-level error: report it on every requested partition.
             topics = [
@@ -280,7 +308,10 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
     async def offset_delete(ctx: RequestContext, req: Any) -> dict:
         coordinator = broker.group_coordinator
         order = [(t.name, p.partition_index) for t in req.topics or () for p in t.partitions or ()]
-        errors_by_tp = {tp: ErrorCode.unknown_topic_or_partition for tp in order if not _partition_exists(broker, *tp)}
+        readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics or ()))
+        errors_by_tp = {tp: ErrorCode.topic_authorization_failed if tp[0] not in readable
+                        else ErrorCode.unknown_topic_or_partition
+                        for tp in order if tp[0] not in readable or not _partition_exists(broker, *tp)}
         if coordinator is None:
             return {"error_code": ErrorCode.coordinator_not_available, "throttle_time": 0, "topics": []}
         code, result = coordinator.delete_offsets(req.group_id, [tp for tp in order if tp not in errors_by_tp])
@@ -293,9 +324,15 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
     # -- admin ---------------------------------------------------------------------------------------------
     async def describe_groups(ctx: RequestContext, req: Any) -> dict:
         coordinator = broker.group_coordinator
-        operations = authorized_operations(ResourceType.GROUP, getattr(req, "include_authorized_operations", False))
+        requested = getattr(req, "include_authorized_operations", False)
         groups = []
         for group_id in req.groups or ():
+            if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                groups.append({"error_code": ErrorCode.group_authorization_failed, "group_id": group_id,
+                               "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                               "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                continue
+            operations = authorized_operations(ctx, ResourceType.GROUP, group_id, requested)
             if coordinator is None:
                 groups.append({"error_code": ErrorCode.coordinator_not_available, "group_id": group_id, "group_state": "",
                                "protocol_type": "", "protocol_data": "", "members": [],
@@ -324,6 +361,11 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         types = {t.lower() for t in (getattr(req, "types_filter", None) or ())}
         states = {s.lower() for s in (getattr(req, "states_filter", None) or ())}
         code, listed = coordinator.list_groups(())
+        if not authorize_cluster(ctx, AclOperation.DESCRIBE, log_denied=False):
+            # without DESCRIBE on the cluster, the groups the principal may describe
+            visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, (g for g, _, _ in listed),
+                                       log_denied=False)
+            listed = [g for g in listed if g[0] in visible]
         groups = []
         for gid, ptype, state in listed:
             kind = "classic"
@@ -366,9 +408,14 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
 
     async def consumer_group_describe(ctx: RequestContext, req: Any) -> dict:
         coordinator = broker.group_coordinator
-        operations = authorized_operations(ResourceType.GROUP, req.include_authorized_operations)
         out = []
         for group_id in req.group_ids or ():
+            if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                out.append({"error_code": ErrorCode.group_authorization_failed, "group_id": group_id,
+                            "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                            "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                continue
+            operations = authorized_operations(ctx, ResourceType.GROUP, group_id, req.include_authorized_operations)
             if coordinator is None:
                 out.append({"error_code": ErrorCode.coordinator_not_available, "group_id": group_id,
                             "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
@@ -400,10 +447,13 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
     async def delete_groups(ctx: RequestContext, req: Any) -> dict:
         coordinator = broker.group_coordinator
         names = list(req.groups_names or ())
+        deletable = authorized_names(ctx, AclOperation.DELETE, ResourceType.GROUP, names)
+        allowed = [n for n in names if n in deletable]
         if coordinator is None:
-            results = {name: ErrorCode.coordinator_not_available for name in names}
+            results = {name: ErrorCode.coordinator_not_available for name in allowed}
         else:
-            results = coordinator.delete_groups(names)
+            results = coordinator.delete_groups(allowed)
+        results.update({name: ErrorCode.group_authorization_failed for name in names if name not in deletable})
         return {"throttle_time": 0,
                 "results": [{"group_id": name, "error_code": results[name]} for name in dict.fromkeys(names)]}
 

@@ -14,7 +14,9 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import KafkaError
 from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
-from tieredlog.server.authorized_operations import ResourceType, authorized_operations
+from tieredlog.security.authorizer.acl import CLUSTER_NAME, AclOperation, ResourceType
+from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names, authorized_operations
+from tieredlog.server.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import INTERNAL_TOPICS, TopicMetadata
 
@@ -116,15 +118,29 @@ def _error_topic(name: str | None, code: int, topic_id: Any = None) -> dict:
     return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": []}
 
 
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    return authorize_cluster(ctx, AclOperation.CREATE, log_denied=False) \
+        or authorize(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)
+
+
 async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
     allow_auto = getattr(req, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
     topics_out = []
+    # as Kafka, refused topics follow the others: those that could not be auto-created, then those
+    # the principal may not describe (named only when the request named them)
+    create_denied: list[dict] = []
+    describe_denied: list[dict] = []
     created = False
     # v0: an empty list means all topics; v1+: null means all, empty means none
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
-        topics_out = [topic_entry(broker, t) for t in sorted(broker.topics.values(), key=lambda t: t.name)]
+        # topics the principal may not describe are left out, without a word
+        visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, broker.topics, log_denied=False)
+        topics_out = [topic_entry(broker, t) for t in sorted(broker.topics.values(), key=lambda t: t.name)
+                      if t.name in visible]
     else:
+        describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                       (rt.name for rt in req.topics if rt.name is not None))
         for rt in req.topics:
             name = rt.name
             tid = getattr(rt, "topic_id", None)  # v10+; kio reads the all-zero id as None
@@ -134,9 +150,21 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
                     topics_out.append(_error_topic("", ErrorCode.invalid_request))  # name is not nullable here
                     continue
                 t = broker.topic_by_id(tid) if tid is not None else None
+                if t is not None and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+                    # a topic id is not a secret: Kafka says it is refused, without the name
+                    describe_denied.append(_error_topic(None, ErrorCode.topic_authorization_failed, tid))
+                    continue
                 topics_out.append(topic_entry(broker, t) if t else _error_topic(None, ErrorCode.unknown_topic_id, tid))
                 continue
+            if name not in describable:
+                # whether it exists is not disclosed
+                describe_denied.append(_error_topic(name, ErrorCode.topic_authorization_failed))
+                continue
             t = broker.get_topic(name)
+            if t is None and allow_auto and not _may_create(ctx, name):
+                create_denied.append({**_error_topic(name, ErrorCode.topic_authorization_failed),
+                                      "is_internal": name in INTERNAL_TOPICS})
+                continue
             if t is None and allow_auto:
                 try:
                     t = broker.create_topic(
@@ -149,19 +177,30 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
             topics_out.append(topic_entry(broker, t) if t else _error_topic(name, ErrorCode.unknown_topic_or_partition))
     if created:
         await broker.topics_durable()
-    # v8+ (the cluster's only up to v10): Kafka sets it on every topic of the answer, errors included
-    topic_ops = authorized_operations(ResourceType.TOPIC, getattr(req, "include_topic_authorized_operations", False))
+    # v8+ (the cluster's only up to v10): Kafka sets it on every topic of the answer, errors included,
+    # except the refused ones
+    topic_ops = getattr(req, "include_topic_authorized_operations", False)
     for entry in topics_out:
-        entry["topic_authorized_operations"] = topic_ops
+        entry["topic_authorized_operations"] = authorized_operations(ctx, ResourceType.TOPIC, entry["name"] or "",
+                                                                     topic_ops)
+    for entry in create_denied + describe_denied:
+        entry["topic_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
     return {
         "throttle_time": 0,
         "brokers": _broker_entries(broker),
         "cluster_id": broker.cluster_id,
         "controller_id": _controller_id(broker),
-        "topics": topics_out,
-        "cluster_authorized_operations": authorized_operations(
-            ResourceType.CLUSTER, getattr(req, "include_cluster_authorized_operations", False)),
+        "topics": topics_out + create_denied + describe_denied,
+        "cluster_authorized_operations": _cluster_operations(
+            ctx, getattr(req, "include_cluster_authorized_operations", False)),
     }
+
+
+def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
+    """Kafka answers 0 to a principal that may not describe the cluster."""
+    if requested and not authorize_cluster(ctx, AclOperation.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, requested)
 
 
 async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict:
@@ -174,8 +213,7 @@ async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict:
         "controller_id": _controller_id(broker),
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
                     for b in _broker_entries(broker)],
-        "cluster_authorized_operations": authorized_operations(
-            ResourceType.CLUSTER, req.include_cluster_authorized_operations),
+        "cluster_authorized_operations": _cluster_operations(ctx, req.include_cluster_authorized_operations),
     }
 
 

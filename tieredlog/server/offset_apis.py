@@ -19,6 +19,8 @@ from tieredlog.log.unified_log import (
     MAX_TIMESTAMP,
 )
 from tieredlog.protocol.api import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
+from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.authorization import authorize_cluster, authorized_names
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.produce_api import error_code_of
 
@@ -104,9 +106,13 @@ async def _offset_for(ctx: RequestContext, plog: UnifiedLog, tp: TopicPartition,
 async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
     isolation = getattr(req, "isolation_level", 0)
+    describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
 
     async def one(name: str, p: Any) -> dict:
         out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        if name not in describable:
+            out["error_code"] = ErrorCode.topic_authorization_failed
+            return out
         plog = broker.get_partition_log(name, p.partition_index)
         rm = broker.replica_manager
         partition = rm.get_partition(TopicPartition(name, p.partition_index)) if rm is not None else None
@@ -133,6 +139,11 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
 
 async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
+    # brokers truncating ask with CLUSTER_ACTION; consumers (KIP-320) with DESCRIBE on the topic
+    if authorize_cluster(ctx, AclOperation.CLUSTER_ACTION, log_denied=False):
+        describable = {t.topic for t in req.topics}
+    else:
+        describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in req.topics))
     topics = []
     for t in req.topics:
         parts = []
@@ -141,7 +152,9 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict:
             plog = broker.get_partition_log(t.topic, p.partition)
             rm = broker.replica_manager
             partition = rm.get_partition(TopicPartition(t.topic, p.partition)) if rm is not None else None
-            if plog is None or partition is None:
+            if t.topic not in describable:
+                out["error_code"] = ErrorCode.topic_authorization_failed
+            elif plog is None or partition is None:
                 out["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 try:

@@ -18,6 +18,8 @@ from tieredlog.errors import InvalidTopicError, KafkaError
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.authorization import authorized_names
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
 
 if TYPE_CHECKING:
@@ -100,9 +102,15 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
     responses = []
     any_error = False
     waits = []
+    writable = authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, (td.name for td in req.topic_data))
     for td in req.topic_data:
         parts = []
         for pd in td.partition_data:
+            if td.name not in writable:
+                parts.append({"index": pd.index, "error_code": ErrorCode.topic_authorization_failed, "base_offset": -1,
+                              "log_append_time": -1, "log_start_offset": -1})
+                any_error = True
+                continue
             if acks not in (0, 1, -1):
                 parts.append({"index": pd.index, "error_code": ErrorCode.invalid_required_acks, "base_offset": -1})
                 any_error = True
