@@ -6,6 +6,7 @@ which fetches with sessions, reading everything produced while it fetches."""
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections import OrderedDict
 from types import SimpleNamespace
@@ -14,6 +15,7 @@ from typing import Any, Callable
 from broker_harness import BrokerProcess
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import free_port
 from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode
 
@@ -103,8 +105,18 @@ def _produce(bootstrap: str, topic: str, partition: int, n: int) -> None:
     assert p.flush(30) == 0
 
 
+def _cached(port: int) -> tuple[int, int]:
+    """(sessions, partitions) in the broker's session cache, from its Prometheus endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    values = {ln.split()[0]: float(ln.split()[1]) for ln in text.splitlines()
+              if ln.startswith("kafka_server_fetchsessioncache_num")}
+    return (int(values["kafka_server_fetchsessioncache_numincrementalfetchsessions"]),
+            int(values["kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"]))
+
+
 def test_sessions_with_raw_fetches(broker_factory: Callable[..., BrokerProcess]) -> None:
-    b = broker_factory({"remote.log.storage.system.enable": "false"})
+    port = free_port()
+    b = broker_factory({"remote.log.storage.system.enable": "false", "metrics.port": str(port)})
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.create_topics([NewTopic("fs", 2, 1)])["fs"].result(30)
     _produce(b.bootstrap, "fs", 0, 10)
@@ -116,6 +128,7 @@ def test_sessions_with_raw_fetches(broker_factory: Callable[..., BrokerProcess])
         assert full.error_code == ErrorCode.none and sid != 0
         assert {p: hw for p, (hw, _) in _answered(full).items()} == {0: 10, 1: 10}
         assert all(size > 0 for _, size in _answered(full).values())
+        assert _cached(port) == (1, 2)
 
         # incremental: the client moves both offsets to the end; nothing new, nothing answered
         inc = _fetch(c, sid, 1, [{"topic": "fs", "partitions": [_part(0, 10), _part(1, 10)]}])
@@ -138,6 +151,7 @@ def test_sessions_with_raw_fetches(broker_factory: Callable[..., BrokerProcess])
         inc = _fetch(c, sid, 3, [{"topic": "fs", "partitions": [_part(1, 15)]}])
         assert _answered(inc) == {}
         _fetch(c, sid, 4, [], forgotten=[{"topic": "fs", "partitions": [1]}])
+        assert _cached(port) == (1, 1)
         _produce(b.bootstrap, "fs", 1, 3)
         assert _answered(_fetch(c, sid, 5, [])) == {}
         _produce(b.bootstrap, "fs", 0, 2)
@@ -147,6 +161,7 @@ def test_sessions_with_raw_fetches(broker_factory: Callable[..., BrokerProcess])
         closed = _fetch(c, sid, -1, [{"topic": "fs", "partitions": [_part(0, 12)]}])
         assert closed.error_code == ErrorCode.none and closed.session_id == 0 and list(_answered(closed)) == [0]
         assert _fetch(c, sid, 7, []).error_code == ErrorCode.fetch_session_id_not_found
+        assert _cached(port) == (0, 0)
 
         # v13: the session is keyed by topic id
         md = c.request(METADATA, {"topics": [{"name": "fs"}], "allow_auto_topic_creation": False}, version=12)

@@ -134,6 +134,7 @@ class BrokerMetrics:
         yield from self._controller_families()
         yield from self._topic_families()
         yield from self._request_families()
+        yield from self._fetch_session_families()
 
     def _replica_manager_families(self) -> Iterator[Any]:
         rm = self._broker.replica_manager
@@ -219,6 +220,16 @@ class BrokerMetrics:
                                 "finished a round", value=m.time_since_last_run_ms)
         yield GaugeMetricFamily(cm + "uncleanable_partitions_count", "uncleanable-partitions-count: partitions a "
                                 "round failed on (bad data), no longer cleaned", value=m.uncleanable_partitions_count)
+
+    def _fetch_session_families(self) -> Iterator[Any]:
+        cache = self._broker.fetch_sessions
+        f = "kafka_server_fetchsessioncache_"
+        yield GaugeMetricFamily(f + "numincrementalfetchsessions", "NumIncrementalFetchSessions: sessions cached",
+                                value=len(cache.sessions))
+        yield GaugeMetricFamily(f + "numincrementalfetchpartitionscached", "NumIncrementalFetchPartitionsCached: "
+                                "partitions of all cached sessions", value=cache.partitions_cached)
+        yield CounterMetricFamily(f + "incrementalfetchsessionevictions", "IncrementalFetchSessionEvictionsPerSec: "
+                                  "sessions evicted to make room for new ones", value=cache.evictions)
 
     def _controller_families(self) -> Iterator[Any]:
         broker = self._broker

@@ -133,21 +133,22 @@ class FetchSessionCache:
         self.eviction_ms = eviction_ms
         self.clock_ms = clock_ms
         self.sessions: OrderedDict[int, FetchSession] = OrderedDict()  # least recently used first
+        # kept as plain ints on the loop, so the metrics thread reads them without walking the sessions
         self.evictions = 0
+        self.partitions_cached = 0
         self._rng = random.Random()
 
     def __len__(self) -> int:
         return len(self.sessions)
 
-    @property
-    def num_partitions(self) -> int:
-        return sum(len(s.partitions) for s in self.sessions.values())
-
     def get(self, session_id: int) -> FetchSession | None:
         return self.sessions.get(session_id)
 
     def remove(self, session_id: int) -> FetchSession | None:
-        return self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            self.partitions_cached -= len(session.partitions)
+        return session
 
     def touch(self, session: FetchSession, now_ms: int) -> None:
         session.last_used_ms = now_ms
@@ -193,6 +194,7 @@ class FetchSessionCache:
             if session_id not in self.sessions:
                 break
         self.sessions[session_id] = FetchSession(session_id, privileged, uses_topic_ids, partitions, now)
+        self.partitions_cached += len(partitions)
         return session_id
 
 
@@ -296,6 +298,7 @@ def new_context(cache: FetchSessionCache, req: Any, version: int, privileged: bo
     if session.uses_topic_ids != uses_topic_ids:
         return FetchContext(cache, req, (), error=ErrorCode.fetch_session_topic_id_error)
     parts = session.partitions
+    before = len(parts)
     for ft in req.topics:
         topic_id = getattr(ft, "topic_id", None)
         name = getattr(ft, "topic", "") or ""
@@ -311,6 +314,7 @@ def new_context(cache: FetchSessionCache, req: Any, version: int, privileged: bo
         name = getattr(forgotten, "topic", "") or ""
         for p in forgotten.partitions:
             parts.pop(_key(uses_topic_ids, name, topic_id, p), None)
+    cache.partitions_cached += len(parts) - before
     session.epoch = next_epoch(session.epoch)
     cache.touch(session, cache.clock_ms())
     return FetchContext(cache, req, _session_topics(session), session=session, privileged=privileged,
