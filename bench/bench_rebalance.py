@@ -9,8 +9,9 @@ each exactly once, balanced (4 or 5 each), as the consumers themselves report th
   converge one heartbeat at a time.
 Heartbeat intervals are each protocol's Kafka default (classic heartbeat.interval.ms 3000, the broker's
 group.consumer.heartbeat.interval.ms 5000) unless REBALANCE_HEARTBEAT_MS sets both; the broker's
-group.initial.rebalance.delay.ms is 0. REBALANCE_BENCH_REPEATS (default 3) leaves per protocol; the
-median is printed with the min and max.
+group.initial.rebalance.delay.ms is 0. The leave comes at a random moment of the heartbeat cycle (after
+1 s plus a uniform draw over one heartbeat interval), since the others learn of it at their next heartbeat.
+REBALANCE_BENCH_REPEATS (default 5) leaves per protocol; the median is printed with the min and max.
 
     .venv/bin/python -m bench bench_rebalance      # or: make bench-rebalance
 """
@@ -18,6 +19,7 @@ median is printed with the min and max.
 from __future__ import annotations
 
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -27,7 +29,7 @@ from pathlib import Path
 
 MEMBERS = 6
 PARTITIONS = 24
-REPEATS = int(os.environ.get("REBALANCE_BENCH_REPEATS", "3"))
+REPEATS = int(os.environ.get("REBALANCE_BENCH_REPEATS", "5"))
 HEARTBEAT_MS = os.environ.get("REBALANCE_HEARTBEAT_MS")
 TIMEOUT_S = 120.0
 
@@ -69,13 +71,13 @@ def wait_settled(members: list[Member]) -> float:
     return time.perf_counter() - t0
 
 
-def one_leave(bootstrap: str, topic: str, group: str, config: dict) -> float:
+def one_leave(bootstrap: str, topic: str, group: str, config: dict, interval_s: float) -> float:
     base = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest", **config}
     members = [Member(base, topic) for _ in range(MEMBERS)]
     for m in members:
         m.start()
     wait_settled(members)
-    time.sleep(1.0)  # settled for good, not between two steps
+    time.sleep(1.0 + random.uniform(0, interval_s))  # settled for good; then any phase of the heartbeats
     leaving = members.pop()
     t0 = time.perf_counter()
     leaving.leave.set()
@@ -120,7 +122,9 @@ def main() -> None:
             admin.create_topics([NewTopic("rebalance", PARTITIONS, 1)])["rebalance"].result(30)
             print(f"\n  {'protocol':<44}{'median s':>10}{'min s':>8}{'max s':>8}")
             for i, (name, config) in enumerate(modes.items()):
-                times = [one_leave(broker.bootstrap, "rebalance", f"bench-{i}-{r}", config) for r in range(REPEATS)]
+                interval_s = int(HEARTBEAT_MS or config.get("heartbeat.interval.ms") or 5000) / 1000
+                times = [one_leave(broker.bootstrap, "rebalance", f"bench-{i}-{r}", config, interval_s)
+                         for r in range(REPEATS)]
                 print(f"  {name:<44}{statistics.median(times):10.2f}{min(times):8.2f}{max(times):8.2f}", flush=True)
         finally:
             broker.stop()
