@@ -9,7 +9,7 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 pytestmark = pytest.mark.integration
@@ -183,4 +183,8 @@ def test_restart_keeps_offsets_and_the_member_rejoins(broker_factory) -> None:  
     after = admin.describe_consumer_groups([group])[group].result(10)
     assert [m.member_id for m in after.members] == [m.member_id for m in before.members]
     assert str(after.state).endswith("STABLE")
+    # ListGroups v5: the group is listed as a consumer-protocol group, not a classic one
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10).valid
+    assert [(g.group_id, str(g.type)) for g in listed] == [(group, "ConsumerGroupType.CONSUMER")]
+    assert not admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(10).valid
     c.close()

@@ -254,3 +254,42 @@ def test_regex_subset() -> None:
     for bad in ("(?=a)", "(a)\\1", "a++", "(?>a)", "x" * 300, "("):
         with pytest.raises(InvalidRegex):
             compile_topic_regex(bad)
+
+
+def test_cluster_coordinator_loads_consumer_groups_on_election(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tieredlog.coordinator.storage import OFFSETS_TOPIC, LogGroupStore
+    from tieredlog.log.config import LogConfig
+    from tieredlog.log.unified_log import UnifiedLog
+
+    partitions = 3
+    config = LogConfig().with_overrides({"cleanup.policy": "compact"})
+    logs = {p: UnifiedLog(tmp_path / f"{OFFSETS_TOPIC}-{p}", config) for p in range(partitions)}
+    gid = "cluster-group"
+    partition = LogGroupStore(logs.get, partitions).partition_for(gid)
+
+    async def body() -> None:
+        # a former leader's group, in the partition's log
+        writer = Harness(LogGroupStore(logs.get, partitions))  # type: ignore[arg-type]
+        await writer.start()
+        joined = await writer.hb("a", 0, group=gid)
+        await writer.coord.shutdown()
+        clock = ManualScheduler()
+        coord = GroupCoordinator.for_cluster(GroupConfig(), clock, LogGroupStore(logs.get, partitions),
+                                             subscriptions=subscribed_topics)
+        coord.consumer.topics = lambda: TOPICS
+        await coord.start()
+        request = HeartbeatRequest(group_id=gid, member_id="a", member_epoch=joined.member_epoch, owned=None)
+        assert (await coord.consumer_group_heartbeat(request)).error == ErrorCode.not_coordinator
+        coord.on_elected(partition, 1)
+        own = coord.state.ownership
+        assert own is not None
+        while own.loading:
+            await asyncio.sleep(0.01)
+        served = await coord.consumer_group_heartbeat(request)
+        assert served.error == ErrorCode.none and served.member_epoch == joined.member_epoch
+        assert coord.consumer_group_describe(gid).members[0].member.assigned == joined.assignment
+        coord.on_resigned(partition, 2)
+        assert (await coord.consumer_group_heartbeat(request)).error == ErrorCode.not_coordinator
+        await coord.shutdown()
+
+    run(body())
