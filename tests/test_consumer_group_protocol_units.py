@@ -293,3 +293,19 @@ def test_cluster_coordinator_loads_consumer_groups_on_election(tmp_path) -> None
         await coord.shutdown()
 
     run(body())
+
+
+def test_transactional_commit_of_a_member() -> None:
+    from tieredlog.coordinator.storage import Producer
+
+    async def body() -> None:
+        h = await Harness().start()
+        await h.hb("a", 0)
+        txn = h.coord.txn_commit_offsets
+        ok = await txn("g", Producer(7, 0), "a", None, 1, {("t1", 0): (3, -1, "")})
+        assert ok == {("t1", 0): ErrorCode.none}
+        stale = await txn("g", Producer(7, 0), "a", None, 0, {("t1", 0): (4, -1, "")})
+        assert stale == {("t1", 0): ErrorCode.illegal_generation}
+        assert (await txn("g", Producer(7, 0), "b", None, 1, {("t1", 0): (4, -1, "")})) == \
+            {("t1", 0): ErrorCode.unknown_member_id}
+    run(body())

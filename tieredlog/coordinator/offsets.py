@@ -156,7 +156,7 @@ class CommittedOffsets:
         group = self.state.groups.get(group_id)
         consumer_group = self.state.consumer_groups.get(group_id)
         if consumer_group is not None and group is not None:
-            code = _validate_consumer_commit(consumer_group, member_id, group_instance_id, generation_id)
+            code = validate_consumer_commit(consumer_group, member_id, group_instance_id, generation_id)
             if code != ErrorCode.none:
                 return all_(code)
             return self._store_offsets(group, offsets)
@@ -329,14 +329,17 @@ class CommittedOffsets:
         return len(expired)
 
 
-def _validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: str | None,
-                              member_epoch: int) -> ErrorCode:
-    """Kafka's ConsumerGroup.validateOffsetCommit for a commit outside a transaction."""
+def validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: str | None,
+                             member_epoch: int, transactional: bool = False) -> ErrorCode:
+    """Kafka's ConsumerGroup.validateOffsetCommit. Outside a transaction a commit without member is an
+    admin's, taken only while the group has no member; a transactional one without member is a producer's
+    that does not name its consumer (as for classic groups, taken). A member's must carry its current epoch:
+    STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION in a transaction (what TxnOffsetCommit clients expect)."""
     if member_epoch < 0 and member_id == UNKNOWN_MEMBER_ID and instance_id is None:
-        return ErrorCode.none if not group.members else ErrorCode.unknown_member_id
+        return ErrorCode.none if transactional or not group.members else ErrorCode.unknown_member_id
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
     if member_epoch != member.member_epoch:
-        return ErrorCode.stale_member_epoch
+        return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
     return ErrorCode.none

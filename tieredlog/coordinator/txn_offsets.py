@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from tieredlog.coordinator import schema
 from tieredlog.coordinator.group import UNKNOWN_MEMBER_ID, GroupState
 from tieredlog.coordinator.membership import GroupMembership
-from tieredlog.coordinator.offsets import OffsetCommit, accept_offsets
+from tieredlog.coordinator.offsets import OffsetCommit, accept_offsets, validate_consumer_commit
 from tieredlog.coordinator.state import CoordinatorState, valid_group_id
 from tieredlog.coordinator.storage import Producer, store_error_code
 
@@ -48,12 +48,19 @@ class TransactionalOffsets:
         group = self.state.groups.get(group_id) or self.state.new_group(group_id)
         if group.is_state(GroupState.DEAD):
             return all_(ErrorCode.coordinator_not_available)
+        consumer_group = self.state.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            # a KIP-848 group: the generation is the member's epoch
+            code = validate_consumer_commit(consumer_group, member_id, group_instance_id, generation_id,
+                                            transactional=True)
+            if code != ErrorCode.none:
+                return all_(code)
         # Kafka's doTxnCommitOffsets: members are checked only as far as the request names them
-        if group_instance_id is not None or member_id != UNKNOWN_MEMBER_ID:
+        elif group_instance_id is not None or member_id != UNKNOWN_MEMBER_ID:
             code = self.membership.validate_member(group, member_id, group_instance_id)
             if code != ErrorCode.none:
                 return all_(code)
-        if generation_id >= 0 and generation_id != group.generation_id:
+        if consumer_group is None and generation_id >= 0 and generation_id != group.generation_id:
             return all_(ErrorCode.illegal_generation)
         now = self.state.scheduler.wall_clock_ms()
         result, accepted = accept_offsets(offsets, now, self.state.config.offset_metadata_max_bytes)
