@@ -158,3 +158,40 @@ def test_consumer_groups_tool(broker_factory: Callable[..., BrokerProcess]) -> N
     assert out.strip() == f"Deletion of requested consumer groups ('{GROUP}') was successful."
     rc, out, _ = run(b.bootstrap, "--list")
     assert GROUP not in out.split()
+
+
+def test_describe_a_kip848_consumer_group(broker_factory: Callable[..., BrokerProcess]) -> None:
+    """A group of the new consumer protocol is described through ConsumerGroupDescribe, with its
+    members' assignments, and its offsets are reset once it is empty."""
+    b = broker_factory({"remote.log.storage.system.enable": "false"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("cg848", 2, 1)])["cg848"].result(30)
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(20):
+        p.produce("cg848", value=b"v", partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g848", "group.protocol": "consumer",
+                  "client.id": "new-proto", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe(["cg848"])
+    read = 0
+    deadline = time.monotonic() + DEADLINE_S  # a guard against hangs, not a threshold
+    while read < 20:
+        assert time.monotonic() < deadline, read
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            read += 1
+    c.commit(asynchronous=False)
+    try:
+        rc, out, err = run(b.bootstrap, "--describe", "--group", "g848")
+        assert rc == 0, err
+        rows = table(out)
+        assert [r[1:6] for r in rows] == [["cg848", "0", "10", "10", "0"], ["cg848", "1", "10", "10", "0"]]
+        assert all(r[6] != "-" and r[8] == "new-proto" for r in rows)
+    finally:
+        c.close()
+    wait_for(lambda: run(b.bootstrap, "--describe", "--group", "g848", "--state")[1].split()[-2] == "Empty",
+             "the group empty")
+    rc, out, err = run(b.bootstrap, "--reset-offsets", "--group", "g848", "--all-topics", "--to-offset", "3",
+                       "--execute")
+    assert rc == 0, err
+    assert table(out) == [["g848", "cg848", "0", "3"], ["g848", "cg848", "1", "3"]]

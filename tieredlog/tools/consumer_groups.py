@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import (
+    CONSUMER_GROUP_DESCRIBE,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
@@ -38,6 +39,7 @@ from tieredlog.protocol.api import (
     OFFSET_DELETE,
     OFFSET_FETCH,
 )
+from tieredlog.protocol.client import KafkaProtocolError
 from tieredlog.tools import run_tool
 from tieredlog.tools.cluster_admin import Node, exception_name
 from tieredlog.tools.transaction_admin import AdminApiError, CoordinatorType, TransactionsAdmin
@@ -49,7 +51,7 @@ LATEST = -1
 EARLIEST = -2
 
 # Versions every Kafka since 2.4 serves, with the fields this tool uses.
-_V = {LIST_GROUPS: 4, DESCRIBE_GROUPS: 5, OFFSET_FETCH: 7, LIST_OFFSETS: 5, OFFSET_COMMIT: 8,
+_V = {CONSUMER_GROUP_DESCRIBE: 0, LIST_GROUPS: 4, DESCRIBE_GROUPS: 5, OFFSET_FETCH: 7, LIST_OFFSETS: 5, OFFSET_COMMIT: 8,
       DELETE_GROUPS: 2, OFFSET_DELETE: 0, FIND_COORDINATOR: 3}
 
 # Kafka names these errors' exceptions differently from the code's name
@@ -154,9 +156,33 @@ class GroupsAdmin(TransactionsAdmin):
                 out[g.group_id] = (g.group_id, g.protocol_type, g.group_state)
         return list(out.values())
 
+    def _describe_consumer_group(self, node: Node, group: str) -> GroupDescription | None:
+        """A KIP-848 consumer group through ConsumerGroupDescribe, as Kafka's admin asks first; None for
+        a classic group (GROUP_ID_NOT_FOUND: not a consumer group) or a coordinator without the API."""
+        client = self._client(node.node_id)
+        try:
+            client.version_for(CONSUMER_GROUP_DESCRIBE)
+        except KafkaProtocolError:
+            return None
+        r = self._request(node.node_id, CONSUMER_GROUP_DESCRIBE, {"group_ids": [group],
+                                                                  "include_authorized_operations": False})
+        (g,) = r.groups
+        if g.error_code == ErrorCode.group_id_not_found:
+            return None
+        if g.error_code != ErrorCode.none:
+            raise AdminApiError(g.error_code, g.error_message)
+        members = tuple(Member(m.member_id, m.instance_id, m.client_id, m.client_host,
+                               tuple(TopicPartition(t.topic_name, p) for t in m.assignment.topic_partitions
+                                     for p in t.partitions))
+                        for m in g.members)
+        return GroupDescription(g.group_id, g.group_state, "consumer", g.assignor_name, members, node)
+
     def describe_group(self, group: str) -> GroupDescription:
         def attempt() -> GroupDescription:
             node = self.coordinator(group)
+            described = self._describe_consumer_group(node, group)
+            if described is not None:
+                return described
             r = self._request(node.node_id, DESCRIBE_GROUPS, {"groups": [group], "include_authorized_operations": False})
             (g,) = r.groups
             if g.error_code != ErrorCode.none:
