@@ -188,3 +188,33 @@ def test_restart_keeps_offsets_and_the_member_rejoins(broker_factory) -> None:  
     assert [(g.group_id, str(g.type)) for g in listed] == [(group, "ConsumerGroupType.CONSUMER")]
     assert not admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(10).valid
     c.close()
+
+
+def test_static_member_restart_keeps_its_partitions(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(OVERRIDES)
+    bootstrap, topic, group = broker.bootstrap, "static", "static-group"
+    create_topic(bootstrap, topic, 4)
+
+    def assigned(c: Consumer) -> set[int]:
+        return {tp.partition for tp in c.assignment()}
+
+    def settle(*consumers: Consumer) -> list[set[int]]:
+        def balanced() -> list[set[int]] | None:
+            for c in consumers:
+                c.poll(0.1)
+            got = [assigned(c) for c in consumers]
+            return got if sorted(len(g) for g in got) == [2, 2] and set().union(*got) == set(range(4)) else None
+        return wait_for(balanced, "two balanced members")
+
+    other = new_consumer(bootstrap, group, topic)
+    static = new_consumer(bootstrap, group, topic, **{"group.instance.id": "worker-1"})
+    before_other, before_static = settle(other, static)
+    static.close()  # a static member leaves with epoch -2: its partitions stay its own
+    for _ in range(10):
+        other.poll(0.1)
+    assert assigned(other) == before_other
+    static = new_consumer(bootstrap, group, topic, **{"group.instance.id": "worker-1"})
+    after_other, after_static = settle(other, static)
+    assert (after_other, after_static) == (before_other, before_static)
+    static.close()
+    other.close()
