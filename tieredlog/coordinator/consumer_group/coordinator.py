@@ -459,8 +459,12 @@ class ConsumerGroupCoordinator:
         member.session_handle = self.state.scheduler.call_later(self.state.config.consumer_session_timeout_ms, expired)
 
     def _drop_if_unused(self, group: ConsumerGroup) -> None:
+        """A group created by a heartbeat that was then refused leaves nothing behind."""
         if not group.members and group.group_epoch == 0:
             self.groups.pop(group.group_id, None)
+            shell = self.state.groups.get(group.group_id)
+            if shell is not None and not shell.offsets and not shell.has_pending_offsets() and not shell.members:
+                del self.state.groups[group.group_id]
 
     # -- records ---------------------------------------------------------------------------------------
     def _append(self, group_id: str, out: list[Record], now: int) -> WaitForIsr | None:
