@@ -20,6 +20,8 @@ from tieredlog.protocol.api import (
     DELETE_RECORDS,
     DELETE_TOPICS,
 )
+from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names
 from tieredlog.server.config_apis import topic_config_entries
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.produce_api import error_code_of
@@ -64,13 +66,25 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
         for t in req.topics
     )
     created: list[dict[str, Any]] = []
+    names = [t.name for t in req.topics]
+    # CREATE on the cluster covers every topic; else CREATE on each
+    creatable = set(names) if authorize_cluster(ctx, AclOperation.CREATE, log_denied=False) \
+        else authorized_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, names)
+    # what a topic was created with is told to those who may describe its configs
+    describable = authorized_names(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names)
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "topic_id": None, "error_code": 0, "error_message": None,
                                  "num_partitions": -1, "replication_factor": -1, "configs": None}
+        if t.name not in describable:
+            entry["topic_config_error_code"] = ErrorCode.topic_authorization_failed
         try:
             if t.name in seen:
                 raise InvalidRequestError(f"Create topics request from client contains duplicate topic {t.name}")
             seen.add(t.name)
+            if t.name not in creatable:
+                entry.update(error_code=ErrorCode.topic_authorization_failed, error_message="Authorization failed.")
+                out.append(entry)
+                continue
             if total > MAX_PARTITIONS_PER_REQUEST:
                 raise PolicyViolationError(TOO_MANY_PARTITIONS)
             configs = {c.name: c.value for c in t.configs if c.value is not None}
@@ -94,6 +108,9 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
                 meta = broker.create_topic(t.name, partitions, rf, configs, assignment=manual)
                 entry["topic_id"] = meta.topic_id
                 created.append(entry)
+            if t.name not in describable:
+                out.append(entry)
+                continue
             entry.update(num_partitions=partitions, replication_factor=rf)
             entry["configs"] = [
                 {"name": e["name"], "value": e["value"], "read_only": e["read_only"], "config_source": e["config_source"],
@@ -125,13 +142,23 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
         items = [(n, None) for n in req.topic_names]
     for name, tid in items:
         entry: dict[str, Any] = {"name": name, "topic_id": tid, "error_code": 0, "error_message": None}
-        if name is None and tid is not None:
+        by_id = name is None and tid is not None
+        if by_id:
             meta = broker.topic_by_id(tid)
             if meta is None:
                 entry["error_code"] = ErrorCode.unknown_topic_id
                 out.append(entry)
                 continue
             name = entry["name"] = meta.name
+        if by_id and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            # the id is no secret, the name is: Kafka leaves it out
+            entry.update(name=None, error_code=ErrorCode.topic_authorization_failed)
+            out.append(entry)
+            continue
+        if not authorize(ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
+            entry["error_code"] = ErrorCode.topic_authorization_failed
+            out.append(entry)
+            continue
         meta = broker.get_topic(name)
         if meta is None:
             entry["error_code"] = ErrorCode.unknown_topic_or_partition
@@ -156,9 +183,15 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
         meta = broker.get_topic(t.name)
         if meta is not None:
             added += max(t.count - meta.partitions, 0)
+    alterable = authorized_names(ctx, AclOperation.ALTER, ResourceType.TOPIC, (t.name for t in req.topics))
     for t in req.topics:
         entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         try:
+            if t.name not in alterable:
+                entry.update(error_code=ErrorCode.topic_authorization_failed,
+                             error_message="The topic authorization is failed.")
+                out.append(entry)
+                continue
             if added > MAX_PARTITIONS_PER_REQUEST:
                 raise PolicyViolationError(TOO_MANY_PARTITIONS)
             new_replicas = _check_assignments(broker, t.assignments) if t.assignments else None
@@ -173,13 +206,16 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
 
 async def handle_delete_records(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
+    deletable = authorized_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
     topics = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
             entry = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": 0}
             plog = broker.get_partition_log(t.name, p.partition_index)
-            if plog is None:
+            if t.name not in deletable:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+            elif plog is None:
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 try:

@@ -173,6 +173,10 @@ def _write_txn_markers(ctx: RequestContext, req: Any) -> ErrorCode | None:
 
 # -- the denial responses, each as Kafka's getErrorResponse of the request builds it --------------------
 
+# Kafka's message of CLUSTER_AUTHORIZATION_FAILED, where the response has room for one
+CLUSTER_DENIED = "Cluster authorization failed."
+
+
 def _error_only(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
     return {"error_code": code}
 
@@ -221,9 +225,9 @@ def _elect_leaders_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dic
 
 
 def _alter_reassignments_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
-    return {"error_code": code, "error_message": None, "responses": [
+    return {"error_code": code, "error_message": CLUSTER_DENIED, "responses": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
-                                         "error_message": None} for p in t.partitions]}
+                                         "error_message": CLUSTER_DENIED} for p in t.partitions]}
         for t in req.topics]}
 
 
@@ -264,12 +268,13 @@ REQUEST_RULES: dict[int, Rule] = {
     # cluster administration
     api.ELECT_LEADERS: Rule(_cluster(AclOperation.ALTER), _elect_leaders_denied),
     api.ALTER_PARTITION_REASSIGNMENTS: Rule(_cluster(AclOperation.ALTER), _alter_reassignments_denied),
-    api.LIST_PARTITION_REASSIGNMENTS: Rule(_cluster(AclOperation.DESCRIBE), _with(error_message=None, topics=[])),
+    api.LIST_PARTITION_REASSIGNMENTS: Rule(_cluster(AclOperation.DESCRIBE), _with(error_message=CLUSTER_DENIED, topics=[])),
     api.CREATE_ACLS: Rule(_cluster(AclOperation.ALTER), lambda ctx, req, code: {
-        "results": [{"error_code": code, "error_message": None} for _ in req.creations]}),
+        "results": [{"error_code": code, "error_message": CLUSTER_DENIED} for _ in req.creations]}),
     api.DELETE_ACLS: Rule(_cluster(AclOperation.ALTER), lambda ctx, req, code: {
-        "filter_results": [{"error_code": code, "error_message": None, "matching_acls": []} for _ in req.filters]}),
-    api.DESCRIBE_ACLS: Rule(_cluster(AclOperation.DESCRIBE), _with(error_message=None, resources=[])),
+        "filter_results": [{"error_code": code, "error_message": CLUSTER_DENIED, "matching_acls": []}
+                           for _ in req.filters]}),
+    api.DESCRIBE_ACLS: Rule(_cluster(AclOperation.DESCRIBE), _with(error_message=CLUSTER_DENIED, resources=[])),
     api.DESCRIBE_LOG_DIRS: Rule(_cluster(AclOperation.DESCRIBE), _with(results=[])),
     # a group's members
     api.JOIN_GROUP: Rule(_group(AclOperation.READ), _join_group_denied),

@@ -21,6 +21,8 @@ from tieredlog.protocol.api import (
     DESCRIBE_CONFIGS,
     INCREMENTAL_ALTER_CONFIGS,
 )
+from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.authorization import authorize, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
 
 if TYPE_CHECKING:
@@ -38,6 +40,24 @@ _TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6, "list": 7}
 _SENSITIVE_HINTS = ("password", "secret", "credentials")
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+# ConfigResource types whose configs Kafka guards with the cluster's permission
+_CLUSTER_CONFIG_TYPES = (BROKER, 8, 16)  # BROKER, BROKER_LOGGER, CLIENT_METRICS
+_GROUP_CONFIG_TYPE = 32
+
+
+def _config_denied(ctx: RequestContext, r: Any, operation: AclOperation) -> ErrorCode | None:
+    """Kafka's check of DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource: the error it is
+    refused with, or None. Other types are left to the handler (INVALID_REQUEST)."""
+    if r.resource_type in _CLUSTER_CONFIG_TYPES:
+        return None if authorize_cluster(ctx, operation) else ErrorCode.cluster_authorization_failed
+    if r.resource_type == TOPIC:
+        return None if authorize(ctx, operation, ResourceType.TOPIC, r.resource_name) \
+            else ErrorCode.topic_authorization_failed
+    if r.resource_type == _GROUP_CONFIG_TYPE:
+        return None if authorize(ctx, operation, ResourceType.GROUP, r.resource_name) \
+            else ErrorCode.group_authorization_failed
+    return None
 
 
 def _fmt(value: Any) -> str | None:
@@ -118,7 +138,10 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict:
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
         res: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
                                "resource_name": r.resource_name, "configs": []}
-        if r.resource_type == TOPIC:
+        denied = _config_denied(ctx, r, AclOperation.DESCRIBE_CONFIGS)
+        if denied is not None:
+            res["error_code"] = denied
+        elif r.resource_type == TOPIC:
             t = broker.get_topic(r.resource_name)
             if t is None:
                 res.update(error_code=ErrorCode.unknown_topic_or_partition, error_message=f"Topic {r.resource_name} not found")
@@ -155,6 +178,11 @@ async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict:
     """Legacy AlterConfigs replaces a topic's whole override set."""
     out = []
     for r in req.resources:
+        denied = _config_denied(ctx, r, AclOperation.ALTER_CONFIGS)
+        if denied is not None:
+            out.append({"error_code": denied, "error_message": None, "resource_type": r.resource_type,
+                        "resource_name": r.resource_name})
+            continue
         overrides = {c.name: c.value for c in r.configs if c.value is not None}
         out.append(_apply(ctx.broker, r, overrides, req.validate_only))
     if not req.validate_only:
@@ -166,6 +194,11 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dic
     broker = ctx.broker
     out = []
     for r in req.resources:
+        denied = _config_denied(ctx, r, AclOperation.ALTER_CONFIGS)
+        if denied is not None:
+            out.append({"error_code": denied, "error_message": None, "resource_type": r.resource_type,
+                        "resource_name": r.resource_name})
+            continue
         t = broker.get_topic(r.resource_name) if r.resource_type == TOPIC else None
         overrides = dict(t.configs) if t else {}
         error: dict | None = None

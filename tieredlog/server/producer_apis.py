@@ -17,6 +17,8 @@ from kio.schema.errors import ErrorCode
 from tieredlog.errors import InvalidTopicError
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import DESCRIBE_PRODUCERS
+from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.authorization import authorize
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import validate_topic_name
 
@@ -89,7 +91,9 @@ async def handle_describe_producers(ctx: RequestContext, req: Any) -> dict:
         except InvalidTopicError as exc:
             topic_error = (exc.code, str(exc))
         else:
-            if not _topic_known(broker, t.name):
+            if not authorize(ctx, AclOperation.READ, ResourceType.TOPIC, t.name):
+                topic_error = (ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+            elif not _topic_known(broker, t.name):
                 topic_error = (ErrorCode.unknown_topic_or_partition, None)
         partitions = []
         for index in t.partition_indexes:

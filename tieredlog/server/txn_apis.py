@@ -31,8 +31,11 @@ from tieredlog.protocol.api import (
     WRITE_TXN_MARKERS,
 )
 from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
+from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.authorization import authorize, authorized_names
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.produce_api import error_code_of
+from tieredlog.server.topic_store import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -76,11 +79,18 @@ async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict:
     broker = ctx.broker
     topics = [(t.name, list(t.partitions or ())) for t in req.v3_and_below_topics or ()]
     wanted = [(name, p) for name, parts in topics for p in parts]
-    # as Kafka: one unknown partition fails the request; the others are not attempted
-    unknown = {tp for tp in wanted if not _partition_exists(broker, *tp)}
+    # WRITE on each topic (on the transactional id: checked before the handler); no client writes to
+    # an internal topic, whatever its ACLs
+    writable = authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC,
+                                {name for name, _ in wanted if name not in INTERNAL_TOPICS})
+    unauthorized = {tp for tp in wanted if tp[0] not in writable}
+    # as Kafka: one refused or unknown partition fails the request; the others are not attempted
+    unknown = {tp for tp in wanted if tp not in unauthorized and not _partition_exists(broker, *tp)}
     coordinator = _coordinator(broker)
-    if unknown:
-        result = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+    if unauthorized or unknown:
+        result = {tp: ErrorCode.topic_authorization_failed if tp in unauthorized
+                  else ErrorCode.unknown_topic_or_partition if tp in unknown
+                  else ErrorCode.operation_not_attempted
                   for tp in wanted}
     elif coordinator is None:
         result = {tp: ErrorCode.coordinator_not_available for tp in wanted}
@@ -119,11 +129,14 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict:
     order: list[tuple[str, int]] = []
     requested: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     result: dict[tuple[str, int], ErrorCode] = {}
+    readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics or ()))
     for t in req.topics or ():
         for p in t.partitions or ():
             tp = (t.name, p.partition_index)
             order.append(tp)
-            if not _partition_exists(broker, *tp):
+            if t.name not in readable:
+                result[tp] = ErrorCode.topic_authorization_failed
+            elif not _partition_exists(broker, *tp):
                 result[tp] = ErrorCode.unknown_topic_or_partition
             else:
                 requested[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
@@ -199,14 +212,20 @@ async def describe_transactions(ctx: RequestContext, req: Any) -> dict:
     for tid in req.transactional_ids or ():
         entry: dict[str, Any] = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
                                  "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+        if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            states.append({**entry, "error_code": ErrorCode.transactional_id_authorization_failed})
+            continue
         if coordinator is None:
             states.append({**entry, "error_code": ErrorCode.coordinator_not_available})
             continue
         code, md = coordinator.describe_transaction(tid)
         if md is not None:
             by_topic: dict[str, list[int]] = {}
+            # only the partitions of topics the principal may describe
+            describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in md.partitions))
             for topic, p in sorted(md.partitions):
-                by_topic.setdefault(topic, []).append(p)
+                if topic in describable:
+                    by_topic.setdefault(topic, []).append(p)
             entry.update(transaction_state=md.state.display_name, transaction_timeout=md.timeout_ms,
                          transaction_start_time=md.start_ms, producer_id=md.producer_id,
                          producer_epoch=md.producer_epoch,
@@ -222,6 +241,10 @@ async def list_transactions(ctx: RequestContext, req: Any) -> dict:
                 "transaction_states": []}
     code, found, unknown = coordinator.list_transactions(
         set(req.state_filters or ()), set(req.producer_id_filters or ()), getattr(req, "duration_filter", -1))
+    # the transactional ids the principal may describe
+    visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, (t for t, _, _ in found),
+                               log_denied=False)
+    found = [f for f in found if f[0] in visible]
     return {"throttle_time": 0, "error_code": code, "unknown_state_filters": unknown, "transaction_states": [
         {"transactional_id": tid, "producer_id": pid, "transaction_state": state} for tid, pid, state in found]}
 
