@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -213,3 +214,96 @@ def test_configs(tmp_path):
         BrokerConfig.from_props({"super.users": "admin"})
     cfg = BrokerConfig.from_props({})
     assert cfg["authorizer.class.name"] == "" and cfg["allow.everyone.if.no.acl.found"] is False
+
+
+# ---- the denial responses of REQUEST_RULES -------------------------------------------------------------
+
+def _sample(tp: Any) -> Any:
+    """A value of a kio field type with one element in every array, so nested builders are exercised."""
+    import dataclasses
+    import datetime
+    import types
+    import typing
+    import uuid
+
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    if typing.get_origin(tp) is tuple:
+        return (_sample(typing.get_args(tp)[0]),)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp(**{f.name: _sample(f.type) for f in dataclasses.fields(tp)})
+    for base, value in ((bool, False), (bytes, b"\x00" * 32), (str, "x"), (datetime.timedelta, datetime.timedelta(0)),
+                        (uuid.UUID, uuid.uuid4()), (float, 0.0)):
+        if isinstance(tp, type) and issubclass(tp, base):
+            return tp(value) if base not in (uuid.UUID, datetime.timedelta) else value
+    return tp(1) if isinstance(tp, type) else 1
+
+
+def _field_types(classes: list[type]) -> dict[str, list[type]]:
+    import dataclasses
+    import types
+    import typing
+
+    out: dict[str, list[type]] = {}
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            tp = f.type
+            if typing.get_origin(tp) in (types.UnionType, typing.Union):
+                tp = next(a for a in typing.get_args(tp) if a is not type(None))
+            if typing.get_origin(tp) is tuple:
+                tp = typing.get_args(tp)[0]
+            out.setdefault(f.name, []).append(tp)
+    return out
+
+
+def _unknown_keys(data: Any, classes: list[type], path: str = "") -> list[str]:
+    if isinstance(data, list):
+        return [k for item in data for k in _unknown_keys(item, classes, path)]
+    if not isinstance(data, dict):
+        return []
+    fields = _field_types(classes)
+    bad = [f"{path}.{k}" for k in data if k not in fields]
+    for k, v in data.items():
+        nested = [t for t in fields.get(k, ()) if isinstance(t, type) and hasattr(t, "__dataclass_fields__")]
+        if nested:
+            bad += _unknown_keys(v, nested, f"{path}.{k}")
+    return bad
+
+
+def test_every_request_rule_denies_with_its_apis_response_in_every_served_version():
+    import dataclasses
+    import types
+
+    from kio.schema.errors import ErrorCode
+
+    from tieredlog.protocol import api
+    from tieredlog.protocol.codec import encode_response, response_class
+    from tieredlog.protocol.schemas import load_request_schema
+    from tieredlog.server.authorization import REQUEST_RULES
+    from tieredlog.server.context import CLOSE_CONNECTION
+
+    served = {**api.CORE_VERSIONS, **api.GROUP_VERSIONS, **api.TXN_VERSIONS, **api.INTER_BROKER_VERSIONS,
+              **api.CLUSTER_ADMIN_VERSIONS, **api.ACL_VERSIONS}
+    code = ErrorCode.cluster_authorization_failed
+    for key, rule in REQUEST_RULES.items():
+        lo, hi = served[key]
+        versions = [v for v in range(max(lo, api.PRODUCE_REJECTED_BELOW if key == api.PRODUCE else lo), hi + 1)]
+        classes = [response_class(key, v) for v in versions]
+        for v in versions:
+            body = _sample(load_request_schema(key, v))
+            if key == api.PRODUCE:
+                body = dataclasses.replace(body, acks=1)  # acks=0 closes the connection instead
+            denied = rule.deny(types.SimpleNamespace(api_version=v), body, code)
+            if denied is CLOSE_CONNECTION:
+                continue
+            assert _unknown_keys(denied, classes) == [], (api.api_name(key), v)
+            assert code in _values(denied), (api.api_name(key), v, denied)
+            encode_response(key, v, 1, denied)
+
+
+def _values(data: Any) -> list[Any]:
+    if isinstance(data, dict):
+        return [x for v in data.values() for x in _values(v)]
+    if isinstance(data, list):
+        return [x for v in data for x in _values(v)]
+    return [data]
