@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -85,13 +86,18 @@ class AsyncKafkaConnection:
         client_id: str,
         timeout_s: float,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> AsyncKafkaConnection:
-        """Connect, then learn the peer's version ranges with ApiVersions; ``timeout_s`` bounds both
-        steps together and is the default timeout of every request."""
+        """Connect (with TLS when given ``ssl_context``: the peer's listener is SSL), then learn the
+        peer's version ranges with ApiVersions; ``timeout_s`` bounds both steps together and is the
+        default timeout of every request."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         async with asyncio.timeout_at(deadline):
-            reader, writer = await asyncio.open_connection(host, port)
+            if ssl_context is None:
+                reader, writer = await asyncio.open_connection(host, port)
+            else:
+                reader, writer = await asyncio.open_connection(host, port, ssl=ssl_context, server_hostname=host)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             # fetch requests are small and latency-bound; never hold one back for Nagle

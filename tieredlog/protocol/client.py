@@ -10,6 +10,7 @@ Bodies are dicts of kio field names (or kio entities); answers are kio response 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -45,17 +46,28 @@ def _kio_max(api_key: int, hi: int) -> int | None:
 
 
 class KafkaClient:
-    def __init__(self, bootstrap: str, client_id: str = "tieredlog-tools", timeout: float = 30.0) -> None:
+    def __init__(self, bootstrap: str, client_id: str = "tieredlog-tools", timeout: float = 30.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: TLS to an SSL listener (the broker's own connections to an SSL inter-broker
+        listener pass theirs)."""
         self.host, self.port = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.timeout = timeout
+        self.ssl_context = ssl_context
         self.sock: socket.socket | None = None
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}
 
     def connect(self) -> "KafkaClient":
-        self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ssl_context is not None:
+            try:
+                sock = self.ssl_context.wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = sock
         api = self.request(API_VERSIONS, {"client_software_name": "tieredlog", "client_software_version": "0.1"}, version=3)
         if api.error_code.value != 0:
             raise KafkaProtocolError(f"ApiVersions failed: {api.error_code.name}")

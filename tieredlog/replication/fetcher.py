@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import ssl
 import struct
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ class FetcherConfig:
     response_max_bytes: int = 10485760
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
+    ssl_context: ssl.SSLContext | None = None  # the inter-broker listener is SSL or SASL_SSL
 
 
 class FetchState(enum.Enum):
@@ -160,7 +162,7 @@ class ReplicaFetcher:
             host, port = self.endpoint
             self._conn = await AsyncKafkaConnection.open(
                 host, port, client_id=f"{self._config.client_id_prefix}-{self.broker_id}",
-                timeout_s=self._config.socket_timeout_ms / 1000)
+                timeout_s=self._config.socket_timeout_ms / 1000, ssl_context=self._config.ssl_context)
         return self._conn
 
     async def _run(self) -> None:

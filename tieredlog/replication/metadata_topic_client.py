@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from typing import Any, Callable, Iterator, Protocol, TypeVar
@@ -136,8 +137,11 @@ class ReplicatedMetadataTopic:
         retry_backoff_s: float = 0.1,
         end_offset_max_age_s: float = 0.2,
         retention_ms: int = -1,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: TLS to the leaders' listener (its protocol is SSL or SASL_SSL)."""
         self._routing = routing
+        self._ssl_context = ssl_context
         self._client_id = client_id
         self._request_timeout_s = request_timeout_s
         self._retry_backoff_s = retry_backoff_s
@@ -370,7 +374,8 @@ class ReplicatedMetadataTopic:
             try:
                 client = conn.client
                 if client is None:
-                    client = KafkaClient(_address(endpoint), client_id=self._client_id, timeout=remaining)
+                    client = KafkaClient(_address(endpoint), client_id=self._client_id, timeout=remaining,
+                                         ssl_context=self._ssl_context)
                     conn.client = client
                     client.connect()
                 elif client.sock is not None:
