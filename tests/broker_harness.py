@@ -7,6 +7,9 @@
     b.stop()               # SIGTERM; returns the exit code
     b.log_text()           # the broker's stderr so far (attach it to assertion messages)
 
+    BrokerProcess(d, extra_listeners={"SSL": free_port()})   # PLAINTEXT (waited on) plus an SSL listener
+    b.address("SSL")       # "127.0.0.1:<its port>"
+
 The pytest fixtures in tests/conftest.py wrap this: `broker` (one per test module) and
 `broker_factory` (as many as a test wants, all stopped at the end).
 """
@@ -57,11 +60,14 @@ class BrokerProcess:
         overrides: Mapping[str, str] | None = None,
         port: int | None = None,
         config_file: str | os.PathLike | None = None,
+        extra_listeners: Mapping[str, int] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.host = "127.0.0.1"
         self.overrides = dict(overrides or {})
+        # listener name -> port, bound beside the PLAINTEXT listener the harness waits on
+        self.extra_listeners = dict(extra_listeners or {})
         self.config_file = config_file
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
@@ -70,8 +76,17 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def address(self, listener: str) -> str:
+        """host:port of a listener (PLAINTEXT or one of ``extra_listeners``)."""
+        return self.bootstrap if listener == "PLAINTEXT" else f"{self.host}:{self.extra_listeners[listener]}"
+
+    @property
+    def listeners(self) -> str:
+        return ",".join(f"{name}://{self.host}:{port}"
+                        for name, port in {"PLAINTEXT": self.port, **self.extra_listeners}.items())
+
     def command(self) -> list[str]:
-        props = {"listeners": f"PLAINTEXT://{self.host}:{self.port}", "log.dirs": str(self.data_dir), **self.overrides}
+        props = {"listeners": self.listeners, "log.dirs": str(self.data_dir), **self.overrides}
         cmd = [sys.executable, "-m", "tieredlog.cli", "broker"]
         if self.config_file:
             cmd += ["--config", str(self.config_file)]

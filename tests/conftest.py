@@ -2,8 +2,9 @@
 
 - ``broker``: one broker subprocess per test module (fresh data dir); tests in the module share it,
   so use distinct topic names.
-- ``broker_factory``: ``broker_factory(overrides={...}, data_dir=None)`` starts a broker for one test;
-  every broker it started is stopped when the test ends.
+- ``broker_factory``: ``broker_factory(overrides={...}, data_dir=None, extra_listeners=None)`` starts a
+  broker for one test (``extra_listeners={"SSL": port}`` binds more listeners beside the PLAINTEXT one
+  it waits on); every broker it started is stopped when the test ends.
 - Tests using a fixture that starts a process (``PROCESS_FIXTURES``) are marked ``integration``.
 See tests/broker_harness.py for the BrokerProcess API (bootstrap, restart, kill9, stop, log_text).
 """
@@ -66,8 +67,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     started: list[BrokerProcess] = []
 
-    def make(overrides: dict[str, str] | None = None, data_dir: Path | None = None, start: bool = True) -> BrokerProcess:
-        b = BrokerProcess(data_dir or tmp_path / f"data{len(started)}", overrides)
+    def make(overrides: dict[str, str] | None = None, data_dir: Path | None = None, start: bool = True,
+             extra_listeners: dict[str, int] | None = None) -> BrokerProcess:
+        b = BrokerProcess(data_dir or tmp_path / f"data{len(started)}", overrides, extra_listeners=extra_listeners)
         started.append(b)
         return b.start() if start else b
 
