@@ -46,7 +46,12 @@ def decode_change(data: bytes) -> str:
 
 def notify_topic_config_change(zk: ZkClient, topic: str) -> None:
     """After ``/config/topics/<topic>`` was written: tell every broker."""
-    zk.kazoo.create(f"{CONFIG_CHANGES_PATH}/{CHANGE_PREFIX}", encode_change(f"topics/{topic}"),
+    notify_config_change(zk, f"topics/{topic}")
+
+
+def notify_config_change(zk: ZkClient, entity_path: str) -> None:
+    """After ``/config/<entity_path>`` was written: tell every broker."""
+    zk.kazoo.create(f"{CONFIG_CHANGES_PATH}/{CHANGE_PREFIX}", encode_change(entity_path),
                     sequence=True, makepath=True)
 
 
@@ -54,6 +59,9 @@ class ConfigChangeListener:
     def __init__(self, zk: ZkClient, on_topic_config: Callable[[str, dict[str, str]], None], name: str = "") -> None:
         self.zk = zk
         self._on_topic_config = on_topic_config
+        # on_broker_config(entity: "<default>" or a broker id): a brokers/<entity> notification (dynamic
+        # broker configs); the callback reads the entity's znode itself
+        self.on_broker_config: Callable[[str], None] | None = None
         self._last_seq: int | None = None  # None: not read yet; older notifications are history
         self._closed = False
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"config-changes{'-' + name if name else ''}")
@@ -120,6 +128,9 @@ class ConfigChangeListener:
                 log.warning("%s", exc)
                 continue
             kind, _, name = entity.partition("/")
+            if kind == "brokers" and name and self.on_broker_config is not None:
+                self.on_broker_config(name)
+                continue
             if kind != "topics" or not name:
-                continue  # broker, user and client configs are not served from ZooKeeper yet
+                continue  # user and client configs are not served from ZooKeeper yet
             self._on_topic_config(name, self.zk.get_topic_config(name))

@@ -44,6 +44,7 @@ from tieredlog.replication.fetcher import FetcherConfig
 from tieredlog.replication.replica_manager import ReplicaManager
 from tieredlog.security.authorizer import AclAuthorizer, create_authorizer
 from tieredlog.security.authorizer.file_store import AclFileError
+from tieredlog.server import dynamic_config
 from tieredlog.server.broker_metrics import BrokerMetrics, MetricsEndpoint
 from tieredlog.server.cluster_node import ClusterNode, attach_state_change_log, detach_state_change_log
 from tieredlog.server.coordinators import (
@@ -53,6 +54,7 @@ from tieredlog.server.coordinators import (
     create_transaction_coordinator,
 )
 from tieredlog.server.delayed import PartitionWatchers
+from tieredlog.server.dynamic_config import DynamicBrokerConfig
 from tieredlog.server.fetch_session import FetchSessionCache
 from tieredlog.server.log_cleaner_config import cleaner_config_of
 from tieredlog.server.producer_ids import ProducerIdManager
@@ -86,6 +88,8 @@ class Broker:
         self.advertised_port = adv.port
         self.log_dirs = [Path(p) for p in config.log_dirs]
         self.default_log_config: LogConfig = config.default_log_config()
+        # server.properties stays in dynamic_config.static; self.config is it with the dynamic levels on top
+        self.dynamic_config = DynamicBrokerConfig(config, self.node_id)
         self.topics: dict[str, TopicMetadata] = {}
         self.topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
         self.log_manager: Any = None
@@ -145,6 +149,7 @@ class Broker:
             self.controller = controller
             self._config_changes = ConfigChangeListener(
                 self.cluster.zk, functools.partial(self._topic_config_changed, loop), name=str(self.node_id))
+            self._config_changes.on_broker_config = functools.partial(dynamic_config.on_change, self, loop)
             self._config_changes.start()
         self.authorizer = await self._start_authorizer(first)
         self.producer_ids = (ProducerIdManager.in_log_dir(first) if self.cluster is None
@@ -156,6 +161,7 @@ class Broker:
                 if str(t.configs.get("remote.storage.enable", "")).strip().lower() == "true":
                     log.warning("topic %s has remote.storage.enable=true but remote.log.storage.system.enable=false: "
                                 "it is served as a local-only topic (retention.ms/retention.bytes apply locally)", t.name)
+        await dynamic_config.load(self)
         self.log_manager = self._make_log_manager()
         self.replica_manager = self._make_replica_manager()
         if self.cluster_node is None:

@@ -1,9 +1,11 @@
 """DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
 
 Topic configs are resolved like Kafka: a topic override (DYNAMIC_TOPIC_CONFIG), else the broker's
-synonym when the operator set it (STATIC_BROKER_CONFIG), else the default (DEFAULT_CONFIG).
+synonym set dynamically for this broker (DYNAMIC_BROKER_CONFIG) or for all (DYNAMIC_DEFAULT_BROKER_CONFIG),
+else in server.properties (STATIC_BROKER_CONFIG), else the default (DEFAULT_CONFIG).
 Altered topic configs are persisted by the Broker (the response waits until they are on disk) and
-survive restarts. Broker configs are static.
+survive restarts. Broker configs Kafka can change without a restart are altered through
+tieredlog.server.dynamic_config; the others are refused.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.config import BROKER_CONFIG_DEFS
+from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS
 from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from tieredlog.log.config import TOPIC_CONFIGS, TOPIC_CONFIGS_BY_NAME
 from tieredlog.protocol.api import (
@@ -24,6 +26,7 @@ from tieredlog.protocol.api import (
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.dynamic_config import DEFAULT_ENTITY, alter_broker_configs, check_names, is_dynamic
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -33,6 +36,8 @@ BROKER = 4
 
 # ConfigSource
 DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # ConfigType
@@ -68,61 +73,88 @@ def _fmt(value: Any) -> str | None:
     return str(value)
 
 
+# the broker configs behind a topic config, most specific first (Kafka's synonym order)
+_BROKER_NAMES = {
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+}
+
+
+def _topic_synonyms(broker: Broker, d: Any, overrides: dict[str, str], value: str | None) -> list[dict]:
+    syn = []
+    if d.name in overrides:
+        syn.append({"name": d.name, "value": value, "source": DYNAMIC_TOPIC_CONFIG})
+    dyn = broker.dynamic_config
+    names = _BROKER_NAMES.get(d.name, (d.broker_synonym,)) if d.broker_synonym else ()
+    for level, source in ((dyn.per_broker, DYNAMIC_BROKER_CONFIG), (dyn.default, DYNAMIC_DEFAULT_BROKER_CONFIG)):
+        syn.extend({"name": n, "value": level[n], "source": source} for n in names if n in level)
+    if d.broker_synonym:
+        static_value, static_explicit = dyn.static.broker_value_for_topic_config(d.name)
+        if static_explicit:
+            syn.append({"name": d.broker_synonym, "value": _fmt(static_value), "source": STATIC_BROKER_CONFIG})
+    syn.append({"name": d.broker_synonym or d.name, "value": _fmt(d.default), "source": DEFAULT_CONFIG})
+    return syn
+
+
 def topic_config_entries(broker: Broker, overrides: dict[str, str], keys: Any = None, synonyms: bool = False) -> list[dict]:
     values = dataclasses.asdict(broker.log_config_for(overrides))
     out = []
     for d in TOPIC_CONFIGS:
         if keys is not None and d.name not in keys:
             continue
-        broker_value, broker_explicit = (
-            broker.config.broker_value_for_topic_config(d.name) if d.broker_synonym else (d.default, False)
-        )
-        if d.name in overrides:
-            source = DYNAMIC_TOPIC_CONFIG
-        elif broker_explicit:
-            source = STATIC_BROKER_CONFIG
-        else:
-            source = DEFAULT_CONFIG
-        syn = []
-        if synonyms:
-            if d.name in overrides:
-                syn.append({"name": d.name, "value": _fmt(values[d.attr]), "source": DYNAMIC_TOPIC_CONFIG})
-            if broker_explicit:
-                syn.append({"name": d.broker_synonym, "value": _fmt(broker_value), "source": STATIC_BROKER_CONFIG})
-            syn.append({"name": d.broker_synonym or d.name, "value": _fmt(d.default), "source": DEFAULT_CONFIG})
+        value = _fmt(values[d.attr])
+        syn = _topic_synonyms(broker, d, overrides, value)
+        source = syn[0]["source"]
         out.append({
             "name": d.name,
-            "value": _fmt(values[d.attr]),
+            "value": value,
             "read_only": False,
             "config_source": source,
             "is_default": source == DEFAULT_CONFIG,
             "is_sensitive": False,
-            "synonyms": syn,
+            "synonyms": syn if synonyms else [],
             "config_type": _TYPES.get(d.kind, 2),
             "documentation": None,
         })
     return out
 
 
-def broker_config_entries(broker: Broker, keys: Any = None) -> list[dict]:
+def _is_sensitive(name: str) -> bool:
+    d = BROKER_CONFIG_DEFS.get(name)
+    return (d is not None and d.sensitive) or any(h in name for h in _SENSITIVE_HINTS)
+
+
+def broker_config_entries(broker: Broker, keys: Any = None, synonyms: bool = False, default_only: bool = False) -> list[dict]:
+    """This broker's configs; ``default_only``: the cluster-wide dynamic defaults alone (Kafka answers
+    resource name "" with those)."""
     cfg = broker.config
+    dyn = broker.dynamic_config
     out: list[dict] = []
     for name, d in sorted(BROKER_CONFIG_DEFS.items()):
         if keys is not None and name not in keys:
             continue
-        sensitive = any(h in name for h in _SENSITIVE_HINTS)
-        explicit = name in cfg.explicit
+        if default_only and name not in dyn.default:
+            continue
+        sensitive = _is_sensitive(name)
+        levels = [lv for lv in dyn.source_levels(name)
+                  if not (default_only and lv[2] == DYNAMIC_BROKER_CONFIG)]
+        source = levels[0][2]
+        value = levels[0][1] if default_only else _fmt(cfg.get(name))
         out.append({
             "name": name,
-            "value": None if sensitive else _fmt(cfg.get(name)),
-            "read_only": True,
-            "config_source": STATIC_BROKER_CONFIG if explicit else DEFAULT_CONFIG,
-            "is_default": not explicit,
+            "value": None if sensitive else value,
+            "read_only": not is_dynamic(name),
+            "config_source": source,
+            "is_default": source == DEFAULT_CONFIG,
             "is_sensitive": sensitive,
-            "synonyms": [],
+            "synonyms": [{"name": n, "value": None if sensitive else v, "source": src} for n, v, src in levels]
+            if synonyms else [],
             "config_type": _TYPES.get(d.kind, 2),
             "documentation": d.doc or None,
         })
+    if default_only:
+        return out
     for name in sorted(cfg.passthrough):
         if keys is None or name in keys:
             out.append({"name": name, "value": None, "read_only": True, "config_source": STATIC_BROKER_CONFIG,
@@ -151,7 +183,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict:
             if r.resource_name not in ("", str(broker.node_id)):
                 res.update(error_code=ErrorCode.invalid_request, error_message=f"Unexpected broker id {r.resource_name}")
             else:
-                res["configs"] = broker_config_entries(broker, keys)
+                res["configs"] = broker_config_entries(broker, keys, synonyms, default_only=r.resource_name == "")
         else:
             res.update(error_code=ErrorCode.invalid_request, error_message=f"Unsupported resource type {r.resource_type}")
         results.append(res)
@@ -161,8 +193,6 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict:
 def _apply(broker: Broker, r: Any, overrides: dict[str, str], validate_only: bool) -> dict:
     res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type, "resource_name": r.resource_name}
     try:
-        if r.resource_type == BROKER:
-            raise InvalidRequestError("Broker configs are static on this broker; change server.properties and restart")
         if r.resource_type != TOPIC:
             raise InvalidRequestError(f"Unsupported resource type {r.resource_type}")
         for name in overrides:
@@ -172,6 +202,28 @@ def _apply(broker: Broker, r: Any, overrides: dict[str, str], validate_only: boo
     except KafkaError as exc:
         res.update(error_code=exc.code, error_message=str(exc))
     return res
+
+
+async def _alter_broker(broker: Broker, r: Any, names: Any, configs: dict[str, str] | None,
+                        validate_only: bool) -> dict:
+    """AlterConfigs on a BROKER resource: ``configs`` replaces the level (None: the level as it is with
+    ``names`` checked only, for an incremental request already refused)."""
+    res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type, "resource_name": r.resource_name}
+    try:
+        if r.resource_name not in ("", str(broker.node_id)):
+            raise InvalidRequestError(f"Unexpected broker id, expected {broker.node_id} or empty string, "
+                                      f"but received {r.resource_name}")
+        check_names(names)
+        if configs is not None:
+            await alter_broker_configs(broker, DEFAULT_ENTITY if r.resource_name == "" else r.resource_name,
+                                       configs, validate_only)
+    except KafkaError as exc:
+        res.update(error_code=exc.code, error_message=str(exc))
+    return res
+
+
+def _broker_level(broker: Broker, r: Any) -> dict[str, str]:
+    return dict(broker.dynamic_config.level(DEFAULT_ENTITY if r.resource_name == "" else r.resource_name))
 
 
 async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict:
@@ -184,6 +236,9 @@ async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict:
                         "resource_name": r.resource_name})
             continue
         overrides = {c.name: c.value for c in r.configs if c.value is not None}
+        if r.resource_type == BROKER:
+            out.append(await _alter_broker(ctx.broker, r, list(overrides), overrides, req.validate_only))
+            continue
         out.append(_apply(ctx.broker, r, overrides, req.validate_only))
     if not req.validate_only:
         await ctx.broker.topics_durable()
@@ -200,17 +255,18 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dic
                         "resource_name": r.resource_name})
             continue
         t = broker.get_topic(r.resource_name) if r.resource_type == TOPIC else None
-        overrides = dict(t.configs) if t else {}
+        is_broker = r.resource_type == BROKER
+        overrides = dict(t.configs) if t else _broker_level(broker, r) if is_broker else {}
         error: dict | None = None
         for c in r.configs:
             op = c.config_operation
-            d = TOPIC_CONFIGS_BY_NAME.get(c.name)
+            d = TOPIC_CONFIGS_BY_NAME.get(BROKER_SYNONYMS.get(c.name, "") if is_broker else c.name)
             if op == SET:
                 overrides[c.name] = c.value if c.value is not None else ""
             elif op == DELETE:
                 overrides.pop(c.name, None)
             elif op in (APPEND, SUBTRACT):
-                if d is None or c.name not in ("cleanup.policy", "leader.replication.throttled.replicas",
+                if d is None or d.name not in ("cleanup.policy", "leader.replication.throttled.replicas",
                                                "follower.replication.throttled.replicas"):
                     error = {"error_code": InvalidConfigError.code,
                              "error_message": f"Config {c.name} is not a list; APPEND/SUBTRACT do not apply"}
@@ -226,6 +282,12 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dic
             else:
                 error = {"error_code": ErrorCode.invalid_request, "error_message": f"Unknown config operation {op}"}
                 break
+        if is_broker:
+            names = [c.name for c in r.configs]
+            res = await _alter_broker(broker, r, names, overrides if error is None else None, req.validate_only)
+            if res["error_code"] or error is None:
+                out.append(res)
+                continue
         if error is not None:
             out.append({"resource_type": r.resource_type, "resource_name": r.resource_name, **error})
             continue

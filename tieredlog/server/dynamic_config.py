@@ -1,0 +1,241 @@
+"""Dynamic broker configs (Kafka's DynamicBrokerConfig): values set with AlterConfigs /
+IncrementalAlterConfigs on a BROKER resource, without a restart.
+
+Two levels above ``server.properties``: the cluster-wide default (resource name ``""``, stored as
+``<default>``) and this broker's own (resource name = its id). Precedence: per-broker, cluster default,
+static, built-in default. In a cluster both levels live in ZooKeeper at ``/config/brokers/<entity>``
+(``{"version":1,"config":{...}}``, a ``brokers/<entity>`` change notification tells every broker);
+alone, in ``dynamic-broker-configs.json`` in the first log dir.
+
+The blocking helpers here (file and ZooKeeper I/O) are called on executor threads by the Broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from tieredlog.atomic_file import atomic_write
+from tieredlog.cluster import znodes
+from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS, BrokerConfig, BrokerConfigError
+
+if TYPE_CHECKING:
+    from tieredlog.cluster.zk import ZkClient
+    from tieredlog.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENTITY = "<default>"
+CONFIG_BROKERS_PATH = "/config/brokers"
+FILE_NAME = "dynamic-broker-configs.json"
+
+# Kafka's reconfigurable broker configs that this broker applies live. Kafka's other dynamic ones
+# (thread pool sizes, listeners, quotas it has and tieredlog has not) are refused rather than accepted
+# and ignored, so an operator never believes a change took effect when it did not.
+_LOG_DYNAMIC = frozenset(BROKER_SYNONYMS) | {
+    "log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.roll.jitter.hours",
+}
+_CLEANER_DYNAMIC = frozenset({"log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
+DYNAMIC_CONFIGS: frozenset[str] = frozenset(_LOG_DYNAMIC | _CLEANER_DYNAMIC)
+
+
+def is_dynamic(name: str) -> bool:
+    return name in DYNAMIC_CONFIGS
+
+
+def entity_path(entity: str) -> str:
+    return f"{CONFIG_BROKERS_PATH}/{entity}"
+
+
+def check_names(names: Any) -> None:
+    """Raise for a config that cannot be set dynamically: KeyError-free messages as Kafka words them."""
+    from tieredlog.errors import InvalidConfigError, InvalidRequestError
+
+    unknown = sorted(n for n in names if n not in BROKER_CONFIG_DEFS)
+    if unknown:
+        raise InvalidConfigError(f"Unknown broker configs: {', '.join(unknown)}")
+    static = sorted(n for n in names if not is_dynamic(n))
+    if static:
+        raise InvalidRequestError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
+
+
+@dataclasses.dataclass
+class DynamicBrokerConfig:
+    static: BrokerConfig
+    node_id: int
+    default: dict[str, str] = dataclasses.field(default_factory=dict)
+    per_broker: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def level(self, entity: str) -> dict[str, str]:
+        return self.default if entity == DEFAULT_ENTITY else self.per_broker
+
+    def effective(self, default: Mapping[str, str] | None = None,
+                  per_broker: Mapping[str, str] | None = None) -> BrokerConfig:
+        """The static config with the dynamic levels on top (the current ones unless given).
+        BrokerConfigError for a value that does not parse or validate."""
+        merged = {**(self.default if default is None else default),
+                  **(self.per_broker if per_broker is None else per_broker)}
+        merged = {k: v for k, v in merged.items() if is_dynamic(k)}
+        if not merged:
+            return self.static
+        parsed = BrokerConfig.from_props(merged, warn=False)
+        cfg = dataclasses.replace(self.static, values={**self.static.values, **{k: parsed.values[k] for k in merged}},
+                                  explicit=self.static.explicit | frozenset(merged))
+        cfg.default_log_config()  # cross-config checks (retention.bytes vs local.retention.bytes...)
+        return cfg
+
+    def source_levels(self, name: str) -> list[tuple[str, str | None, int]]:
+        """(level, value, ConfigSource) of ``name`` in precedence order, most specific first."""
+        from tieredlog.server.config_apis import (
+            DEFAULT_CONFIG,
+            DYNAMIC_BROKER_CONFIG,
+            DYNAMIC_DEFAULT_BROKER_CONFIG,
+            STATIC_BROKER_CONFIG,
+            _fmt,
+        )
+
+        out: list[tuple[str, str | None, int]] = []
+        if name in self.per_broker:
+            out.append((name, self.per_broker[name], DYNAMIC_BROKER_CONFIG))
+        if name in self.default:
+            out.append((name, self.default[name], DYNAMIC_DEFAULT_BROKER_CONFIG))
+        if name in self.static.explicit:
+            out.append((name, _fmt(self.static.values.get(name)), STATIC_BROKER_CONFIG))
+        d = BROKER_CONFIG_DEFS.get(name)
+        out.append((name, _fmt(d.default) if d is not None else None, DEFAULT_CONFIG))
+        return out
+
+
+# ---- persistence (blocking: executor threads only) --------------------------------------------------
+
+def load_file(log_dir: Path) -> dict[str, dict[str, str]]:
+    path = log_dir / FILE_NAME
+    if not path.exists():
+        return {}
+    js = json.loads(path.read_text("utf-8"))
+    return {str(e): {str(k): str(v) for k, v in (c or {}).items()} for e, c in (js.get("brokers") or {}).items()}
+
+
+def save_file(log_dir: Path, levels: Mapping[str, Mapping[str, str]]) -> None:
+    data = {"version": 1, "brokers": {e: dict(c) for e, c in levels.items() if c}}
+    atomic_write(log_dir / FILE_NAME, json.dumps(data, sort_keys=True, indent=1).encode())
+
+
+def read_zk(zk: ZkClient, entity: str) -> dict[str, str]:
+    got = zk.get_data(entity_path(entity))
+    return znodes.decode_topic_config(got[0]) if got else {}
+
+
+def write_zk(zk: ZkClient, entity: str, configs: Mapping[str, str]) -> None:
+    """Write the entity's configs, then tell every broker (Kafka's change notification)."""
+    from kazoo.exceptions import NodeExistsError, NoNodeError
+
+    from tieredlog.cluster.config_changes import notify_config_change
+
+    path, data = entity_path(entity), znodes.encode_topic_config(configs)
+    try:
+        zk.kazoo.set(path, data)
+    except NoNodeError:
+        try:
+            zk.kazoo.create(path, data, makepath=True)
+        except NodeExistsError:
+            zk.kazoo.set(path, data)
+    notify_config_change(zk, f"brokers/{entity}")
+
+
+def validate_values(dyn: DynamicBrokerConfig, entity: str, configs: Mapping[str, str]) -> BrokerConfig:
+    """The effective config were ``entity``'s level ``configs``; InvalidConfigError when it is not valid."""
+    from tieredlog.errors import InvalidConfigError
+
+    try:
+        if entity == DEFAULT_ENTITY:
+            return dyn.effective(default=configs)
+        return dyn.effective(per_broker=configs)
+    except BrokerConfigError as exc:
+        raise InvalidConfigError(str(exc)) from None
+
+
+# ---- the Broker's side (event loop) ------------------------------------------------------------------
+
+def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, str]) -> None:
+    """Make ``default`` and ``per_broker`` the dynamic levels in force: the broker's config, the log
+    default, every log whose topic does not override a changed config, and the cleaner's throttle."""
+    dyn = broker.dynamic_config
+    cfg = dyn.effective(default, per_broker)
+    dyn.default, dyn.per_broker = dict(default), dict(per_broker)
+    broker.config = cfg
+    broker.default_log_config = cfg.default_log_config()
+    lm = broker.log_manager
+    if lm is None:
+        return  # start-up: the logs load with these
+    lm.default_config = broker.default_log_config
+    for t in list(broker.topics.values()):
+        broker.apply_topic_configs(t.name, dict(t.configs))
+    cleaner = lm.cleaner
+    if cleaner is not None:
+        rate = float(cfg["log.cleaner.io.max.bytes.per.second"])
+        cleaner.config = dataclasses.replace(cleaner.config, max_io_bytes_per_second=rate,
+                                             backoff_ms=int(cfg["log.cleaner.backoff.ms"]))
+        cleaner.throttler.rate = rate
+
+
+async def load(broker: Broker) -> None:
+    """Start-up, before the logs load: the stored dynamic levels."""
+    loop = asyncio.get_running_loop()
+    own = str(broker.node_id)
+    if broker.cluster is not None:
+        zk = broker.cluster.zk
+        default = await loop.run_in_executor(None, read_zk, zk, DEFAULT_ENTITY)
+        per_broker = await loop.run_in_executor(None, read_zk, zk, own)
+    else:
+        levels = await loop.run_in_executor(None, load_file, broker.log_dirs[0])
+        default, per_broker = levels.get(DEFAULT_ENTITY, {}), levels.get(own, {})
+    try:
+        apply(broker, default, per_broker)
+    except BrokerConfigError as exc:
+        log.warning("stored dynamic broker configs ignored: %s", exc)
+
+
+def on_change(broker: Broker, loop: asyncio.AbstractEventLoop, entity: str) -> None:
+    """The config change listener's thread: a brokers/<entity> notification."""
+    if entity not in (DEFAULT_ENTITY, str(broker.node_id)) or broker.cluster is None:
+        return
+    configs = read_zk(broker.cluster.zk, entity)
+
+    def on_loop() -> None:
+        dyn = broker.dynamic_config
+        default = configs if entity == DEFAULT_ENTITY else dyn.default
+        per_broker = dyn.per_broker if entity == DEFAULT_ENTITY else configs
+        try:
+            apply(broker, default, per_broker)
+        except BrokerConfigError as exc:
+            log.warning("dynamic broker configs of %s ignored: %s", entity, exc)
+            return
+        log.info("dynamic broker configs of %s are now %s", entity, configs)
+
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(on_loop)
+
+
+async def alter_broker_configs(broker: Broker, entity: str, configs: Mapping[str, str], validate_only: bool) -> None:
+    """Replace the level ``entity`` with ``configs`` (names already checked): stored (ZooKeeper or the
+    file) before it is applied, so an answered change survives a restart."""
+    dyn = broker.dynamic_config
+    validate_values(dyn, entity, configs)
+    if validate_only:
+        return
+    configs = dict(configs)
+    loop = asyncio.get_running_loop()
+    if broker.cluster is not None:
+        await loop.run_in_executor(None, write_zk, broker.cluster.zk, entity, configs)
+    else:
+        levels = {DEFAULT_ENTITY: dyn.default, str(broker.node_id): dyn.per_broker, entity: configs}
+        await loop.run_in_executor(None, save_file, broker.log_dirs[0], levels)
+    if entity == DEFAULT_ENTITY:
+        apply(broker, configs, dyn.per_broker)
+    else:
+        apply(broker, dyn.default, configs)
