@@ -4,7 +4,8 @@ A broker that changes a topic's configs writes ``/config/topics/<t>`` and then a
 notification ``/config/changes/config_change_<seq>`` holding ``{"version":2,"entity_path":"topics/<t>"}``
 (Kafka's ZkConfigChangeNotification). Every broker watches ``/config/changes``, reads each
 notification newer than the last it handled, reads the topic's configs again and hands them to
-``on_topic_config``, which applies them to its logs.
+``on_topic_config``, which applies them to its logs. A user's notification (``users/<u>``, SCRAM
+credentials) goes to ``on_user_config``.
 
 Blocking, on its own worker thread (ZooKeeper calls never run on the event loop).
 """
@@ -56,9 +57,13 @@ def notify_config_change(zk: ZkClient, entity_path: str) -> None:
 
 
 class ConfigChangeListener:
-    def __init__(self, zk: ZkClient, on_topic_config: Callable[[str, dict[str, str]], None], name: str = "") -> None:
+    def __init__(self, zk: ZkClient, on_topic_config: Callable[[str, dict[str, str]], None], name: str = "",
+                 on_user_config: Callable[[str], None] | None = None) -> None:
         self.zk = zk
         self._on_topic_config = on_topic_config
+        # on_user_config(sanitized user name): a users/<u> notification (SCRAM credentials); the callback
+        # reads the user's znode itself. Set when the SCRAM credential store opens.
+        self.on_user_config = on_user_config
         # on_broker_config(entity: "<default>" or a broker id): a brokers/<entity> notification (dynamic
         # broker configs); the callback reads the entity's znode itself
         self.on_broker_config: Callable[[str], None] | None = None
@@ -128,9 +133,12 @@ class ConfigChangeListener:
                 log.warning("%s", exc)
                 continue
             kind, _, name = entity.partition("/")
+            if kind == "users" and name and self.on_user_config is not None:
+                self.on_user_config(name)
+                continue
             if kind == "brokers" and name and self.on_broker_config is not None:
                 self.on_broker_config(name)
                 continue
             if kind != "topics" or not name:
-                continue  # user and client configs are not served from ZooKeeper yet
+                continue  # client configs are not served from ZooKeeper yet
             self._on_topic_config(name, self.zk.get_topic_config(name))

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from tieredlog.cluster.znodes import BrokerInfo, EndPoint
 from tieredlog.protocol.client import KafkaClient
+from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +77,13 @@ class RequestSendThread:
     """Sends the queued requests to one broker, one at a time."""
 
     def __init__(self, controller_id: int, broker: BrokerInfo, endpoint: EndPoint | None, socket_timeout_s: float,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslClientCredentials | None = None) -> None:
         self.controller_id = controller_id
         self.broker = broker
         self.endpoint = endpoint
         self.socket_timeout_s = socket_timeout_s
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self.queue: queue.Queue[Any] = queue.Queue()
         self._stopped = threading.Event()
         self._client: KafkaClient | None = None
@@ -150,7 +152,7 @@ class RequestSendThread:
             client = self._client
         if client is None:
             client = KafkaClient(f"{self.endpoint.host}:{self.endpoint.port}", client_id=f"controller-{self.controller_id}",
-                                 timeout=self.socket_timeout_s, ssl_context=self.ssl_context)
+                                 timeout=self.socket_timeout_s, ssl_context=self.ssl_context, sasl=self.sasl)
             client.connect()
             with self._client_lock:
                 if self._stopped.is_set():
@@ -180,12 +182,13 @@ class ControllerChannelManager:
 
     def __init__(self, controller_id: int, *, inter_broker_listener_name: str | None = None,
                  security_inter_broker_protocol: str = "PLAINTEXT", socket_timeout_ms: int = 30000,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslClientCredentials | None = None) -> None:
         self.controller_id = controller_id
         self.listener_name = inter_broker_listener_name
         self.security_protocol = security_inter_broker_protocol
         self.socket_timeout_s = socket_timeout_ms / 1000.0
         self.ssl_context = ssl_context  # the inter-broker listener is SSL or SASL_SSL
+        self.sasl = sasl  # the inter-broker listener is SASL_PLAINTEXT or SASL_SSL
         self._threads: dict[int, RequestSendThread] = {}
         self._lock = threading.Lock()
 
@@ -207,7 +210,8 @@ class ControllerChannelManager:
         with self._lock:
             if broker.broker_id in self._threads:
                 return
-            thread = RequestSendThread(self.controller_id, broker, endpoint, self.socket_timeout_s, self.ssl_context)
+            thread = RequestSendThread(self.controller_id, broker, endpoint, self.socket_timeout_s, self.ssl_context,
+                                       self.sasl)
             self._threads[broker.broker_id] = thread
         thread.start()
 

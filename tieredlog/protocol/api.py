@@ -24,6 +24,7 @@ LEAVE_GROUP = 13
 SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
+SASL_HANDSHAKE = 17
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -41,6 +42,7 @@ DELETE_ACLS = 31
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 DESCRIBE_LOG_DIRS = 35
+SASL_AUTHENTICATE = 36
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 ELECT_LEADERS = 43
@@ -48,6 +50,8 @@ INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
 ALTER_PARTITION = 56
 DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
@@ -74,6 +78,7 @@ API_NAMES: dict[int, str] = {
     SYNC_GROUP: "SyncGroup",
     DESCRIBE_GROUPS: "DescribeGroups",
     LIST_GROUPS: "ListGroups",
+    SASL_HANDSHAKE: "SaslHandshake",
     API_VERSIONS: "ApiVersions",
     CREATE_TOPICS: "CreateTopics",
     DELETE_TOPICS: "DeleteTopics",
@@ -91,6 +96,7 @@ API_NAMES: dict[int, str] = {
     DESCRIBE_CONFIGS: "DescribeConfigs",
     ALTER_CONFIGS: "AlterConfigs",
     DESCRIBE_LOG_DIRS: "DescribeLogDirs",
+    SASL_AUTHENTICATE: "SaslAuthenticate",
     CREATE_PARTITIONS: "CreatePartitions",
     DELETE_GROUPS: "DeleteGroups",
     ELECT_LEADERS: "ElectLeaders",
@@ -98,6 +104,8 @@ API_NAMES: dict[int, str] = {
     ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
     LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
     OFFSET_DELETE: "OffsetDelete",
+    DESCRIBE_USER_SCRAM_CREDENTIALS: "DescribeUserScramCredentials",
+    ALTER_USER_SCRAM_CREDENTIALS: "AlterUserScramCredentials",
     ALTER_PARTITION: "AlterPartition",
     DESCRIBE_CLUSTER: "DescribeCluster",
     DESCRIBE_PRODUCERS: "DescribeProducers",
@@ -190,6 +198,17 @@ CLUSTER_ADMIN_VERSIONS: dict[int, tuple[int, int]] = {
     ELECT_LEADERS: (0, 2),
     ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     LIST_PARTITION_REASSIGNMENTS: (0, 0),
+}
+
+
+# SASL (tieredlog.server.sasl_apis): every listener advertises them, as Kafka's do; on a SASL listener
+# the connection's authenticator answers the first two, elsewhere they answer ILLEGAL_SASL_STATE.
+# SCRAM credentials (KIP-554) at Kafka's only version.
+SASL_VERSIONS: dict[int, tuple[int, int]] = {
+    SASL_HANDSHAKE: (0, 1),
+    SASL_AUTHENTICATE: (0, 2),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 

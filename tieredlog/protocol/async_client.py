@@ -31,6 +31,7 @@ from tieredlog.protocol.client import KafkaProtocolError, _kio_max
 from tieredlog.protocol.codec import decode_response, encode_request
 from tieredlog.protocol.guard import entity_checker
 from tieredlog.protocol.schemas import load_response_schema
+from tieredlog.security.sasl.client import SaslClientCredentials, authenticate_async
 
 _I32 = struct.Struct(">i")
 
@@ -87,10 +88,12 @@ class AsyncKafkaConnection:
         timeout_s: float,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslClientCredentials | None = None,
     ) -> AsyncKafkaConnection:
         """Connect (with TLS when given ``ssl_context``: the peer's listener is SSL), then learn the
-        peer's version ranges with ApiVersions; ``timeout_s`` bounds both steps together and is the
-        default timeout of every request."""
+        peer's version ranges with ApiVersions, then log in with ``sasl`` (the peer's listener is SASL;
+        SaslClientError, a ConnectionError, when refused); ``timeout_s`` bounds these steps together and
+        is the default timeout of every request."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         async with asyncio.timeout_at(deadline):
@@ -110,10 +113,15 @@ class AsyncKafkaConnection:
                 timeout_s=max(deadline - loop.time(), 0.0))
             if api.error_code.value != 0:
                 raise KafkaProtocolError(f"ApiVersions to {host}:{port} failed: {api.error_code.name}")
+            conn.versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in api.api_keys}
+            if sasl is not None:
+                await authenticate_async(
+                    lambda key, body, version: conn.request(key, body, version=version,
+                                                            timeout_s=max(deadline - loop.time(), 0.0)),
+                    sasl, conn.versions)
         except BaseException:
             await conn.close()
             raise
-        conn.versions = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in api.api_keys}
         return conn
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 from tieredlog.protocol.api import API_VERSIONS
 from tieredlog.protocol.codec import decode_response, encode_request
 from tieredlog.protocol.schemas import load_request_schema
+from tieredlog.security.sasl.client import SaslClientCredentials, authenticate_blocking
 
 _I32 = struct.Struct(">i")
 
@@ -47,13 +48,15 @@ def _kio_max(api_key: int, hi: int) -> int | None:
 
 class KafkaClient:
     def __init__(self, bootstrap: str, client_id: str = "tieredlog-tools", timeout: float = 30.0,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: SaslClientCredentials | None = None) -> None:
         """``ssl_context``: TLS to an SSL listener (the broker's own connections to an SSL inter-broker
-        listener pass theirs)."""
+        listener pass theirs). ``sasl``: log in on a SASL listener once connected (SaslClientError, a
+        ConnectionError, when the broker refuses)."""
         self.host, self.port = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.timeout = timeout
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self.sock: socket.socket | None = None
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}
@@ -72,6 +75,13 @@ class KafkaClient:
         if api.error_code.value != 0:
             raise KafkaProtocolError(f"ApiVersions failed: {api.error_code.name}")
         self.versions = {k.api_key: (k.min_version, k.max_version) for k in api.api_keys}
+        if self.sasl is not None:
+            try:
+                authenticate_blocking(lambda key, body, version: self.request(key, body, version=version),
+                                      self.sasl, self.versions)
+            except BaseException:
+                self.close()
+                raise
         return self
 
     def close(self) -> None:

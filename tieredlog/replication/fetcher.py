@@ -41,6 +41,7 @@ from tieredlog.protocol.async_client import AsyncKafkaConnection
 if TYPE_CHECKING:
     from tieredlog.replication.partition import Partition
     from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class FetcherConfig:
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
     ssl_context: ssl.SSLContext | None = None  # the inter-broker listener is SSL or SASL_SSL
+    sasl: SaslClientCredentials | None = None  # the inter-broker listener is SASL_PLAINTEXT or SASL_SSL
 
 
 class FetchState(enum.Enum):
@@ -162,7 +164,8 @@ class ReplicaFetcher:
             host, port = self.endpoint
             self._conn = await AsyncKafkaConnection.open(
                 host, port, client_id=f"{self._config.client_id_prefix}-{self.broker_id}",
-                timeout_s=self._config.socket_timeout_ms / 1000, ssl_context=self._config.ssl_context)
+                timeout_s=self._config.socket_timeout_ms / 1000, ssl_context=self._config.ssl_context,
+                sasl=self._config.sasl)
         return self._conn
 
     async def _run(self) -> None:
