@@ -135,6 +135,14 @@ def test_dynamic_broker_configs(broker_factory) -> None:
     assert _default_level(b.bootstrap, validate_only=True, log_roll_ms=("SET", "1000"))[0] == "none"
     assert _describe(admin, BROKER, "0")["log.roll.ms"].source == ConfigSource.DEFAULT_CONFIG.value
 
+    # the remote tier's quotas and index cache size change live too
+    _incremental(admin, "0", remote_log_manager_copy_max_bytes_per_second=("SET", "1048576"),
+                 remote_log_index_file_cache_total_size_bytes=("SET", "10485760"))
+    cfg = _describe(admin, BROKER, "0")
+    assert (cfg["remote.log.manager.copy.max.bytes.per.second"].value,
+            cfg["remote.log.index.file.cache.total.size.bytes"].source) == \
+        ("1048576", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
     # the levels survive a restart
     b.restart()
     admin = AdminClient({"bootstrap.servers": b.bootstrap})

@@ -40,7 +40,10 @@ _LOG_DYNAMIC = frozenset(BROKER_SYNONYMS) | {
     "log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.roll.jitter.hours",
 }
 _CLEANER_DYNAMIC = frozenset({"log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
-DYNAMIC_CONFIGS: frozenset[str] = frozenset(_LOG_DYNAMIC | _CLEANER_DYNAMIC)
+_REMOTE_DYNAMIC = frozenset({"remote.log.manager.copy.max.bytes.per.second",
+                             "remote.log.manager.fetch.max.bytes.per.second",
+                             "remote.log.index.file.cache.total.size.bytes"})
+DYNAMIC_CONFIGS: frozenset[str] = frozenset(_LOG_DYNAMIC | _CLEANER_DYNAMIC | _REMOTE_DYNAMIC)
 
 
 def is_dynamic(name: str) -> bool:
@@ -181,6 +184,14 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
         cleaner.config = dataclasses.replace(cleaner.config, max_io_bytes_per_second=rate,
                                              backoff_ms=int(cfg["log.cleaner.backoff.ms"]))
         cleaner.throttler.rate = rate
+    rlm = broker.remote_log_manager
+    if rlm is not None:
+        rlm.copy_quota.update_quota(int(cfg["remote.log.manager.copy.max.bytes.per.second"]))
+        rlm.fetch_quota.update_quota(int(cfg["remote.log.manager.fetch.max.bytes.per.second"]))
+        size = int(cfg["remote.log.index.file.cache.total.size.bytes"])
+        if size != rlm.index_cache.max_size_bytes:
+            # shrinking deletes evicted index files: not on the event loop
+            asyncio.get_running_loop().run_in_executor(None, rlm.index_cache.resize, size)
 
 
 async def load(broker: Broker) -> None:
