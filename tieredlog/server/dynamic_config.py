@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster import znodes
 from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS, BrokerConfig, BrokerConfigError
+from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
+from tieredlog.log.types import TopicPartition
 
 if TYPE_CHECKING:
     from tieredlog.cluster.zk import ZkClient
@@ -55,9 +57,7 @@ def entity_path(entity: str) -> str:
 
 
 def check_names(names: Any) -> None:
-    """Raise for a config that cannot be set dynamically: KeyError-free messages as Kafka words them."""
-    from tieredlog.errors import InvalidConfigError, InvalidRequestError
-
+    """Refuse names that cannot be set dynamically, with Kafka's words."""
     unknown = sorted(n for n in names if n not in BROKER_CONFIG_DEFS)
     if unknown:
         raise InvalidConfigError(f"Unknown broker configs: {', '.join(unknown)}")
@@ -152,8 +152,6 @@ def write_zk(zk: ZkClient, entity: str, configs: Mapping[str, str]) -> None:
 
 def validate_values(dyn: DynamicBrokerConfig, entity: str, configs: Mapping[str, str]) -> BrokerConfig:
     """The effective config were ``entity``'s level ``configs``; InvalidConfigError when it is not valid."""
-    from tieredlog.errors import InvalidConfigError
-
     try:
         if entity == DEFAULT_ENTITY:
             return dyn.effective(default=configs)
@@ -176,8 +174,18 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
     if lm is None:
         return  # start-up: the logs load with these
     lm.default_config = broker.default_log_config
+    # straight to the logs: no broker synonym turns tiering on or off, so the topic config listeners
+    # (the remote tier's leadership bookkeeping) have nothing to learn
     for t in list(broker.topics.values()):
-        broker.apply_topic_configs(t.name, dict(t.configs))
+        try:
+            log_config = broker._effective_log_config(t.configs)
+        except KafkaError as exc:
+            log.warning("topic %s keeps its configs: %s", t.name, exc)
+            continue
+        for p in range(t.partitions):
+            plog = lm.get_log(TopicPartition(t.name, p))
+            if plog is not None:
+                plog.config = log_config
     cleaner = lm.cleaner
     if cleaner is not None:
         rate = float(cfg["log.cleaner.io.max.bytes.per.second"])
