@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
 )
 from helpers import free_port
 
-pytest.importorskip("tieredlog.security.sasl")
+pytest.importorskip("tieredlog.security.sasl.authenticator")
 
 pytestmark = pytest.mark.integration
 
