@@ -8,6 +8,7 @@ Invalid values raise ``BrokerConfigError`` so start-up can stop with one line.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,36 @@ class BrokerConfigDef:
 
 
 def _d(name: str, kind: str, default: Any, doc: str = "", minimum: float | None = None) -> BrokerConfigDef:
-    return BrokerConfigDef(name, kind, default, doc, minimum)
+    # a "password" config is sensitive: held as a Password, never shown (Kafka's Type.PASSWORD)
+    return BrokerConfigDef(name, kind, default, doc, minimum, sensitive=kind == "password")
+
+
+class Password:
+    """A secret config value (Kafka's ``Password``): its text is ``value``; printed, logged or put in
+    an error message it reads ``[hidden]``, so a config dump or a traceback never shows it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "[hidden]"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Password) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# Kafka's default map: every protocol is also a listener name of its own
+DEFAULT_SECURITY_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+LISTENER_PREFIX = "listener.name."
+SSL_CLIENT_AUTH_VALUES = ("required", "requested", "none")
 
 
 # Broker-only settings. Broker synonyms of topic configs (log.segment.bytes, ...) come from TOPIC_CONFIGS.
@@ -42,8 +72,28 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("broker.id", "int", -1, "synonym of node.id", -1),
     _d("listeners", "str", "PLAINTEXT://127.0.0.1:9092", "listener URIs"),
     _d("advertised.listeners", "str", None, "listener URIs handed to clients (defaults to listeners)"),
-    _d("listener.security.protocol.map", "str", "PLAINTEXT:PLAINTEXT"),
-    _d("inter.broker.listener.name", "str", None),
+    _d("listener.security.protocol.map", "str", DEFAULT_SECURITY_PROTOCOL_MAP,
+       "NAME:PROTOCOL pairs; a listener named after a protocol needs no entry"),
+    _d("inter.broker.listener.name", "str", None, "listener brokers and the controller use to reach each other"),
+    # TLS (tieredlog.security.tls), Kafka's names and defaults; each may be set for one listener as
+    # listener.name.<listener in lower case>.<config>, which takes precedence. Key stores are PEM only.
+    _d("ssl.keystore.type", "str", "JKS", "PEM is the only type read; Kafka's default JKS is refused"),
+    _d("ssl.keystore.location", "str", None, "PEM file with the private key and the certificate chain"),
+    _d("ssl.keystore.password", "password", None, "not used with PEM (refused, as Kafka)"),
+    _d("ssl.key.password", "password", None, "password of an encrypted private key"),
+    _d("ssl.keystore.key", "password", None, "the private key inline, PEM"),
+    _d("ssl.keystore.certificate.chain", "password", None, "the certificate chain inline, PEM"),
+    _d("ssl.truststore.type", "str", "JKS", "PEM is the only type read; Kafka's default JKS is refused"),
+    _d("ssl.truststore.location", "str", None, "PEM file of trusted certificates"),
+    _d("ssl.truststore.password", "password", None, "not used with PEM (refused, as Kafka)"),
+    _d("ssl.truststore.certificates", "password", None, "trusted certificates inline, PEM"),
+    _d("ssl.client.auth", "str", "none", "required | requested | none: client certificates on SSL listeners"),
+    _d("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", "TLS versions a connection may use"),
+    _d("ssl.protocol", "str", "TLSv1.3", "highest TLS version of the broker's own connections"),
+    _d("ssl.cipher.suites", "list", "", "cipher suites (IANA or OpenSSL names); empty: OpenSSL's defaults"),
+    _d("ssl.endpoint.identification.algorithm", "str", "https",
+       "https: the broker's own connections check the peer's host name; empty: they do not"),
+    _d("ssl.principal.mapping.rules", "str", "DEFAULT", "client certificate subject to principal name rules"),
     _d("log.dirs", "str", None, "comma-separated data directories (overrides log.dir)"),
     _d("log.dir", "str", "./data", "data directory used when log.dirs is not set"),
     _d("num.partitions", "int", 1, "partitions of auto-created topics", 1),
@@ -133,7 +183,8 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("auto.leader.rebalance.enable", "bool", True, "move leadership back to preferred replicas periodically"),
     _d("leader.imbalance.check.interval.seconds", "int", 300, "", 1),
     _d("leader.imbalance.per.broker.percentage", "int", 10, "share of a broker's preferred partitions it may not lead", 0),
-    _d("security.inter.broker.protocol", "str", "PLAINTEXT", "inter-broker protocol when inter.broker.listener.name is unset"),
+    _d("security.inter.broker.protocol", "str", "PLAINTEXT",
+       "inter-broker listener (the one of this name) when inter.broker.listener.name is unset"),
     _d("controller.socket.timeout.ms", "int", 30000, "socket timeout of the controller's connections to brokers", 0),
     # authorization (tieredlog.security.authorizer): Kafka's names and defaults
     _d("authorizer.class.name", "str", "",
@@ -148,6 +199,18 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("broker.rack", "str", None),
     _d("metrics.port", "int", -1, "Prometheus metrics HTTP port; -1 disables", -1),
     _d("metrics.host", "str", "127.0.0.1", "address the Prometheus metrics endpoint binds"),
+    # SASL (tieredlog.security.sasl), Kafka's names and defaults. Per listener: listener.name.<l>.<config>,
+    # and a mechanism's JAAS as listener.name.<l>.<mechanism in lower case>.sasl.jaas.config.
+    _d("sasl.enabled.mechanisms", "list", "GSSAPI",
+       "mechanisms SASL listeners offer: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are refused)"),
+    _d("sasl.mechanism.inter.broker.protocol", "str", "GSSAPI", "mechanism of the broker's own SASL connections"),
+    _d("sasl.jaas.config", "password", None,
+       "JAAS login module of every SASL listener and mechanism without a listener.name.<l>.<mechanism>.sasl.jaas.config"),
+    _d("connections.max.reauth.ms", "int", 0,
+       "KIP-368: a SASL session lasts this long, then the client re-authenticates or is disconnected; 0: forever", 0),
+    _d("sasl.server.max.receive.size", "int", 524288, "largest request a connection may send before it authenticated", 1),
+    _d("connection.failed.authentication.delay.ms", "int", 100,
+       "a failed authentication's answer and close wait this long (slows password guessing)", 0),
     # Tiered storage (KIP-405), Kafka's names; tieredlog enables the remote tier by default.
     _d("remote.log.storage.system.enable", "bool", True, "start the RemoteLogManager"),
     _d("remote.log.storage.manager.class.name", "str", "local", "RSM short name or module:Class"),
@@ -206,10 +269,14 @@ def _passthrough_prefixes(props: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _parse_value(d: BrokerConfigDef, raw: Any) -> Any:
+def _parse_value(d: BrokerConfigDef, raw: Any, key: str | None = None) -> Any:
     if raw is None:
         return None
+    if d.kind == "password":
+        # kept whole: a PEM block or a password may end in spaces that matter
+        return raw if isinstance(raw, Password) else Password(str(raw))
     s = str(raw).strip()
+    name = key or d.name
     try:
         if d.kind == "int":
             v: Any = int(s)
@@ -222,10 +289,23 @@ def _parse_value(d: BrokerConfigDef, raw: Any) -> Any:
         else:
             return s
     except ValueError:
-        raise BrokerConfigError(f"Invalid value {raw!r} for configuration {d.name}: expected {d.kind}") from None
+        raise BrokerConfigError(f"Invalid value {raw!r} for configuration {name}: expected {d.kind}") from None
     if d.minimum is not None and v < d.minimum:
-        raise BrokerConfigError(f"Invalid value {raw!r} for configuration {d.name}: Value must be at least {d.minimum:g}")
+        raise BrokerConfigError(f"Invalid value {raw!r} for configuration {name}: Value must be at least {d.minimum:g}")
     return v
+
+
+def is_sensitive_config(name: str) -> bool:
+    """Whether a broker config's value must never be shown (DescribeConfigs answers it as null with
+    is_sensitive, as Kafka). A listener-prefixed name is as sensitive as the config it overrides; a name
+    of no known type is sensitive, as Kafka treats it (a SASL mechanism's ``<mechanism>.sasl.jaas.config``,
+    a plugin's password)."""
+    if name.startswith(LISTENER_PREFIX):
+        name = name[len(LISTENER_PREFIX):].partition(".")[2]
+    d = BROKER_CONFIG_DEFS.get(name)
+    if d is not None:
+        return d.sensitive
+    return True
 
 
 @dataclass(frozen=True)
@@ -233,6 +313,12 @@ class Listener:
     name: str
     host: str
     port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def config_prefix(self) -> str:
+        """Kafka's prefix of this listener's own configs: ``listener.name.<name in lower case>.``."""
+        return f"{LISTENER_PREFIX}{self.name.lower()}."
 
 
 def parse_listeners(value: str, key: str = "listeners") -> list[Listener]:
@@ -246,26 +332,120 @@ def parse_listeners(value: str, key: str = "listeners") -> list[Listener]:
         host, sep, port_s = rest.rpartition(":")
         if not sep or not port_s.isdigit() or int(port_s) > 65535:
             raise BrokerConfigError(f"Invalid value {value!r} for configuration {key}: bad port in {item!r}")
-        out.append(Listener(name.upper(), host.strip("[]"), int(port_s)))
+        out.append(Listener(name.strip().upper(), host.strip("[]"), int(port_s)))
     if not out:
         raise BrokerConfigError(f"Invalid value {value!r} for configuration {key}: no listener")
     return out
 
 
+def parse_security_protocol_map(value: str) -> dict[str, str]:
+    """``listener.security.protocol.map``, Kafka's ``NAME:PROTOCOL,...``: listener name (upper case, as
+    Kafka normalises it) to security protocol."""
+    out: dict[str, str] = {}
+    for item in (v.strip() for v in value.split(",")):
+        if not item:
+            continue
+        name, sep, proto = item.partition(":")
+        if not sep or not name.strip():
+            raise BrokerConfigError(f"Error parsing configuration property 'listener.security.protocol.map': "
+                                    f"expected NAME:PROTOCOL, not {item!r}")
+        protocol = proto.strip().upper()
+        if protocol not in SECURITY_PROTOCOLS:
+            raise BrokerConfigError(f"Invalid security protocol `{proto.strip()}` defined in listener.security.protocol.map")
+        out[name.strip().upper()] = protocol
+    return out
+
+
+def _with_protocols(listeners: list[Listener], protocols: Mapping[str, str], key: str, value: str) -> list[Listener]:
+    out = []
+    for l in listeners:
+        protocol = protocols.get(l.name)
+        if protocol is None:
+            raise BrokerConfigError(f"Error creating broker listeners from '{value}': "
+                                    f"No security protocol defined for listener {l.name}")
+        out.append(Listener(l.name, l.host, l.port, protocol))
+    if len({l.name for l in out}) != len(out):
+        raise BrokerConfigError(f"Each listener must have a different name, {key}: {value}")
+    ports = [l.port for l in out if l.port != 0]
+    if key == "listeners" and len(set(ports)) != len(ports):
+        raise BrokerConfigError(f"Each listener must have a different port, listeners: {value}")
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _protocol_map(value: str) -> tuple[tuple[str, str], ...]:
+    return tuple(parse_security_protocol_map(value).items())
+
+
+@functools.lru_cache(maxsize=16)
+def _listeners(value: str, protocol_map: str, key: str) -> tuple[Listener, ...]:
+    # handlers read the listeners on every request: parsed once per distinct value
+    return tuple(_with_protocols(parse_listeners(value, key), dict(_protocol_map(protocol_map)), key, value))
+
+
 def read_properties(path: str | Path) -> dict[str, str]:
-    """Java .properties subset: `key=value` or `key: value`, `#`/`!` comments, blank lines."""
+    r"""A Java .properties file as Kafka reads server.properties: ``key=value``, ``key: value`` or
+    ``key value``; ``#``/``!`` comment lines; a line ending in an odd number of backslashes goes on on
+    the next one (its leading blanks dropped); backslash escapes (``\\`` is one backslash, ``\t``,
+    ``\n``, ``\uXXXX``). Regular expressions (``ssl.principal.mapping.rules``) and PEM blocks written
+    for Kafka therefore read the same here."""
     props: dict[str, str] = {}
-    for raw in Path(path).read_text().splitlines():
-        line = raw.strip()
+    lines = iter(Path(path).read_text().splitlines())
+    for raw in lines:
+        line = raw.lstrip(" \t\f")
         if not line or line[0] in "#!":
             continue
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                props[line[:i].strip()] = line[i + 1 :].strip()
-                break
-        else:
-            props[line] = ""
+        while _continues(line):
+            line = line[:-1] + next(lines, "").lstrip(" \t\f")
+        key, value = _split_property(line)
+        props[_unescape(key)] = _unescape(value)
     return props
+
+
+def _continues(line: str) -> bool:
+    backslashes = len(line) - len(line.rstrip("\\"))
+    return backslashes % 2 == 1
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i, n = 0, len(line)
+    while i < n and line[i] not in "=: \t\f":
+        i += 2 if line[i] == "\\" else 1
+    key = line[:i]
+    while i < n and line[i] in " \t\f":
+        i += 1
+    if i < n and line[i] in "=:":
+        i += 1
+        while i < n and line[i] in " \t\f":
+            i += 1
+    return key, line[i:]
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch != "\\" or i + 1 == n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u" and i + 6 <= n:
+            try:
+                out.append(chr(int(text[i + 2 : i + 6], 16)))
+                i += 6
+                continue
+            except ValueError:
+                raise BrokerConfigError(f"Malformed \\uxxxx encoding in {text[i : i + 6]!r}") from None
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
 
 
 @dataclass
@@ -277,6 +457,9 @@ class BrokerConfig:
     explicit: frozenset[str] = frozenset()
     unknown: tuple[str, ...] = ()
     passthrough: dict[str, str] = field(default_factory=dict)
+    # Kafka's per-listener configs, ``listener.name.<listener>.<config>``: listener name (lower case, as
+    # in the key) -> config -> value; the config's own type when it is a known one, else its text
+    listener_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any] | None = None, *, warn: bool = True) -> "BrokerConfig":
@@ -284,12 +467,21 @@ class BrokerConfig:
         values: dict[str, Any] = {n: d.default for n, d in BROKER_CONFIG_DEFS.items()}
         unknown: list[str] = []
         passthrough: dict[str, str] = {}
+        listener_overrides: dict[str, dict[str, Any]] = {}
         prefixes = _passthrough_prefixes(props)
         for key, raw in props.items():
             d = BROKER_CONFIG_DEFS.get(key)
             if d is None and key.startswith(prefixes):
                 passthrough[key] = str(raw)
                 continue
+            if d is None and key.startswith(LISTENER_PREFIX):
+                listener, _, name = key[len(LISTENER_PREFIX):].partition(".")
+                # Kafka reads a listener's configs under its name in lower case only
+                if listener and name and listener == listener.lower():
+                    inner = BROKER_CONFIG_DEFS.get(name)
+                    listener_overrides.setdefault(listener, {})[name] = (
+                        _parse_value(inner, raw, key) if inner is not None else str(raw))
+                    continue
             if d is None:
                 unknown.append(key)
                 continue
@@ -303,7 +495,8 @@ class BrokerConfig:
         if warn:
             for key in unknown:
                 log.warning("unknown broker config %s ignored", key)
-        cfg = cls(values, frozenset(k for k in props if k in BROKER_CONFIG_DEFS), tuple(unknown), passthrough)
+        cfg = cls(values, frozenset(k for k in props if k in BROKER_CONFIG_DEFS), tuple(unknown), passthrough,
+                  listener_overrides)
         cfg._validate()
         return cfg
 
@@ -322,13 +515,46 @@ class BrokerConfig:
         nid, bid = self.values["node.id"], self.values["broker.id"]
         if nid >= 0 and bid >= 0 and nid != bid:
             raise BrokerConfigError(f"node.id {nid} and broker.id {bid} differ")
-        parse_listeners(self.values["listeners"])
-        if self.values["advertised.listeners"]:
-            parse_listeners(self.values["advertised.listeners"], "advertised.listeners")
+        self._validate_listeners()
         try:
             self.default_log_config()
         except ConfigError as exc:
             raise BrokerConfigError(str(exc)) from None
+
+    def _validate_listeners(self) -> None:
+        """Kafka's checks of listeners, their protocols and the inter-broker listener, with its messages."""
+        listener_names = [l.name for l in self.listeners]
+        advertised = self.advertised_listeners
+        advertised_names = [l.name for l in advertised]
+        if not set(advertised_names) <= set(listener_names):
+            raise BrokerConfigError(
+                "advertised.listeners listener names must be equal to or a subset of the ones defined in listeners. "
+                f"Found {','.join(advertised_names)}. The valid options based on the current configuration are "
+                f"{','.join(listener_names)}")
+        if any(l.host == "0.0.0.0" for l in advertised):
+            raise BrokerConfigError(
+                "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. Use a routable IP address.")
+        inter_broker, _ = self.inter_broker_listener
+        if inter_broker not in advertised_names:
+            raise BrokerConfigError(
+                "inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid options "
+                f"based on currently configured listeners are {','.join(advertised_names)}")
+        from tieredlog.security.ssl_principal import InvalidMappingRule, SslPrincipalMapper
+
+        scopes: list[tuple[str, Mapping[str, Any]]] = [("", self.values)]
+        scopes += [(f"{LISTENER_PREFIX}{name}.", configs) for name, configs in self.listener_overrides.items()]
+        for prefix, configs in scopes:
+            auth = configs.get("ssl.client.auth")
+            if auth is not None and auth not in SSL_CLIENT_AUTH_VALUES:
+                raise BrokerConfigError(f"Invalid value {auth} for configuration {prefix}ssl.client.auth: "
+                                        f"String must be one of: {', '.join(SSL_CLIENT_AUTH_VALUES)}")
+            rules = configs.get("ssl.principal.mapping.rules")
+            if rules is not None:
+                try:
+                    SslPrincipalMapper(rules)
+                except InvalidMappingRule as exc:
+                    raise BrokerConfigError(f"Invalid value {rules} for configuration "
+                                            f"{prefix}ssl.principal.mapping.rules: {exc}") from None
 
     def _validate_authorizer(self) -> None:
         from tieredlog.security.authorizer import check_authorizer_class_name, parse_super_users
@@ -358,13 +584,59 @@ class BrokerConfig:
         return [Path(p.strip()) for p in raw.split(",") if p.strip()]
 
     @property
+    def security_protocol_map(self) -> dict[str, str]:
+        """``listener.security.protocol.map``: listener name -> security protocol."""
+        return dict(_protocol_map(self.values["listener.security.protocol.map"]))
+
+    @property
     def listeners(self) -> list[Listener]:
-        return parse_listeners(self.values["listeners"])
+        """The listeners to bind, each with its security protocol."""
+        return list(_listeners(self.values["listeners"], self.values["listener.security.protocol.map"], "listeners"))
 
     @property
     def advertised_listeners(self) -> list[Listener]:
         adv = self.values["advertised.listeners"]
-        return parse_listeners(adv, "advertised.listeners") if adv else self.listeners
+        if not adv:
+            return self.listeners
+        return list(_listeners(adv, self.values["listener.security.protocol.map"], "advertised.listeners"))
+
+    def advertised_listener(self, name: str) -> Listener | None:
+        """The advertised endpoint of listener ``name``: what a Metadata request arriving on that
+        listener answers for this broker (Kafka's rule: each listener hands out its own endpoints)."""
+        return next((l for l in self.advertised_listeners if l.name == name.upper()), None)
+
+    @property
+    def inter_broker_listener(self) -> tuple[str, str]:
+        """(name, security protocol) of the listener brokers reach each other on: Kafka's rule,
+        ``inter.broker.listener.name``, else the listener named ``security.inter.broker.protocol``."""
+        name = self.values["inter.broker.listener.name"]
+        if name:
+            if "security.inter.broker.protocol" in self.explicit:
+                raise BrokerConfigError(
+                    "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set.")
+            listener = name.strip().upper()
+            protocol = self.security_protocol_map.get(listener)
+            if protocol is None:
+                raise BrokerConfigError(f"Listener with name {listener} defined in inter.broker.listener.name "
+                                        "not found in listener.security.protocol.map.")
+            return listener, protocol
+        protocol = str(self.values["security.inter.broker.protocol"]).strip().upper()
+        if protocol not in SECURITY_PROTOCOLS:
+            raise BrokerConfigError(f"Invalid security protocol `{self.values['security.inter.broker.protocol']}` "
+                                    "defined in security.inter.broker.protocol")
+        return protocol, protocol
+
+    def listener_value(self, listener: str, name: str) -> Any:
+        """A config as one listener sees it: ``listener.name.<listener>.<name>`` when set, else ``name``."""
+        own = self.listener_overrides.get(listener.lower())
+        if own is not None and name in own:
+            return own[name]
+        return self.values.get(name)
+
+    def listener_key(self, listener: str, name: str) -> str:
+        """The key ``listener_value`` took its value from (for messages naming the config at fault)."""
+        own = self.listener_overrides.get(listener.lower())
+        return f"{LISTENER_PREFIX}{listener.lower()}.{name}" if own is not None and name in own else name
 
     def plugin_configs(self, prefix: str) -> dict[str, str]:
         """Configs under a pass-through prefix with the prefix stripped (what RSM.configure gets).

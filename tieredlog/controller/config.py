@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
 from tieredlog.config import BrokerConfig
+from tieredlog.security.sasl.client import SaslClientCredentials
 
 
 @dataclass(frozen=True)
@@ -17,9 +19,16 @@ class ControllerConfig:
     security_inter_broker_protocol: str = "PLAINTEXT"
     controller_socket_timeout_ms: int = 30000
     delete_topic_enable: bool = True
+    # TLS of the controller's connections when the inter-broker listener is SSL or SASL_SSL
+    inter_broker_ssl_context: ssl.SSLContext | None = None
+    # what they log in with when the inter-broker listener is SASL_PLAINTEXT or SASL_SSL
+    inter_broker_sasl: SaslClientCredentials | None = None
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> "ControllerConfig":
+        from tieredlog.security.sasl.config import inter_broker_credentials
+        from tieredlog.security.tls import inter_broker_client_context
+
         return cls(
             unclean_leader_election_enable=bool(config["unclean.leader.election.enable"]),
             auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
@@ -29,4 +38,6 @@ class ControllerConfig:
             security_inter_broker_protocol=str(config["security.inter.broker.protocol"]),
             controller_socket_timeout_ms=int(config["controller.socket.timeout.ms"]),
             delete_topic_enable=bool(config["delete.topic.enable"]),
+            inter_broker_ssl_context=inter_broker_client_context(config),
+            inter_broker_sasl=inter_broker_credentials(config),
         )

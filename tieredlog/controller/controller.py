@@ -98,7 +98,9 @@ class KafkaController:
         return ControllerChannelManager(self.broker_id,
                                         inter_broker_listener_name=self.config.inter_broker_listener_name,
                                         security_inter_broker_protocol=self.config.security_inter_broker_protocol,
-                                        socket_timeout_ms=self.config.controller_socket_timeout_ms)
+                                        socket_timeout_ms=self.config.controller_socket_timeout_ms,
+                                        ssl_context=self.config.inter_broker_ssl_context,
+                                        sasl=self.config.inter_broker_sasl)
 
     # ---- lifecycle (any thread) ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Callable, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -18,6 +19,7 @@ from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import ALTER_PARTITION, CONTROLLED_SHUTDOWN, INTER_BROKER_VERSIONS
 from tieredlog.protocol.async_client import AsyncKafkaConnection
 from tieredlog.replication.partition import IsrChange, Partition, PartitionState
+from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,11 @@ ALTER_PARTITION_VERSION = 2  # topic ids and plain ISR lists
 
 class ControllerLocator(Protocol):
     """Who the controller is and how to reach it, from this broker's cached view of ZooKeeper."""
+
+    # TLS to the inter-broker listener (None: it is PLAINTEXT or SASL_PLAINTEXT)
+    inter_broker_ssl: ssl.SSLContext | None
+    # SASL login on the inter-broker listener (None: it is PLAINTEXT or SSL)
+    inter_broker_sasl: SaslClientCredentials | None
 
     def controller_endpoint(self) -> tuple[int, str, int] | None: ...
 
@@ -51,7 +58,9 @@ class ControllerChannel:
                 await self.close()
                 _, host, port = target
                 self._conn = await AsyncKafkaConnection.open(host, port, client_id=f"broker-{self.broker_id}-to-controller",
-                                                             timeout_s=self._timeout_s)
+                                                             timeout_s=self._timeout_s,
+                                                             ssl_context=self._locator.inter_broker_ssl,
+                                                             sasl=self._locator.inter_broker_sasl)
                 self._conn_target = target
             conn = self._conn
         try:

@@ -43,6 +43,7 @@ from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch, iter_batches_records
 from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
 from tieredlog.rlmm.topic import METADATA_TOPIC
+from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +139,13 @@ class ReplicatedMetadataTopic:
         end_offset_max_age_s: float = 0.2,
         retention_ms: int = -1,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslClientCredentials | None = None,
     ) -> None:
-        """``ssl_context``: TLS to the leaders' listener (its protocol is SSL or SASL_SSL)."""
+        """``ssl_context``: TLS to the leaders' listener (its protocol is SSL or SASL_SSL); ``sasl``: the
+        login there (SASL_PLAINTEXT or SASL_SSL)."""
         self._routing = routing
         self._ssl_context = ssl_context
+        self._sasl = sasl
         self._client_id = client_id
         self._request_timeout_s = request_timeout_s
         self._retry_backoff_s = retry_backoff_s
@@ -375,7 +379,7 @@ class ReplicatedMetadataTopic:
                 client = conn.client
                 if client is None:
                     client = KafkaClient(_address(endpoint), client_id=self._client_id, timeout=remaining,
-                                         ssl_context=self._ssl_context)
+                                         ssl_context=self._ssl_context, sasl=self._sasl)
                     conn.client = client
                     client.connect()
                 elif client.sock is not None:

@@ -63,6 +63,8 @@ from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_ke
 if TYPE_CHECKING:
     from tieredlog.rlm.manager import RemoteLogManager
     from tieredlog.rlm.partition_remover import RemotePartitionRemover
+    from tieredlog.security.sasl.config import ListenerSasl
+    from tieredlog.security.scram_store import ScramCredentialStore
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,9 @@ class Broker:
         self._state_change_log: logging.Handler | None = None
         self._config_changes: ConfigChangeListener | None = None
         self._alter_partition: AlterPartitionManager | None = None
+        # SASL (tieredlog.server.sasl_apis): each SASL listener's settings by name, the SCRAM credentials
+        self.sasl_listeners: dict[str, ListenerSasl] = {}
+        self.scram_credentials: ScramCredentialStore | None = None
         # cluster mode: topic changes to write to ZooKeeper at the next topics_durable()
         self._zk_pending: list[tuple[Any, Callable[[Any], bool]]] = []
         self.producer_ids: ProducerIdManager | None = None
@@ -123,6 +128,9 @@ class Broker:
     # ---- lifecycle --------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        from tieredlog.server.sasl_apis import configure_sasl, open_scram_store
+
+        configure_sasl(self)  # a wrong SASL setting stops the start before anything else is touched
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
         port = self.config.get("metrics.port", -1)
@@ -193,6 +201,7 @@ class Broker:
             from tieredlog.server.remote_tier import create_cluster_remote_log_manager
 
             self.remote_log_manager = create_cluster_remote_log_manager(self)
+        await open_scram_store(self, self._config_changes)
         # Retention, flushes and checkpoints run on the LogManager's own scheduler threads: not on the
         # event loop, and on no pool remote-storage work shares, so a slow object store cannot starve them.
         flush_ms = self.config["log.flush.scheduler.interval.ms"]
@@ -271,6 +280,8 @@ class Broker:
             min_bytes=c["replica.fetch.min.bytes"], max_bytes=c["replica.fetch.max.bytes"],
             response_max_bytes=c["replica.fetch.response.max.bytes"], backoff_ms=c["replica.fetch.backoff.ms"],
             socket_timeout_ms=c["replica.socket.timeout.ms"],
+            ssl_context=self.cluster_node.inter_broker_ssl if self.cluster_node is not None else None,
+            sasl=self.cluster_node.inter_broker_sasl if self.cluster_node is not None else None,
         )
         return ReplicaManager(self.node_id, self.log_manager, log_config_for=self._topic_config_for,
                               fetcher_config=fetcher, replica_lag_time_max_ms=c["replica.lag.time.max.ms"],

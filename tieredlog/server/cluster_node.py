@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,6 +25,9 @@ from tieredlog.config import BrokerConfig
 from tieredlog.controller.channel import inter_broker_endpoint
 from tieredlog.errors import InvalidReplicationFactorError
 from tieredlog.replication.metadata_cache import MetadataCache
+from tieredlog.security.sasl.client import SaslClientCredentials
+from tieredlog.security.sasl.config import inter_broker_credentials
+from tieredlog.security.tls import inter_broker_client_context
 
 if TYPE_CHECKING:
     from tieredlog.replication.partition import PartitionState  # noqa: F401
@@ -57,6 +61,12 @@ class ClusterNode:
         self.broker_id = config.node_id
         self._listener_name: str | None = config.get("inter.broker.listener.name")
         self._security_protocol = str(config.get("security.inter.broker.protocol") or "PLAINTEXT")
+        # TLS of this broker's connections to the others (fetchers, controller requests, transaction
+        # markers) when the inter-broker listener is SSL or SASL_SSL; BrokerConfigError when its stores
+        # cannot be used
+        self.inter_broker_ssl: ssl.SSLContext | None = inter_broker_client_context(config)
+        # and their SASL login when it is SASL_PLAINTEXT or SASL_SSL
+        self.inter_broker_sasl: SaslClientCredentials | None = inter_broker_credentials(config)
         self.metadata = MetadataCache()
         self._metadata_changed = asyncio.Event()
 
@@ -89,12 +99,13 @@ class ClusterNode:
 
     # ---- metadata -----------------------------------------------------------------------------------
 
-    def client_endpoint(self, broker_id: int) -> tuple[int, str, int, str | None] | None:
-        """(id, host, port, rack) of a broker on the listener clients reach this one by (KIP-951 hints)."""
+    def client_endpoint(self, broker_id: int, listener: str | None = None) -> tuple[int, str, int, str | None] | None:
+        """(id, host, port, rack) of a broker on ``listener`` (the one a request came in on: KIP-951
+        hints name the leader as that client reaches it), by default the first advertised one."""
         node = self.metadata.brokers.get(broker_id)
         if node is None:
             return None
-        hp = node.endpoints.get(self.config.advertised_listeners[0].name)
+        hp = node.endpoints.get(listener or self.config.advertised_listeners[0].name)
         return None if hp is None else (broker_id, hp[0], hp[1], node.rack)
 
     def metadata_updated(self) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS
+from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS, is_sensitive_config
 from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from tieredlog.log.config import TOPIC_CONFIGS, TOPIC_CONFIGS_BY_NAME
 from tieredlog.protocol.api import (
@@ -42,7 +42,6 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # ConfigType
 _TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6, "list": 7}
-_SENSITIVE_HINTS = ("password", "secret", "credentials")
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -121,8 +120,8 @@ def topic_config_entries(broker: Broker, overrides: dict[str, str], keys: Any = 
 
 
 def _is_sensitive(name: str) -> bool:
-    d = BROKER_CONFIG_DEFS.get(name)
-    return (d is not None and d.sensitive) or any(h in name for h in _SENSITIVE_HINTS)
+    """Kafka's PASSWORD type: the value is answered null with is_sensitive."""
+    return is_sensitive_config(name)
 
 
 def broker_config_entries(broker: Broker, keys: Any = None, synonyms: bool = False, default_only: bool = False) -> list[dict]:

@@ -143,8 +143,8 @@ class CoordinatorLocator:
         self._create_started: float | None = None  # time.monotonic() of the last creation attempt
         self._warned_live: int | None = None  # the broker count last warned about (clients ask every second)
 
-    async def find(self, key: str) -> tuple[ErrorCode, int, str, int]:
-        """(error, node id, host, port) of the key's coordinator."""
+    async def find(self, key: str, listener: str | None = None) -> tuple[ErrorCode, int, str, int]:
+        """(error, node id, host, port) of the key's coordinator, on ``listener`` (the request's)."""
         broker = self._broker
         node = broker.cluster_node
         assert node is not None
@@ -157,8 +157,8 @@ class CoordinatorLocator:
         pm = node.metadata.partition(name, partition_for(key, topic.partitions))
         if pm is None or pm.leader < 0:
             return ErrorCode.coordinator_not_available, -1, "", -1
-        # the listener this broker advertises first, as its Metadata answers name the brokers
-        endpoint = node.metadata.endpoint(pm.leader, broker.config.advertised_listeners[0].name)
+        # the request's listener, as Metadata answers name the brokers
+        endpoint = node.metadata.endpoint(pm.leader, listener or broker.config.advertised_listeners[0].name)
         if endpoint is None:
             return ErrorCode.coordinator_not_available, -1, "", -1
         return ErrorCode.none, pm.leader, endpoint[0], endpoint[1]

@@ -16,6 +16,7 @@ from tieredlog.protocol.api import (
     GROUP_VERSIONS,
     INTER_BROKER_VERSIONS,
     PRODUCE_REJECTED_BELOW,
+    SASL_VERSIONS,
     TXN_VERSIONS,
 )
 from tieredlog.protocol.codec import encode_response
@@ -44,6 +45,7 @@ class Dispatcher:
             offset_apis,
             produce_api,
             producer_apis,
+            sasl_apis,
             txn_apis,
         )
 
@@ -54,7 +56,9 @@ class Dispatcher:
             self.handlers.update(mod.handlers())
         self.handlers.update(group_apis.group_handlers(broker))
         self.handlers.update(txn_apis.handlers())
+        self.handlers.update(sasl_apis.handlers())
         versions = {**CORE_VERSIONS, **GROUP_VERSIONS, **TXN_VERSIONS, **ACL_VERSIONS}
+        versions.update(SASL_VERSIONS)
         if broker.config.get("zookeeper.connect"):
             # as a ZooKeeper-mode Kafka broker: the controller's requests and the brokers' to it
             self.handlers.update(inter_broker_apis.handlers())

@@ -353,17 +353,18 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
     topics, session_id = fetch_session.finish(topics)
     _open_regions(topics)
     parts, size = encode_fetch_response(version, ctx.correlation_id, topics, session_id=session_id,
-                                        node_endpoints=_leader_endpoints(broker, topics))
+                                        node_endpoints=_leader_endpoints(broker, topics, ctx.listener_name))
     return RawResponse(parts, size)
 
 
-def _leader_endpoints(broker: Broker, topics: list[FetchTopicData]) -> list[tuple[int, str, int, str | None]]:
+def _leader_endpoints(broker: Broker, topics: list[FetchTopicData],
+                      listener: str) -> list[tuple[int, str, int, str | None]]:
     """Where the leaders named in ``current_leader`` hints are (Fetch v16's NodeEndpoints)."""
     node = broker.cluster_node
     if node is None:
         return []
     ids = {d.current_leader[0] for t in topics for d in t.partitions if d.current_leader is not None}
-    return [ep for i in sorted(ids) if (ep := node.client_endpoint(i)) is not None]
+    return [ep for i in sorted(ids) if (ep := node.client_endpoint(i, listener)) is not None]
 
 
 def handlers() -> dict[int, Handler]:

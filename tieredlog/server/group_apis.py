@@ -100,11 +100,13 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             if locator is None:
                 spec = offsets_topic_spec(broker) if kind is CoordinatorType.GROUP else transaction_state_topic_spec(broker)
                 locator = locators[kind] = CoordinatorLocator(broker, spec)
-            code, node_id, host, port = await locator.find(key)
+            code, node_id, host, port = await locator.find(key, ctx.listener_name)
             entry.update(error_code=code, node_id=node_id, host=host, port=port)
         else:
-            # One broker coordinates every group and transaction (it leads every partition).
-            entry.update(node_id=broker.node_id, host=broker.advertised_host, port=broker.advertised_port)
+            # One broker coordinates every group and transaction (it leads every partition), reached
+            # on the listener the request came in on
+            adv = broker.config.advertised_listener(ctx.listener_name) or broker.config.advertised_listeners[0]
+            entry.update(node_id=broker.node_id, host=adv.host or "127.0.0.1", port=adv.port)
         return entry
 
     async def find_coordinator(ctx: RequestContext, req: Any) -> dict:

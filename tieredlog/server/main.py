@@ -29,10 +29,18 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int:
+    from tieredlog.security.tls import listener_tls
     from tieredlog.server.broker import Broker
     from tieredlog.server.dispatcher import Dispatcher
     from tieredlog.server.network import KafkaServer
 
+    try:
+        # before anything starts: a key store that cannot be used (not PEM, unreadable, wrong
+        # password) stops the broker with one line, as Kafka's listeners do
+        tls = listener_tls(config)
+    except BrokerConfigError as exc:
+        log.error("cannot start: %s", exc)
+        return 1
     broker = Broker(config)
     try:
         await broker.start()
@@ -46,7 +54,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
         except Exception:
             pass  # the start-up failure is the one to report
         return 1
-    server = KafkaServer(broker, Dispatcher(broker))
+    server = KafkaServer(broker, Dispatcher(broker), tls)
     try:
         bound = await server.start()
     except OSError as exc:
@@ -75,8 +83,9 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
             log.warning("broker %d: no controller elected yet; serving without one", broker.node_id)
     server.enable_request_processing()
     log.info(
-        "broker %d started, listening on %s, advertised %s:%d, cluster %s",
-        broker.node_id, ", ".join(f"{h}:{p}" for h, p in bound), broker.advertised_host, broker.advertised_port,
+        "broker %d started, listening on %s, advertised %s, cluster %s",
+        broker.node_id, ", ".join(f"{h}:{p}" for h, p in bound),
+        ", ".join(f"{l.name}://{l.host or '127.0.0.1'}:{l.port}" for l in config.advertised_listeners),
         broker.cluster_id,
     )
     _tune_gc()

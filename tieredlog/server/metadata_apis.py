@@ -24,18 +24,22 @@ if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
 
 
-def _broker_entry(broker: Broker) -> dict:
-    return {"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.advertised_port, "rack": broker.config["broker.rack"]}
+def _broker_entry(broker: Broker, listener: str) -> dict:
+    adv = broker.config.advertised_listener(listener) or broker.config.advertised_listeners[0]
+    return {"node_id": broker.node_id, "host": adv.host or "127.0.0.1", "port": adv.port,
+            "rack": broker.config["broker.rack"]}
 
 
-def _broker_entries(broker: Broker) -> list[dict]:
-    """This broker, and in a cluster every other registered broker that has an endpoint on the listener
-    this broker advertises first (as Kafka, a broker without that listener is left out)."""
-    own = _broker_entry(broker)
+def _broker_entries(broker: Broker, listener: str) -> list[dict]:
+    """This broker, and in a cluster every other registered broker, by their endpoints on the listener
+    the request came in on (Kafka's rule: a client is handed the addresses of the listener it uses; a
+    broker without that listener is left out)."""
+    own = _broker_entry(broker, listener)
     cluster = broker.cluster
     if cluster is None:
         return [own]
-    listener = broker.config.advertised_listeners[0].name
+    if broker.config.advertised_listener(listener) is None:
+        listener = broker.config.advertised_listeners[0].name
     node = broker.cluster_node
     if node is not None and node.metadata.brokers:
         return [{"node_id": b.broker_id, "host": hp[0], "port": hp[1], "rack": b.rack}
@@ -187,7 +191,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
         entry["topic_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
     return {
         "throttle_time": 0,
-        "brokers": _broker_entries(broker),
+        "brokers": _broker_entries(broker, ctx.listener_name),
         "cluster_id": broker.cluster_id,
         "controller_id": _controller_id(broker),
         "topics": topics_out + create_denied + describe_denied,
@@ -212,7 +216,7 @@ async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict:
         "cluster_id": broker.cluster_id,
         "controller_id": _controller_id(broker),
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
-                    for b in _broker_entries(broker)],
+                    for b in _broker_entries(broker, ctx.listener_name)],
         "cluster_authorized_operations": _cluster_operations(ctx, req.include_cluster_authorized_operations),
     }
 

@@ -25,7 +25,11 @@ from typing import TYPE_CHECKING, Any
 from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
 from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request, peek_header, warm_up
 from tieredlog.security.principal import ANONYMOUS, KafkaPrincipal
+from tieredlog.security.sasl.authenticator import Admit, SaslClose, SaslServerAuthenticator
+from tieredlog.security.ssl_principal import NoMatchingRule
+from tieredlog.security.tls import ListenerTls, listener_tls
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
+from tieredlog.server.sasl_apis import authenticator_answer, connection_authenticator
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -56,6 +60,9 @@ PROBE_STEP = 256 * 1024
 # 64 KiB chunks (RWF_NOWAIT on the loop; on this pool when they are not cached).
 FAULT_IN_AFTER = 64 * 1024
 _PROBE = bytearray(1)  # what probes read is never looked at
+# A TLS connection cannot sendfile: a region is read and written through the transport this much at a
+# time, from the page cache on the loop, or on the cold-read pool for the pages that are not there.
+TLS_CHUNK = 256 * 1024
 
 
 class RawResponse:
@@ -97,6 +104,8 @@ class Connection:
         self.security_protocol = security_protocol
         # set by the connection's authentication (SASL, a client certificate); ACLs match on it
         self.principal: KafkaPrincipal = ANONYMOUS
+        # on a SASL listener: the connection's SASL state, which admits nothing but authentication until done
+        self.sasl: SaslServerAuthenticator | None = connection_authenticator(server, listener_name, security_protocol)
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername") or ("?", 0)
@@ -159,6 +168,17 @@ class Connection:
                     log.warning("closing %s: connection ended inside a size prefix", self.name)
                 return
             (size,) = _I32.unpack(prefix)
+            sasl = self.sasl
+            if sasl is not None and sasl.max_receive_size is not None and size > sasl.max_receive_size:
+                log.info("closing %s: failed authentication on listener %s (Failing SASL authentication due to "
+                         "invalid receive size %d > sasl.server.max.receive.size %d)", self.name, self.listener_name,
+                         size, sasl.max_receive_size)
+                return
+            if sasl is not None and sasl.expects_raw_token:
+                # after a SaslHandshake v0 the mechanism's tokens come bare, without a request header
+                if not await self._sasl_raw_token(sasl, size):
+                    return
+                continue
             if size < 8 or size > max_bytes:
                 log.warning(
                     "closing %s: request size %d outside [8, socket.request.max.bytes=%d]", self.name, size, max_bytes
@@ -172,6 +192,13 @@ class Connection:
                     log.warning("closing %s: connection ended inside a %d-byte request", self.name, size)
                 return
             api_key, version, correlation_id = peek_header(payload)
+            admit = Admit.SERVE
+            if sasl is not None:
+                try:
+                    admit = sasl.admit(api_key, version)
+                except SaslClose as exc:
+                    log.info("closing %s: failed authentication on listener %s (%s)", self.name, self.listener_name, exc)
+                    return
             try:
                 header, body = decode_request(payload)
             except UnsupportedVersion:
@@ -194,6 +221,11 @@ class Connection:
             except InvalidRequest as exc:
                 log.warning("closing %s: %s", self.name, exc)
                 return
+            if sasl is not None and admit is Admit.AUTHENTICATOR:
+                frame, failure = authenticator_answer(sasl, api_key, version, correlation_id, body)
+                if not await self._sasl_reply(sasl, frame, failure):
+                    return
+                continue
             ctx = RequestContext(
                 api_key, version, correlation_id, header.client_id, self.host, self.port, self.server.broker, self.name,
                 self.server.cold_reads, self.principal, self.listener_name, self.security_protocol,
@@ -208,6 +240,34 @@ class Connection:
             self.server.track(task)
             self._received.append((api_key, received))
             await self.queue.put(task)
+
+    async def _sasl_reply(self, sasl: SaslServerAuthenticator, frame: bytes, failure: str | None) -> bool:
+        """Queue the authenticator's answer; False when the authentication failed and the connection
+        closes once it is written (Kafka's connection.failed.authentication.delay.ms first)."""
+        if failure is not None:
+            log.info("closing %s: failed authentication on listener %s (%s)", self.name, self.listener_name, failure)
+            await asyncio.sleep(sasl.settings.failed_authentication_delay_ms / 1000)
+        await self.queue.put(frame)
+        if failure is None and sasl.principal is not None:
+            self.principal = sasl.principal
+        return failure is None
+
+    async def _sasl_raw_token(self, sasl: SaslServerAuthenticator, size: int) -> bool:
+        if size < 0:
+            log.info("closing %s: failed authentication on listener %s (negative token size)", self.name,
+                     self.listener_name)
+            return False
+        try:
+            token = await self.reader.readexactly(size)
+        except asyncio.IncompleteReadError:
+            return False
+        try:
+            answer = sasl.raw_token(token)
+        except SaslClose as exc:
+            log.info("closing %s: failed authentication on listener %s (%s)", self.name, self.listener_name, exc)
+            await asyncio.sleep(sasl.settings.failed_authentication_delay_ms / 1000)
+            return False
+        return await self._sasl_reply(sasl, _I32.pack(len(answer)) + answer, None)
 
     async def _write_loop(self) -> None:
         record_request = self.server.broker.metrics.record_request
@@ -265,8 +325,10 @@ class Connection:
         # Direct os.sendfile on a plain TCP socket whose transport buffer is empty: the bytes go in
         # order, and a region the socket takes at once costs one syscall instead of loop.sendfile's
         # reader pause, writer registration and extra loop turn. The rest goes through loop.sendfile.
+        # TLS must encrypt what it sends: its regions are read into memory and written (_write_region).
+        tls = transport.get_extra_info("sslcontext") is not None
         sock = transport.get_extra_info("socket")
-        out_fd = sock.fileno() if sock is not None and transport.get_extra_info("sslcontext") is None else -1
+        out_fd = sock.fileno() if sock is not None and not tls else -1
         cold = _ColdRegions(self.server.cold_reads, resp.parts) if _NOWAIT else None
         try:
             for part in resp.parts:
@@ -279,6 +341,9 @@ class Connection:
                         self.writer.write(data)
                         await self.writer.drain()  # many small regions: no more than the high-water mark queued
                         continue
+                if tls:
+                    await self._write_region(part)
+                    continue
                 # the region's pages are in the page cache (or nothing can tell): sendfile
                 position, size = part.position, part.size
                 if out_fd >= 0 and not transport.is_closing() and transport.get_write_buffer_size() == 0:
@@ -292,6 +357,25 @@ class Connection:
             await self.writer.drain()
         finally:
             resp.close()
+
+    async def _write_region(self, region: OpenRegion) -> None:
+        """A region through a TLS transport, TLS_CHUNK bytes at a time: each chunk read from the page
+        cache on the loop (RWF_NOWAIT: it fails instead of waiting for the disk), what is not cached read
+        on the cold-read pool, then written and drained before the next is read, so a connection holds
+        at most a chunk beside its transport buffer."""
+        fd = region.file.fileno()
+        position, end = region.position, region.position + region.size
+        while position < end:
+            buf = bytearray(min(TLS_CHUNK, end - position))
+            got = _read_cached(fd, buf, position)
+            if got < len(buf):
+                got += await _read_on_pool(self.server.cold_reads, fd, memoryview(buf)[got:], position + got)
+            if got < len(buf):
+                # the size prefix is out: the connection cannot go on (as sendfile's short file)
+                raise ConnectionError(f"segment file ended {end - position - got} bytes short of a fetch region")
+            self.writer.write(buf)
+            await self.writer.drain()
+            position += got
 
 
 class _ColdRegions:
@@ -369,8 +453,47 @@ def _resident(fd: int, position: int, size: int) -> bool:
     return True
 
 
-def _close_fd(fd: int, _done: Future[None]) -> None:
+def _close_fd(fd: int, _done: Future[Any]) -> None:
     os.close(fd)
+
+
+def _read_cached(fd: int, buf: bytearray, position: int) -> int:
+    """Bytes of ``buf`` read from the page cache without waiting for the disk: up to the first page not
+    cached; 0 where RWF_NOWAIT is missing or refused (the pool reads it all then)."""
+    if not _NOWAIT:
+        return 0
+    try:
+        return os.preadv(fd, [buf], position, _NOWAIT)
+    except BlockingIOError:
+        return 0
+    except OSError as exc:
+        if exc.errno == errno.EOPNOTSUPP:
+            return 0
+        raise
+
+
+async def _read_on_pool(pool: ThreadPoolExecutor, fd: int, view: memoryview, position: int) -> int:
+    # a dup, closed when the read ends: a connection cancelled meanwhile closes the region's file
+    dup = os.dup(fd)
+    try:
+        future = pool.submit(read_fully, dup, view, position)
+    except BaseException:
+        os.close(dup)  # refused: the pool is shut down
+        raise
+    future.add_done_callback(functools.partial(_close_fd, dup))
+    return await asyncio.wrap_future(future)
+
+
+def read_fully(fd: int, view: memoryview, position: int) -> int:
+    """Read into ``view`` from ``position`` until it is full or the file ends (on the cold-read pool:
+    this waits for the disk)."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], position + got)
+        if n == 0:
+            break
+        got += n
+    return got
 
 
 def fault_in(fd: int, position: int, size: int) -> None:
@@ -420,9 +543,12 @@ def _sendfile_nonblocking(out_fd: int, in_fd: int, offset: int, count: int) -> i
 
 
 class KafkaServer:
-    def __init__(self, broker: Broker, dispatcher: Dispatcher) -> None:
+    def __init__(self, broker: Broker, dispatcher: Dispatcher, tls: dict[str, ListenerTls] | None = None) -> None:
         self.broker = broker
         self.dispatcher = dispatcher
+        # the TLS side of each SSL and SASL_SSL listener, by name (serve() builds it before the broker
+        # starts, so a key store that cannot be used stops start-up at once)
+        self.tls = tls if tls is not None else listener_tls(broker.config)
         self.servers: list[asyncio.base_events.Server] = []
         self.connections: dict[asyncio.Task, Connection] = {}
         self.inflight: set[asyncio.Task] = set()
@@ -442,7 +568,9 @@ class KafkaServer:
     async def start(self) -> list[tuple[str, int]]:
         bound = []
         for listener in self.broker.config.listeners:
-            srv = await asyncio.start_server(self._accept, listener.host or None, listener.port, reuse_address=True)
+            accept = functools.partial(self._accept, listener.name, listener.security_protocol,
+                                       self.tls.get(listener.name))
+            srv = await asyncio.start_server(accept, listener.host or None, listener.port, reuse_address=True)
             self.servers.append(srv)
             for sock in srv.sockets:
                 bound.append(sock.getsockname()[:2])
@@ -458,13 +586,25 @@ class KafkaServer:
         except Exception:  # noqa: BLE001 - an optimisation only: the first request loads what it needs
             log.debug("protocol codec warm-up failed", exc_info=True)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, listener: str, security_protocol: str, tls: ListenerTls | None,
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.stopping:
             writer.close()
             return
+        principal = ANONYMOUS
+        if tls is not None:
+            # the handshake here rather than in start_server, so a failed one is logged as Kafka logs
+            # it. It must come before this coroutine's first wait: start_tls stops the plain reader
+            # before it can take the client's first bytes.
+            principal_or_none = await self._handshake(listener, tls, writer)
+            if principal_or_none is None:
+                return
+            principal = principal_or_none
         task = asyncio.current_task()
         assert task is not None
-        conn = Connection(self, reader, writer)
+        conn = Connection(self, reader, writer, listener, security_protocol)
+        if security_protocol == "SSL":
+            conn.principal = principal  # SASL_SSL: the SASL authentication names it
         self.connections[task] = conn
         try:
             if not self._processing.is_set():
@@ -479,6 +619,24 @@ class KafkaServer:
             pass
         finally:
             self.connections.pop(task, None)
+
+    async def _handshake(self, listener: str, tls: ListenerTls, writer: asyncio.StreamWriter) -> KafkaPrincipal | None:
+        """TLS on an accepted connection; its principal (from the client certificate), or None once a
+        failed handshake or a certificate no mapping rule maps has closed it."""
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        try:
+            await writer.start_tls(tls.context)
+        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+            reason = getattr(exc, "reason", None) or exc.__class__.__name__
+            log.info("Failed authentication with /%s on listener %s (SSL handshake failed: %s)", peer[0], listener, reason)
+            writer.transport.abort()
+            return None
+        try:
+            return tls.principal(writer.get_extra_info("ssl_object"))
+        except (NoMatchingRule, ValueError) as exc:
+            log.info("Failed authentication with /%s on listener %s (%s)", peer[0], listener, exc)
+            writer.transport.abort()
+            return None
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting and reading, let in-flight requests finish and their responses go out

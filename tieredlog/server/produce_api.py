@@ -133,7 +133,7 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
         leaders = {p["current_leader"]["leader_id"] for t in responses for p in t["partition_responses"]
                    if "current_leader" in p}
         out["node_endpoints"] = [{"node_id": i, "host": h, "port": port, "rack": rack}
-                                 for i in sorted(leaders) if (ep := node.client_endpoint(i)) is not None
+                                 for i in sorted(leaders) if (ep := node.client_endpoint(i, ctx.listener_name)) is not None
                                  for (_, h, port, rack) in [ep]]
     return out
 

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tieredlog.config import BrokerConfig, BrokerConfigError
 from tieredlog.errors import TopicAlreadyExistsError
 from tieredlog.log.types import TopicPartition
 from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic
@@ -45,6 +47,7 @@ from tieredlog.rsm.registry import load_remote_storage_manager
 from tieredlog.server.produce_api import INTERNAL_TOPICS_CLIENT_ID
 
 if TYPE_CHECKING:
+    from tieredlog.security.sasl.client import SaslClientCredentials
     from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -97,16 +100,43 @@ def create_remote_log_manager(broker: Broker) -> RemoteLogManager | None:
     return rlm
 
 
+def metadata_client_listener(config: BrokerConfig) -> tuple[str, ssl.SSLContext | None]:
+    """The listener the RLMM's clients reach the leaders of __remote_log_metadata on
+    (``remote.log.metadata.manager.listener.name``, else the first advertised one, as clients see the
+    brokers) and their TLS context when that listener is SSL or SASL_SSL."""
+    from tieredlog.security.tls import TLS_PROTOCOLS, SslConfig, client_context
+
+    name = str(config.get("remote.log.metadata.manager.listener.name") or "").strip().upper()
+    listeners = {l.name: l.security_protocol for l in config.advertised_listeners}
+    if not name:
+        name = config.advertised_listeners[0].name
+    elif name not in listeners:
+        raise BrokerConfigError(f"remote.log.metadata.manager.listener.name {name} is not one of the advertised "
+                                f"listeners {','.join(listeners)}")
+    protocol = listeners[name]
+    return name, client_context(SslConfig(config, name, protocol)) if protocol in TLS_PROTOCOLS else None
+
+
+def metadata_client_credentials(config: BrokerConfig, listener: str) -> SaslClientCredentials | None:
+    """The RLMM clients' SASL login when their listener is SASL: the broker's own, as on the inter-broker
+    listener (``sasl.mechanism.inter.broker.protocol`` and that mechanism's JAAS username / password)."""
+    from tieredlog.security.sasl.config import listener_client_credentials
+
+    protocol = next(l.security_protocol for l in config.advertised_listeners if l.name == listener)
+    return listener_client_credentials(config, listener, protocol, "the __remote_log_metadata clients")
+
+
 class BrokerMetadataTopicRouting:
     """``MetadataTopicRouting`` over a cluster member: leaders from its metadata cache, the topic
     created through ZooKeeper on the broker's event loop."""
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, replication_factor: int,
-                 timeout_s: float) -> None:
+                 timeout_s: float, listener: str | None = None) -> None:
         self._broker = broker
         self._loop = loop
         self._replication_factor = replication_factor
         self._timeout_s = timeout_s
+        self._listener = listener or broker.config.advertised_listeners[0].name
 
     def leader_endpoint(self, partition: int) -> tuple[str, int] | None:
         node = self._broker.cluster_node
@@ -114,8 +144,7 @@ class BrokerMetadataTopicRouting:
         pm = node.metadata.partition(METADATA_TOPIC, partition)
         if pm is None or pm.leader < 0:
             return None
-        ep = node.client_endpoint(pm.leader)
-        return None if ep is None else (ep[1], ep[2])
+        return node.metadata.endpoint(pm.leader, self._listener)
 
     def create_topic(self, num_partitions: int, configs: dict[str, str]) -> int:
         # the RLMM's loader thread: the topic table and ZooKeeper writes belong to the event loop
@@ -162,10 +191,13 @@ def create_cluster_remote_log_manager(broker: Broker) -> RemoteLogManager | None
     configs.update({"broker.id": cfg.broker_id, "log.dir": cfg.first_log_dir, "cluster.id": broker.cluster_id or ""})
     rcfg = TopicBasedRlmmConfig.from_configs(configs)
     timeout_s = broker.config["request.timeout.ms"] / 1000
-    routing = BrokerMetadataTopicRouting(broker, asyncio.get_running_loop(), rcfg.replication_factor, timeout_s)
+    listener, ssl_context = metadata_client_listener(broker.config)
+    routing = BrokerMetadataTopicRouting(broker, asyncio.get_running_loop(), rcfg.replication_factor, timeout_s,
+                                         listener)
     # the one client id Kafka lets append to internal topics
     topic = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, request_timeout_s=timeout_s,
-                                    retention_ms=rcfg.retention_ms)
+                                    retention_ms=rcfg.retention_ms, ssl_context=ssl_context,
+                                    sasl=metadata_client_credentials(broker.config, listener))
     rlmm = TopicBasedRemoteLogMetadataManager(topic, configs)
     rlm = RemoteLogManager(cfg, broker.log_manager, build_rsm(cfg), rlmm)
     rlm.start()

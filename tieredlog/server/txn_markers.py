@@ -105,7 +105,8 @@ class ClusterMarkerWriter:
                 if ep is None:
                     raise ConnectionError(f"broker {broker_id} has no known endpoint")
                 conn = self._conns[broker_id] = await AsyncKafkaConnection.open(
-                    ep[0], ep[1], client_id=f"broker-{self._broker.node_id}-txn-markers", timeout_s=timeout_s)
+                    ep[0], ep[1], client_id=f"broker-{self._broker.node_id}-txn-markers", timeout_s=timeout_s,
+                    ssl_context=node.inter_broker_ssl, sasl=node.inter_broker_sasl)
             return conn
 
     async def _drop(self, broker_id: int) -> None:
