@@ -3,8 +3,8 @@ beside the PLAINTEXT one, PLAIN users from the listener's JAAS, SCRAM-SHA-256/51
 `tieredlog users` (AlterUserScramCredentials), wrong passwords refused, a request before authentication
 closing the connection, KIP-368 sessions, SCRAM users kept over a restart and no secret in the log.
 
-The SASL listener comes first in ``listeners``: it is the one Metadata advertises, so clients that
-bootstrap on it stay on it. The harness waits on the PLAINTEXT one, where the tool needs no login."""
+Metadata answers each listener with its own endpoints, so clients that bootstrap on the SASL listener
+stay on it. The harness waits on the PLAINTEXT one, where the tool needs no login."""
 
 from __future__ import annotations
 
