@@ -5,6 +5,7 @@ kafka-configs syntax."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,14 +14,28 @@ from helpers import FakeClock
 from kio.schema.errors import ErrorCode
 
 from tieredlog.config import BrokerConfig, BrokerConfigError
-from tieredlog.protocol.api import API_VERSIONS, METADATA, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from tieredlog.protocol.api import (
+    ALTER_USER_SCRAM_CREDENTIALS,
+    API_VERSIONS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    METADATA,
+    PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
 from tieredlog.security import scram
 from tieredlog.security.sasl.authenticator import Admit, SaslClose, SaslServerAuthenticator, SaslState
 from tieredlog.security.sasl.client import SaslClientCredentials, SaslClientError, exchange
 from tieredlog.security.sasl.config import ListenerSasl, inter_broker_credentials, sasl_listeners
 from tieredlog.security.sasl.mechanisms import plain_users_check
 from tieredlog.security.scram_store import FileScramCredentialStore
-from tieredlog.server.sasl_apis import alter_credentials, describe_credentials
+from tieredlog.server.context import RequestContext
+from tieredlog.server.sasl_apis import (
+    alter_credentials,
+    describe_credentials,
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+)
 from tieredlog.tools.cluster_admin import AdminCommandFailed
 from tieredlog.tools.users import alteration, parse_add_config, parse_delete_config
 
@@ -284,3 +299,20 @@ def test_add_config_syntax_is_kafka_configs() -> None:
     (up,) = body["upsertions"]
     assert up["salted_password"] == scram.salted_password(scram.SCRAM_SHA_512, "pw", up["salt"], 4096)
     assert body["deletions"] == [{"name": "alice", "mechanism": 1}]
+
+
+def test_credential_apis_need_cluster_alter_and_describe(tmp_path: Path) -> None:
+    store = FileScramCredentialStore(tmp_path)
+    store.load()
+    deny_all = SimpleNamespace(authorize=lambda *request: False)
+    broker = SimpleNamespace(authorizer=deny_all, cluster=None, controller=None, scram_credentials=store)
+    alter = RequestContext(ALTER_USER_SCRAM_CREDENTIALS, 0, 1, "c", "127.0.0.1", 1, broker)  # type: ignore[arg-type]
+    out = asyncio.run(handle_alter_user_scram_credentials(alter, SimpleNamespace(upsertions=[_ups("bob")],
+                                                                                  deletions=[_del("amy")])))
+    assert [(r["user"], r["error_code"]) for r in out["results"]] == [
+        ("amy", ErrorCode.cluster_authorization_failed), ("bob", ErrorCode.cluster_authorization_failed)]
+    assert store.credential("bob", "SCRAM-SHA-256") is None
+    describe = RequestContext(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 2, "c", "127.0.0.1", 1, broker)  # type: ignore[arg-type]
+    out = asyncio.run(handle_describe_user_scram_credentials(describe, SimpleNamespace(users=[SimpleNamespace(name="bob")])))
+    assert out["error_code"] == ErrorCode.cluster_authorization_failed and out["error_message"] == "Cluster authorization failed."
+    assert [(r["user"], r["error_code"]) for r in out["results"]] == [("", ErrorCode.cluster_authorization_failed)]
