@@ -60,8 +60,20 @@ def test_group_moves_to_the_new_coordinator(broker_factory: Callable[..., Broker
     wait_until(lambda: partition_state(brokers[1], "__consumer_offsets")[home][3] == [1, 2, 3], timeout=30,
                message="the group's partition with a full ISR")
     coordinator, epoch, _, _ = partition_state(brokers[1], "__consumer_offsets")[home]
-    before = admin.describe_consumer_groups([GROUP])[GROUP].result(10)
-    assert sorted(len(m.assignment.topic_partitions) for m in before.members) == [1, 2]
+
+    seen: list[object] = []
+
+    def balanced() -> bool:
+        # the second member may join after the first consumed everything: wait for its share (the
+        # clients take their assignments in poll)
+        for c in members:
+            c.poll(0.05)
+        group = admin.describe_consumer_groups([GROUP])[GROUP].result(10)
+        seen[:] = [group]
+        return sorted(len(m.assignment.topic_partitions) for m in group.members) == [1, 2]
+
+    wait_until(balanced, timeout=60, message="both members assigned")
+    before = seen[0]
 
     brokers[coordinator].kill9()
     survivors = {i: b for i, b in brokers.items() if i != coordinator}
