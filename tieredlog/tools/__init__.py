@@ -27,3 +27,18 @@ def run_tool(fn: Callable[[], int]) -> int:
         finally:
             os.close(devnull)
         return BROKEN_PIPE_EXIT
+
+
+def run_against_broker(tool: str, bootstrap: str, fn: Callable[[], int],
+                       unreachable: tuple[type[BaseException], ...] = (OSError, ConnectionError)) -> int:
+    """``run_tool`` for a tool that talks to a broker: one it cannot reach is one line on stderr, exit 1."""
+    def body() -> int:
+        try:
+            return fn()
+        except BrokenPipeError:
+            raise  # our stdout, not the broker: run_tool ends quietly
+        except unreachable as exc:
+            print(f"tieredlog {tool}: cannot reach {bootstrap}: {exc}", file=sys.stderr)
+            return 1
+
+    return run_tool(body)

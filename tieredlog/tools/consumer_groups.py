@@ -40,7 +40,7 @@ from tieredlog.protocol.api import (
     OFFSET_FETCH,
 )
 from tieredlog.protocol.client import KafkaProtocolError
-from tieredlog.tools import run_tool
+from tieredlog.tools import run_against_broker
 from tieredlog.tools.cluster_admin import Node, exception_name
 from tieredlog.tools.transaction_admin import AdminApiError, CoordinatorType, TransactionsAdmin
 
@@ -617,16 +617,10 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(sys.argv[1:] if argv is None else argv)
 
     def run() -> int:
-        try:
-            with GroupsAdmin(a.bootstrap_server) as admin:
-                return execute(admin, a, sys.stdout, sys.stderr)
-        except BrokenPipeError:
-            raise  # our stdout, not the broker: run_tool ends quietly
-        except (OSError, ConnectionError) as exc:
-            print(f"tieredlog consumer-groups: cannot reach {a.bootstrap_server}: {exc}", file=sys.stderr)
-            return 1
+        with GroupsAdmin(a.bootstrap_server) as admin:
+            return execute(admin, a, sys.stdout, sys.stderr)
 
-    return run_tool(run)
+    return run_against_broker("consumer-groups", a.bootstrap_server, run)
 
 
 if __name__ == "__main__":

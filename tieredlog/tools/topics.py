@@ -27,7 +27,7 @@ from tieredlog.protocol.api import (
     METADATA,
 )
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
-from tieredlog.tools import run_tool
+from tieredlog.tools import run_against_broker
 from tieredlog.tools.cluster_admin import AdminCommandFailed, PartitionInfo, controller_request, describe_cluster
 
 TOPIC_RESOURCE = 2
@@ -271,16 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
 
     def run() -> int:
-        try:
-            with KafkaClient(a.bootstrap_server) as client:
-                return COMMANDS[a.command](client, a)
-        except BrokenPipeError:
-            raise  # our stdout, not the broker: run_tool ends quietly
-        except (OSError, ConnectionError) as exc:
-            print(f"tieredlog topics: cannot reach {a.bootstrap_server}: {exc}", file=sys.stderr)
-            return 1
+        with KafkaClient(a.bootstrap_server) as client:
+            return COMMANDS[a.command](client, a)
 
-    return run_tool(run)
+    return run_against_broker("topics", a.bootstrap_server, run)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.log.types import TopicPartition
 from tieredlog.tools import hanging_transactions as hanging
-from tieredlog.tools import run_tool
+from tieredlog.tools import run_against_broker
 from tieredlog.tools.transaction_admin import (
     AbortTransactionSpec,
     Admin,
@@ -322,16 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(sys.argv[1:] if argv is None else argv)
 
     def run() -> int:
-        try:
-            with TransactionsAdmin(a.bootstrap_server) as admin:
-                return execute(admin, a, sys.stdout, sys.stderr)
-        except BrokenPipeError:
-            raise  # our stdout, not the broker: run_tool ends quietly
-        except (OSError, ConnectionError) as exc:
-            print(f"tieredlog transactions: cannot reach {a.bootstrap_server}: {exc}", file=sys.stderr)
-            return 1
+        with TransactionsAdmin(a.bootstrap_server) as admin:
+            return execute(admin, a, sys.stdout, sys.stderr)
 
-    return run_tool(run)
+    return run_against_broker("transactions", a.bootstrap_server, run)
 
 
 if __name__ == "__main__":
