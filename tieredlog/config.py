@@ -157,6 +157,8 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("group.consumer.session.timeout.ms", "int", 45000, "a consumer-protocol member without a heartbeat this long is removed", 1),
     _d("group.consumer.heartbeat.interval.ms", "int", 5000, "heartbeat interval handed to consumer-protocol members", 1),
     _d("group.consumer.max.size", "int", 2**31 - 1, "most members a consumer-protocol group may have", 1),
+    _d("group.consumer.migration.policy", "str", "bidirectional",
+       "KIP-848 online migration between classic and consumer groups: bidirectional, upgrade, downgrade or disabled"),
     _d("offset.metadata.max.bytes", "int", 4096, "largest metadata string of a committed offset", 0),
     _d("offsets.topic.segment.bytes", "int", 104857600, "segment.bytes of __consumer_offsets when created", 1),
     _d("offsets.retention.minutes", "int", 10080,

@@ -29,6 +29,15 @@ class GroupConfig:
     consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
     consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     consumer_max_size: int = 2**31 - 1  # group.consumer.max.size
+    consumer_migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+
+    @property
+    def online_upgrade(self) -> bool:
+        return self.consumer_migration_policy in ("bidirectional", "upgrade")
+
+    @property
+    def online_downgrade(self) -> bool:
+        return self.consumer_migration_policy in ("bidirectional", "downgrade")
 
     @property
     def consumer_protocol_enabled(self) -> bool:
@@ -60,6 +69,9 @@ class GroupConfig:
             raw = props.get(key)
             if raw is not None:
                 values[attr] = tuple(p.strip().lower() for p in str(raw).split(",") if p.strip())
+        policy = props.get("group.consumer.migration.policy")
+        if policy is not None and policy != "":
+            values["consumer_migration_policy"] = str(policy).strip().lower()
         retention_minutes = props.get("offsets.retention.minutes")
         if retention_minutes is not None and retention_minutes != "":
             values["offsets_retention_ms"] = int(retention_minutes) * 60_000
@@ -76,6 +88,8 @@ class GroupConfig:
         bad = set(config.consumer_assignors) - {"uniform", "range"}
         if bad or not config.consumer_assignors:
             raise ValueError(f"group.consumer.assignors: unknown assignor(s) {sorted(bad)}; known: uniform, range")
+        if config.consumer_migration_policy not in ("bidirectional", "upgrade", "downgrade", "disabled"):
+            raise ValueError("group.consumer.migration.policy must be one of bidirectional, upgrade, downgrade, disabled")
         if config.offsets_retention_check_interval_ms < 1:
             raise ValueError("offsets.retention.check.interval.ms must be at least 1")
         return config
