@@ -177,6 +177,14 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("max.incremental.fetch.session.cache.slots", "int", 1000, "incremental fetch sessions (KIP-227) kept", 0),
     _d("replica.socket.timeout.ms", "int", 30000, "", 1),
     _d("replica.high.watermark.checkpoint.interval.ms", "int", 5000, "", 1),
+    _d("replica.selector.class", "str", None,
+       "KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector sends consumers with a client.rack "
+       "to an in-sync replica on their rack; unset: consumers read from leaders"),
+    # KIP-73 replication throttles (dynamic), bytes/s for the replicas the topics' *.replication.throttled.replicas name
+    _d("leader.replication.throttled.rate", "int", LONG_MAX, "", 0),
+    _d("follower.replication.throttled.rate", "int", LONG_MAX, "", 0),
+    _d("replication.quota.window.num", "int", 11, "", 1),
+    _d("replication.quota.window.size.seconds", "int", 1, "the throttles allow a burst of this many seconds' bytes", 1),
     _d("request.timeout.ms", "int", 30000, "", 0),
     _d("controlled.shutdown.enable", "bool", True, "move leaderships away before stopping (SIGTERM)"),
     _d("controlled.shutdown.max.retries", "int", 3, "", 0),

@@ -45,6 +45,27 @@ def _to_str(name: str, value: Any) -> str:
     return str(value).strip()
 
 
+THROTTLED_REPLICAS_CONFIGS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+ALL_REPLICAS = "*"
+
+
+def parse_throttled_replicas(name: str, value: str) -> frozenset[tuple[int, int]] | str:
+    """A KIP-73 ``*.replication.throttled.replicas`` value: ``ALL_REPLICAS`` or the (partition, broker)
+    pairs of ``p:b,p:b``; ConfigError with Kafka's words otherwise."""
+    items = [i.strip() for i in value.split(",")]
+    if "".join(items) == ALL_REPLICAS:
+        return ALL_REPLICAS
+    pairs = set()
+    for item in items:
+        p, sep, b = item.partition(":")
+        if item and not (sep and p.isdigit() and b.isdigit()):
+            raise ConfigError(f"Invalid value {value} for configuration {name}: {name} must be the literal '*' or a "
+                              "list of replicas in the following format: [partitionId]:[brokerId],[partitionId]:[brokerId],...")
+        if item:
+            pairs.add((int(p), int(b)))
+    return frozenset(pairs)
+
+
 @dataclass(frozen=True)
 class TopicConfigDef:
     name: str  # topic-level name, e.g. "segment.bytes"
@@ -60,6 +81,8 @@ class TopicConfigDef:
             self.kind
         ]
         v = conv(self.name, value)
+        if self.name in THROTTLED_REPLICAS_CONFIGS:
+            parse_throttled_replicas(self.name, v)
         if self.minimum is not None and v < self.minimum:
             raise ConfigError(f"Invalid value {value} for configuration {self.name}: Value must be at least {self.minimum:g}")
         if self.choices is not None:

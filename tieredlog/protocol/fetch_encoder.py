@@ -35,6 +35,7 @@ class FetchPartitionData:
     # (leader id, leader epoch) for NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH (KIP-951): the client
     # goes to the new leader without a Metadata round trip
     current_leader: tuple[int, int] | None = None
+    preferred_read_replica: int = -1  # KIP-392: the follower a consumer should fetch from instead
 
     @property
     def records_size(self) -> int:
@@ -132,7 +133,7 @@ def encode_fetch_response(
                     if flexible:
                         p.b(b"\0")
             if version >= 11:
-                p.b(_i32(-1))  # preferred_read_replica
+                p.b(_i32(part.preferred_read_replica))
             records = part.records
             if records is None:
                 p.b(b"\0" if flexible else _i32(-1))
