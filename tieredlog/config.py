@@ -108,6 +108,12 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("socket.receive.buffer.bytes", "int", 102400),
     _d("socket.request.max.bytes", "int", 104857600, "largest request frame accepted", 1),
     _d("queued.max.requests", "int", 500, "in-flight requests per connection before reading pauses", 1),
+    # connection limits (tieredlog.server.connection_quotas), Kafka's names and defaults; max.connections
+    # also per listener as listener.name.<l>.max.connections
+    _d("max.connections", "int", 2147483647, "connections the broker accepts, all listeners but the inter-broker one", 0),
+    _d("max.connections.per.ip", "int", 2147483647, "connections from one IP address", 0),
+    _d("max.connections.per.ip.overrides", "str", "", "host:count,host:count: per-IP limits of some addresses"),
+    _d("connections.max.idle.ms", "int", 600000, "a connection that sends no request for this long is closed", 1),
     _d("log.retention.hours", "int", 168, "", -1),
     _d("log.retention.minutes", "int", None, "", -1),
     _d("log.retention.check.interval.ms", "int", 300000, "", 1),
@@ -145,6 +151,8 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
        "how often the coordinator aborts transactions open past their timeout", 1),
     _d("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, "", 1),
+    _d("transaction.partition.verification.enable", "bool", True,
+       "a partition leader asks the coordinator before appending a producer's first transactional batch (KIP-890)"),
     _d("group.initial.rebalance.delay.ms", "int", 3000, "", 0),
     _d("group.min.session.timeout.ms", "int", 6000, "", 0),
     _d("group.max.session.timeout.ms", "int", 1800000, "", 0),
@@ -303,6 +311,25 @@ def _parse_value(d: BrokerConfigDef, raw: Any, key: str | None = None) -> Any:
     if d.minimum is not None and v < d.minimum:
         raise BrokerConfigError(f"Invalid value {raw!r} for configuration {name}: Value must be at least {d.minimum:g}")
     return v
+
+
+def parse_ip_overrides(value: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count,host:count`` (a host name or an IP address;
+    an IPv6 address before its last colon) -> host -> count."""
+    out: dict[str, int] = {}
+    for item in (value or "").split(","):
+        if not item.strip():
+            continue
+        host, sep, count = item.strip().rpartition(":")
+        try:
+            n = int(count)
+        except ValueError:
+            n = -1
+        if not sep or not host.strip() or n < 0:
+            raise BrokerConfigError(f"Invalid value {value} for configuration max.connections.per.ip.overrides: "
+                                    f"expected host:count,host:count, found {item.strip()!r}")
+        out[host.strip()] = n
+    return out
 
 
 def is_sensitive_config(name: str) -> bool:
@@ -526,6 +553,10 @@ class BrokerConfig:
         if nid >= 0 and bid >= 0 and nid != bid:
             raise BrokerConfigError(f"node.id {nid} and broker.id {bid} differ")
         self._validate_listeners()
+        parse_ip_overrides(self.values["max.connections.per.ip.overrides"])
+        if self.values["max.connections.per.ip"] == 0 and not self.values["max.connections.per.ip.overrides"]:
+            raise BrokerConfigError("max.connections.per.ip can be set to zero only if "
+                                    "max.connections.per.ip.overrides property is set.")
         try:
             self.default_log_config()
         except ConfigError as exc:

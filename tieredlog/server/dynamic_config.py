@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster import znodes
@@ -45,7 +45,8 @@ _CLEANER_DYNAMIC = frozenset({"log.cleaner.io.max.bytes.per.second", "log.cleane
 _REMOTE_DYNAMIC = frozenset({"remote.log.manager.copy.max.bytes.per.second",
                              "remote.log.manager.fetch.max.bytes.per.second",
                              "remote.log.index.file.cache.total.size.bytes"})
-DYNAMIC_CONFIGS: frozenset[str] = frozenset(_LOG_DYNAMIC | _CLEANER_DYNAMIC | _REMOTE_DYNAMIC)
+_CONNECTION_DYNAMIC = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
+DYNAMIC_CONFIGS: frozenset[str] = frozenset(_LOG_DYNAMIC | _CLEANER_DYNAMIC | _REMOTE_DYNAMIC | _CONNECTION_DYNAMIC)
 
 
 def is_dynamic(name: str) -> bool:
@@ -72,6 +73,9 @@ class DynamicBrokerConfig:
     node_id: int
     default: dict[str, str] = dataclasses.field(default_factory=dict)
     per_broker: dict[str, str] = dataclasses.field(default_factory=dict)
+    # told the new effective config after each change, on the event loop (Kafka's Reconfigurable):
+    # what holds a copy of a dynamic value, such as the network layer's connection limits
+    reconfigurables: list[Callable[[BrokerConfig], None]] = dataclasses.field(default_factory=list)
 
     def level(self, entity: str) -> dict[str, str]:
         return self.default if entity == DEFAULT_ENTITY else self.per_broker
@@ -170,6 +174,8 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
     dyn.default, dyn.per_broker = dict(default), dict(per_broker)
     broker.config = cfg
     broker.default_log_config = cfg.default_log_config()
+    for reconfigure in dyn.reconfigurables:
+        reconfigure(cfg)
     lm = broker.log_manager
     if lm is None:
         return  # start-up: the logs load with these
