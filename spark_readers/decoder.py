@@ -4,23 +4,36 @@ Columns (``KafkaRecordToRowConverter``): ``key binary, value binary, topic strin
 offset long, timestamp timestamp, timestampType int`` and, with ``includeHeaders``, ``headers
 array<struct<key string, value binary>>``, null (not empty) for a record without headers.
 
-Batches are parsed and decompressed by ``tieredlog.records`` (all five codecs, CRC checked); this
-module only moves the records' fields into per-column lists. Control batches (transaction markers)
-are skipped, as are records outside ``[from_offset, to_offset)`` and the batches of aborted
-transactions (read_committed: the planner lists them, see :mod:`spark_readers.transactions`), which
-are dropped by their header, without decompressing them.
+Batches are checked (sizes, CRC-32C) and decompressed, once each, by ``tieredlog.records``; their
+records are walked into column buffers by :mod:`spark_readers.columns` (no object per record) and the
+binary columns gathered from the records' bytes by Arrow. Control batches (transaction markers) are
+skipped, as are records outside ``[from_offset, to_offset)`` and the batches of aborted transactions
+(read_committed: the planner lists them, see :mod:`spark_readers.transactions`), which are dropped by
+their header, without decompressing them.
 """
 
 from __future__ import annotations
 
+import bisect
+from array import array
 from dataclasses import dataclass
 from typing import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from tieredlog.records.batch import HEADER_SIZE, BatchHeader, peek_size, read_header
-from tieredlog.records.errors import RecordError
-from tieredlog.records.record import decode_batch
+from spark_readers.columns import RecordColumns
+from tieredlog.records.batch import (
+    COMPRESSION_NONE,
+    HEADER_SIZE,
+    BatchHeader,
+    BytesLike,
+    peek_size,
+    read_header,
+    validate_batch,
+)
+from tieredlog.records.codecs import decompress
+from tieredlog.records.errors import CorruptRecordError, RecordError
 
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 # Spark names the item field of an array "element" and compares it too.
@@ -84,20 +97,60 @@ def _in_aborted(dropped: dict[int, list[tuple[int, int]]], header: BatchHeader) 
                                       for first, marker in ranges)
 
 
-def decode_records(data: bytes, source: Source, from_offset: int, to_offset: int,
+def decode_records(data: BytesLike, source: Source, from_offset: int, to_offset: int,
                    include_headers: bool, aborted: Sequence[tuple[int, int, int]] = ()) -> pa.RecordBatch:
     """Records of the whole batches in ``data`` with offsets in ``[from_offset, to_offset)``, but
     those of the ``aborted`` transactions ``(producer id, first offset, marker offset)``."""
-    dropped = _aborted_ranges(aborted)
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    timestamps: list[int] = []  # microseconds
-    timestamp_types: list[int] = []
-    header_keys: list[str] = []
-    header_values: list[bytes | None] = []
-    header_offsets: list[int] = [0]
-    header_present: list[bool] = []
+    picked = _batches(data, source, from_offset, to_offset, _aborted_ranges(aborted))
+    arena, sections = _arena(data, source, picked)
+    columns = RecordColumns(include_headers)
+    for (pos, h), (start, end) in zip(picked, sections):
+        if start == end and h.records_count == 0:
+            continue  # a batch the cleaner emptied: no records section at all
+        try:
+            columns.add_records(arena, start, end, h.records_count, h.base_offset, h.base_timestamp,
+                                h.max_timestamp if h.timestamp_type == 1 else None, h.timestamp_type,
+                                from_offset, to_offset)
+        except CorruptRecordError as exc:
+            at = (exc.position if exc.position is not None else start) - start
+            where = (f"byte {source.base_position + pos + HEADER_SIZE + at}" if h.compression == COMPRESSION_NONE
+                     else f"byte {at} of its decompressed records")
+            raise CorruptSegmentError(f"{source.object_name}: corrupt batch at byte {source.base_position + pos}: "
+                                      f"{exc} at {where}") from None
+    return _to_arrow(columns, pa.py_buffer(arena), source, picked)
+
+
+def _arena(data: BytesLike, source: Source, picked: list[tuple[int, BatchHeader]]) -> tuple[BytesLike, list[tuple[int, int]]]:
+    """The bytes the records are walked in and their binary columns gathered from, and where each
+    picked batch's records section lies in them. The segment's bytes themselves when no batch is
+    compressed; else every records section, decompressed (once) or not, end to end."""
+    zero_copy = all(h.compression == COMPRESSION_NONE for _, h in picked)
+    arena = bytearray()
+    sections: list[tuple[int, int]] = []
+    for pos, h in picked:
+        start, end = pos + HEADER_SIZE, pos + h.size
+        try:
+            validate_batch(data, pos, check_records=False)
+            if h.records_count < 0:
+                raise CorruptRecordError(f"negative record count {h.records_count}", position=pos)
+            if zero_copy:
+                sections.append((start, end))
+                continue
+            if h.compression == COMPRESSION_NONE:
+                section: BytesLike = memoryview(data)[start:end]
+            else:
+                section = decompress(h.compression, memoryview(data)[start:end])
+        except RecordError as exc:
+            raise _corrupt(source, pos, exc) from None
+        sections.append((len(arena), len(arena) + len(section)))
+        arena += section
+    return (data if zero_copy else arena), sections
+
+
+def _batches(data: BytesLike, source: Source, from_offset: int, to_offset: int,
+             dropped: dict[int, list[tuple[int, int]]]) -> list[tuple[int, BatchHeader]]:
+    """(position, header) of the batches holding wanted records, by their headers alone."""
+    picked: list[tuple[int, BatchHeader]] = []
     pos, n = 0, len(data)
     while pos < n:
         try:
@@ -106,47 +159,93 @@ def decode_records(data: bytes, source: Source, from_offset: int, to_offset: int
                     f"{source.object_name}: partial batch at byte {source.base_position + pos} "
                     f"({n - pos} bytes left)")
             header = read_header(data, pos)
-            if header.next_offset <= from_offset or header.is_control or (
-                    dropped and header.is_transactional and _in_aborted(dropped, header)):
-                pos += header.size
-                continue
-            if header.base_offset >= to_offset:
-                break
-            header, records = decode_batch(data, pos)
         except RecordError as exc:
-            at = source.base_position + (exc.position if exc.position is not None else pos)
-            raise CorruptSegmentError(f"{source.object_name}: corrupt batch at byte {at}: {exc}") from None
-        ts_type = header.timestamp_type
-        for r in records:
-            if not from_offset <= r.offset < to_offset:
-                continue
-            keys.append(r.key)
-            values.append(r.value)
-            offsets.append(r.offset)
-            timestamps.append(r.timestamp * 1000)
-            timestamp_types.append(ts_type)
-            if include_headers:
-                for hk, hv in r.headers:
-                    header_keys.append(hk)
-                    header_values.append(hv)
-                header_offsets.append(len(header_keys))
-                header_present.append(bool(r.headers))
+            raise _corrupt(source, pos, exc) from None
+        if header.base_offset >= to_offset:
+            break
+        if not (header.next_offset <= from_offset or header.is_control or (
+                dropped and header.is_transactional and _in_aborted(dropped, header))):
+            picked.append((pos, header))
         pos += header.size
-    count = len(offsets)
-    columns = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+    return picked
+
+
+def _corrupt(source: Source, pos: int, exc: RecordError) -> CorruptSegmentError:
+    at = source.base_position + (exc.position if exc.position is not None else pos)
+    return CorruptSegmentError(f"{source.object_name}: corrupt batch at byte {at}: {exc}")
+
+
+def _fragments(cuts: array[int], arena: pa.Buffer) -> pa.Array:
+    """The arena cut at ``cuts``: fragment ``4i`` is the ``i``th key (or header key), ``4i + 2`` its value."""
+    if not cuts:
+        return pa.array([], pa.large_binary())
+    return pa.Array.from_buffers(pa.large_binary(), len(cuts) - 1, [None, pa.py_buffer(cuts), arena])
+
+
+def _gather(fragments: pa.Array, first: int, count: int, nulls: list[int]) -> pa.Array:
+    """Fragments ``first, first + 4, ...`` (``count`` of them) as one binary array; ``nulls`` lists
+    the items that are null."""
+    mask = None
+    if nulls:
+        flags = [False] * count
+        for i in nulls:
+            flags[i] = True
+        mask = pa.array(flags, pa.bool_())
+    indices = pa.array(range(first, first + 4 * count, 4), pa.int64(), mask=mask)
+    return fragments.take(indices).cast(pa.binary())
+
+
+def _to_arrow(columns: RecordColumns, arena: pa.Buffer, source: Source,
+              picked: list[tuple[int, BatchHeader]]) -> pa.RecordBatch:
+    count = len(columns)
+    fragments = _fragments(columns.cuts, arena)
+    milliseconds = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(columns.timestamps)])
+    arrays = [
+        _gather(fragments, 0, count, columns.null_keys),
+        _gather(fragments, 2, count, columns.null_values),
         pa.repeat(pa.scalar(source.topic, pa.string()), count),
         pa.repeat(pa.scalar(source.partition, pa.int32()), count),
-        pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.int64()).cast(TIMESTAMP_TYPE),
-        pa.array(timestamp_types, pa.int32()),
+        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(columns.offsets)]),
+        # Kafka timestamps are epoch milliseconds, Spark's microseconds
+        pc.multiply_checked(milliseconds, 1000).cast(TIMESTAMP_TYPE),
+        pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(columns.timestamp_types)]),
     ]
-    if include_headers:
-        items = pa.StructArray.from_arrays(
-            [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())], fields=list(HEADER_TYPE))
-        # null, not [], for a record without headers: Spark's Kafka source does the same
-        mask = pa.array([not present for present in header_present], pa.bool_())
-        columns.append(pa.ListArray.from_arrays(pa.array(header_offsets, pa.int32()), items, type=HEADERS_TYPE,
-                                                mask=mask))
-    return pa.RecordBatch.from_arrays(columns, schema=kafka_schema(include_headers))
+    if columns.include_headers:
+        arrays.append(_headers(columns, arena, source, picked))
+    return pa.RecordBatch.from_arrays(arrays, schema=kafka_schema(columns.include_headers))
+
+
+def _headers(columns: RecordColumns, arena: pa.Buffer, source: Source,
+             picked: list[tuple[int, BatchHeader]]) -> pa.Array:
+    count = len(columns)
+    header_count = len(columns.header_cuts) >> 2
+    fragments = _fragments(columns.header_cuts, arena)
+    keys = _gather(fragments, 0, header_count, [])
+    try:
+        text = keys.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise _bad_header_key(columns, keys, source, picked) from None
+    items = pa.StructArray.from_arrays(
+        [text, _gather(fragments, 2, header_count, columns.null_header_values)], fields=list(HEADER_TYPE))
+    list_offsets = pa.Array.from_buffers(pa.int32(), count + 1, [None, pa.py_buffer(columns.header_offsets)])
+    # null, not [], for a record without headers: Spark's Kafka source does the same
+    mask = pc.equal(list_offsets[1:], list_offsets[:-1])
+    return pa.ListArray.from_arrays(list_offsets, items, type=HEADERS_TYPE, mask=mask)
+
+
+def _bad_header_key(columns: RecordColumns, keys: pa.Array, source: Source,
+                    picked: list[tuple[int, BatchHeader]]) -> CorruptSegmentError:
+    """Which record's header key is not UTF-8, by its batch's position: found only on this path."""
+    bad = next(i for i, k in enumerate(keys.to_pylist()) if not _is_utf8(k))
+    offset = columns.offsets[bisect.bisect_right(columns.header_offsets, bad) - 1]
+    pos = next(p for p, h in picked if h.base_offset <= offset <= h.last_offset)
+    return CorruptSegmentError(f"{source.object_name}: corrupt batch at byte {source.base_position + pos}: "
+                               f"a header key of the record at offset {offset} is not valid UTF-8")
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
