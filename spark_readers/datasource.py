@@ -3,20 +3,28 @@
 The driver lists the manifests and plans :class:`~spark_readers.planner.ReadTask` s; each becomes one
 input partition, and an executor turns it into one ranged GET and one Arrow batch. Executors open the
 store themselves from the reader's options (the reader object is pickled to them), so the planned
-partitions carry no credentials.
+partitions carry no credentials. With ``kafka.bootstrap.servers`` the offsets past the tiered part are
+planned as :class:`~spark_readers.brokers.TailTask` s, read by a consumer in the executor.
+
+``pushFilters=true`` gives a reader that takes Spark's pushed filters (:mod:`spark_readers.filters`).
+Spark 4.1+ refuses a reader implementing ``pushFilters`` unless the session sets
+``spark.sql.python.filterPushdown.enabled=true`` (default false), so the plain reader stays the default:
+a session without that setting keeps working.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
+from spark_readers.brokers import Brokers, TailTask, consumer_config, read_tail
 from spark_readers.decoder import spark_ddl
-from spark_readers.options import ReaderOptions, include_headers, parse_options
-from spark_readers.planner import ReadTask, plan
+from spark_readers.filters import PushedFilters, describe, push
+from spark_readers.options import ReaderOptions, include_headers, parse_options, push_filters
+from spark_readers.planner import ReadTask, Task, plan
 from spark_readers.read import read_task
 from spark_readers.storage import StorageSpec, open_storage, storage_spec
 from spark_readers.writer import TieredLogStreamWriter, TieredLogWriter, parse_write_options
@@ -33,6 +41,37 @@ class ReadTaskPartition(InputPartition):
                 f"offsets {t.from_offset}..{t.to_offset})")
 
 
+class TailPartition(InputPartition):
+    def __init__(self, task: TailTask) -> None:
+        super().__init__(task)
+        self.task = task
+
+    def __repr__(self) -> str:
+        t = self.task
+        return f"TailPartition({t.topic}-{t.partition} offsets {t.from_offset}..{t.to_offset} from the brokers)"
+
+
+def input_partition(task: Task) -> InputPartition:
+    return TailPartition(task) if isinstance(task, TailTask) else ReadTaskPartition(task)
+
+
+def brokers_for(options: ReaderOptions) -> Brokers | None:
+    """The driver's admin client, when the reader reads the brokers' tail."""
+    if not options.reads_brokers:
+        return None
+    return Brokers(options.kafka, options.read_committed, options.poll_timeout_ms / 1000)
+
+
+def read_partition(spec: StorageSpec, options: ReaderOptions, partition: InputPartition) -> pa.RecordBatch:
+    """One input partition's rows, from the remote tier or the brokers."""
+    if isinstance(partition, ReadTaskPartition):
+        return read_task(open_storage(spec), partition.task, options.include_headers)
+    if isinstance(partition, TailPartition):
+        return read_tail(consumer_config(options.kafka, options.read_committed), partition.task,
+                         options.include_headers, options.poll_timeout_ms)
+    raise TypeError(f"not a tieredlog input partition: {partition!r}")
+
+
 class TieredLogDataSource(DataSource):
     """Options: see :mod:`spark_readers.options` and :mod:`spark_readers.storage`, and docs/spark.md."""
 
@@ -46,7 +85,10 @@ class TieredLogDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = parse_options(self.options)
-        return TieredLogReader(options, storage_spec(options.path, options.storage))
+        spec = storage_spec(options.path, options.storage)
+        if push_filters(self.options):
+            return TieredLogFilteringReader(options, spec)
+        return TieredLogReader(options, spec)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         # imported here: spark_readers.stream imports ReadTaskPartition from this module
@@ -67,11 +109,22 @@ class TieredLogReader(DataSourceReader):
     def __init__(self, options: ReaderOptions, spec: StorageSpec) -> None:
         self.options = options
         self.spec = spec
+        self.pushed = PushedFilters()
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [ReadTaskPartition(task) for task in plan(open_storage(self.spec), self.options)]
+        tasks = plan(open_storage(self.spec), self.options, pushed=self.pushed, brokers=brokers_for(self.options))
+        return [input_partition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, ReadTaskPartition):
-            raise TypeError(f"not a tieredlog input partition: {partition!r}")
-        yield read_task(open_storage(self.spec), partition.task, self.options.include_headers)
+        yield self.pushed.filter_batch(read_partition(self.spec, self.options, partition))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(describe(self.pushed)) or 'no pushed filters'})"
+
+
+class TieredLogFilteringReader(TieredLogReader):
+    """``pushFilters=true``: takes the filters on ``partition``, ``offset`` and ``timestamp``."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 (Spark's name)
+        self.pushed, rest = push(filters)
+        return rest

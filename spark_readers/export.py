@@ -79,7 +79,8 @@ def _progress(done: int, total: int, rows: int) -> None:
 def export(options: ReaderOptions, to: Path, progress: bool = True) -> int:
     """Write every planned row under ``to``; returns the row count."""
     rsm = open_storage(storage_spec(options.path, options.storage))
-    tasks = plan(rsm, options)
+    # no brokers: every task reads the remote tier
+    tasks = [t for t in plan(rsm, options) if isinstance(t, ReadTask)]
     by_partition: dict[tuple[str, int], list[ReadTask]] = {}
     for task in tasks:
         by_partition.setdefault((task.topic, task.partition), []).append(task)

@@ -21,6 +21,15 @@
   (see :mod:`spark_readers.transactions`). Control batches are never rows.
 - ``maxBytesPerPartition``: a segment slice larger than this (bytes, default 64 MiB) is split into
   several input partitions at batch boundaries (from the remote offset index).
+- ``pushFilters``: ``true`` pushes ``where`` clauses on ``partition``, ``offset`` and ``timestamp`` into
+  the plan (:mod:`spark_readers.filters`); default ``false``.
+- ``assign``: JSON ``{"t":[0,1]}``, the partitions to read, instead of the topic options (as Spark's).
+- ``minPartitions`` / ``maxRecordsPerPartition``: split offset ranges into more input partitions, as
+  Spark's Kafka source splits them (see :mod:`spark_readers.planner`).
+- ``kafka.bootstrap.servers``: read the offsets not in the remote tier yet from the brokers; every
+  ``kafka.*`` option (prefix removed) configures those clients (librdkafka's names), and
+  ``kafkaConsumer.pollTimeoutMs`` bounds how long a task waits for its range (see
+  :mod:`spark_readers.brokers`).
 
 Streaming queries (``parse_options(..., streaming=True)``), as Spark's Kafka source: ``startingOffsets``
 also takes ``latest`` (and -1 in JSON); the ending options are refused; ``maxOffsetsPerTrigger`` caps
@@ -39,6 +48,11 @@ from tieredlog.rsm.keys import InvalidKeyError, validate_topic
 EARLIEST = -2
 LATEST = -1
 DEFAULT_MAX_BYTES_PER_PARTITION = 64 * 1024 * 1024
+# Spark's kafkaConsumer.pollTimeoutMs default (spark.network.timeout)
+DEFAULT_POLL_TIMEOUT_MS = 120_000
+# The consumer settings Spark's Kafka source refuses as kafka.* options: the reader owns them.
+RESERVED_KAFKA_OPTIONS = ("group.id", "auto.offset.reset", "enable.auto.commit", "key.deserializer",
+                          "value.deserializer", "interceptor.classes")
 
 
 class OptionError(ValueError):
@@ -82,12 +96,29 @@ class ReaderOptions:
     max_offsets_per_trigger: int | None = None
     # kafka.isolation.level=read_committed
     read_committed: bool = True
+    # assign: topic -> the partitions to read (None: every partition of the topics)
+    assign: dict[str, tuple[int, ...]] | None = None
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    # kafka.* options without the prefix, for the brokers' clients; kept out of repr (SASL passwords)
+    kafka: dict[str, str] = field(default_factory=dict, repr=False)
+    poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+
+    @property
+    def reads_brokers(self) -> bool:
+        return "bootstrap.servers" in self.kafka
 
 
 def include_headers(raw: Mapping[str, str]) -> bool:
     """``includeHeaders`` alone: the schema depends only on it, and is asked for before Spark says
     whether the query is a batch or a stream (whose options differ)."""
     return _boolean({k.lower(): v for k, v in raw.items()}, "includeheaders", False)
+
+
+def push_filters(raw: Mapping[str, str]) -> bool:
+    """``pushFilters``: whether the reader takes Spark's pushed filters (the session must then set
+    ``spark.sql.python.filterPushdown.enabled=true``, see :mod:`spark_readers.datasource`)."""
+    return _boolean({k.lower(): v for k, v in raw.items()}, "pushfilters", False)
 
 
 def parse_options(raw: Mapping[str, str], streaming: bool = False) -> ReaderOptions:
@@ -99,13 +130,17 @@ def parse_options(raw: Mapping[str, str], streaming: bool = False) -> ReaderOpti
             # as Spark's Kafka source: a stream has no end; the checkpoint says where it is
             raise OptionError(f"option {ending[0]} is not valid in streaming queries")
     starting_words = {"earliest": EARLIEST, "latest": LATEST} if streaming else {"earliest": EARLIEST}
-    named = [k for k in ("topic", "subscribe", "topicpattern", "subscribepattern") if options.get(k)]
+    named = [k for k in ("topic", "subscribe", "topicpattern", "subscribepattern", "assign") if options.get(k)]
     if len(named) != 1:
-        raise OptionError("set exactly one of topic, subscribe, topicPattern, subscribePattern"
+        raise OptionError("set exactly one of topic, subscribe, topicPattern, subscribePattern, assign"
                           + (f" (got {', '.join(named)})" if named else ""))
     topics: tuple[str, ...] = ()
     pattern = None
-    if named[0] in ("topic", "subscribe"):
+    assign = None
+    if named[0] == "assign":
+        assign = _assign(options["assign"])
+        topics = tuple(sorted(assign))
+    elif named[0] in ("topic", "subscribe"):
         try:
             topics = tuple(validate_topic(t.strip()) for t in options[named[0]].split(",") if t.strip())
         except InvalidKeyError as exc:
@@ -130,7 +165,34 @@ def parse_options(raw: Mapping[str, str], streaming: bool = False) -> ReaderOpti
         storage={k: v for k, v in options.items() if k.startswith(("storage.", "key."))},
         max_offsets_per_trigger=_positive(options, "maxoffsetspertrigger", 0) or None,
         read_committed=_isolation(options),
+        assign=assign,
+        min_partitions=_positive(options, "minpartitions", 0) or None,
+        max_records_per_partition=_positive(options, "maxrecordsperpartition", 0) or None,
+        kafka=_kafka(options),
+        poll_timeout_ms=_positive(options, "kafkaconsumer.polltimeoutms", DEFAULT_POLL_TIMEOUT_MS),
     )
+
+
+def _assign(text: str) -> dict[str, tuple[int, ...]]:
+    try:
+        body = json.loads(text)
+        out = {validate_topic(t): tuple(sorted({int(p) for p in parts})) for t, parts in body.items()}
+    except (ValueError, AttributeError, TypeError, InvalidKeyError) as exc:
+        raise OptionError(f'option assign must be JSON like {{"topicA":[0,1],"topicB":[2,4]}}: {exc}') from None
+    if not out or any(not parts or min(parts) < 0 for parts in out.values()):
+        raise OptionError("option assign must name at least one partition of each topic, none negative")
+    return out
+
+
+def _kafka(options: Mapping[str, str]) -> dict[str, str]:
+    out = {k.removeprefix("kafka."): v for k, v in options.items() if k.startswith("kafka.")}
+    for name in RESERVED_KAFKA_OPTIONS:
+        if name in out:
+            # as Spark's Kafka source: the reader owns these consumer settings
+            raise OptionError(f"Kafka option '{name}' is not supported: the reader sets it for its consumers itself")
+    # kafka.isolation.level is read above and handed to the consumer as the reader resolved it
+    out.pop("isolation.level", None)
+    return out
 
 
 def _offset_spec(options: Mapping[str, str], key: str, name: str, default: str,

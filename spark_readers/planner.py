@@ -13,17 +13,35 @@ Whole segments are read without their index. Slices over ``maxBytesPerPartition`
 positions, which are batch boundaries; every piece keeps the same offset bounds, so pieces never
 return the same record twice.
 
-With read_committed (the default) a partition ends at its stable end, and every task carries the
-aborted transactions overlapping its slice (:mod:`spark_readers.transactions`).
+With read_committed (the default) the tiered part of a partition ends at its stable end, and every
+task carries the aborted transactions overlapping its slice (:mod:`spark_readers.transactions`).
+
+With brokers (``kafka.bootstrap.servers``) a partition's range may go past its tiered part, up to the
+brokers' end (high watermark, or last stable offset with read_committed): the offsets from the tiered
+part's end (its stable end with read_committed, where a transaction's marker may still be only on the
+brokers) are read from the brokers by one :class:`~spark_readers.brokers.TailTask` per partition, so the
+two parts meet at one offset, with no gap and nothing twice. A partition not tiered at all is read from
+the brokers whole.
+
+Pushed filters (:mod:`spark_readers.filters`) drop partitions, narrow offsets and, with a timestamp
+lower bound, start at the first offset that recent and skip segments whose maximum timestamp is older.
+
+Offset ranges are then split as Spark's Kafka source splits them: ``maxRecordsPerPartition`` cuts every
+range into pieces of at most that many offsets; ``minPartitions``, when there are fewer pieces than
+that, cuts each piece in proportion to its share of all offsets (``KafkaOffsetRangeCalculator``).
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
-from typing import Collection, Iterator, Mapping
+import math
+import uuid
+from dataclasses import dataclass, replace
+from typing import Collection, Iterator, Mapping, Protocol
 
-from spark_readers.catalog import Catalog, CatalogError, SegmentSlice
+from spark_readers.brokers import TailTask
+from spark_readers.catalog import Catalog, CatalogError, Segment, SegmentSlice
+from spark_readers.filters import PushedFilters
 from spark_readers.indexes import offset_index_entries
 from spark_readers.options import EARLIEST, LATEST, OptionError, ReaderOptions
 from spark_readers.timestamps import offset_for_timestamp
@@ -54,83 +72,180 @@ class ReadTask:
     aborted: Aborted = ()
 
 
+Task = ReadTask | TailTask
+
+
+class BrokerView(Protocol):
+    """What the planner needs of the brokers (:class:`spark_readers.brokers.Brokers`)."""
+
+    def topics(self) -> list[str]: ...
+
+    def partitions(self, topic: str) -> list[int]: ...
+
+    def bounds(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]: ...
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRange:
+    """Offsets ``[start, end)`` of one partition to read: from the remote tier below ``boundary``,
+    from the brokers from it."""
+
+    topic: str
+    partition: int
+    slices: list[SegmentSlice]
+    start: int
+    end: int
+    boundary: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Offsets ``[lo, hi)`` read from one segment slice (``index`` into the range's slices), or from
+    the brokers (``index`` None)."""
+
+    range: PartitionRange
+    index: int | None
+    lo: int
+    hi: int
+    aborted: Aborted = ()
+
+
 def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
-         partitions: Mapping[str, Collection[int]] | None = None) -> list[ReadTask]:
+         partitions: Mapping[str, Collection[int]] | None = None, pushed: PushedFilters | None = None,
+         brokers: BrokerView | None = None) -> list[Task]:
     """Read tasks for the offsets ``options`` give; ``partitions`` (topic -> partitions) narrows the plan
     to those partitions, so the streaming reader plans (and GETs checkpoints for) only the partitions a
-    micro-batch advances."""
-    tasks: list[ReadTask] = []
-    for topic, partition, slices in _resolved(rsm, options, partitions):
-        start, end = _bounds(rsm, topic, partition, slices, options)
-        tasks.extend(_plan_range(rsm, topic, partition, slices, start, end, options))
+    micro-batch advances. Tail tasks only with ``brokers``."""
+    pieces: list[_Piece] = []
+    for r in _ranges(rsm, options, partitions, pushed, brokers):
+        start, end = r.start, r.end
+        if pushed is not None:
+            start, end = pushed.offsets(start, end)
+            start = _timestamp_start(rsm, r, start, end, pushed)
+        if start >= end:
+            continue
+        pieces.extend(_tiered_pieces(rsm, r, start, min(end, r.boundary), options, pushed))
+        if end > r.boundary:
+            pieces.append(_Piece(r, None, max(start, r.boundary), end))
+    tasks: list[Task] = []
+    indexes: dict[uuid.UUID, list[tuple[int, int]]] = {}
+    for piece in _split(pieces, options.max_records_per_partition, options.min_partitions):
+        r = piece.range
+        if piece.index is None:
+            tasks.append(TailTask(r.topic, r.partition, piece.lo, piece.hi))
+        else:
+            tasks.extend(_tasks_for_slice(rsm, indexes, r.topic, r.partition, r.slices[piece.index], piece.lo,
+                                          piece.hi, options.max_bytes_per_partition, piece.aborted))
     return tasks
 
 
-def offset_bounds(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions) -> dict[str, dict[int, tuple[int, int]]]:
+def offset_bounds(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
+                  brokers: BrokerView | None = None) -> dict[str, dict[int, tuple[int, int]]]:
     """Topic -> partition -> the ``[start, end)`` offsets :func:`plan` would read with ``options``, without
     planning reads: the streaming reader's initial and latest offsets, resolved exactly as a batch
     query resolves its range."""
     out: dict[str, dict[int, tuple[int, int]]] = {}
-    for topic, partition, slices in _resolved(rsm, options, None):
-        out.setdefault(topic, {})[partition] = _bounds(rsm, topic, partition, slices, options)
+    for r in _ranges(rsm, options, None, None, brokers):
+        out.setdefault(r.topic, {})[r.partition] = (r.start, r.end)
     return out
 
 
-def _resolved(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
-              partitions: Mapping[str, Collection[int]] | None) -> Iterator[tuple[str, int, list[SegmentSlice]]]:
+def _ranges(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
+            partitions: Mapping[str, Collection[int]] | None, pushed: PushedFilters | None,
+            brokers: BrokerView | None) -> Iterator[PartitionRange]:
     catalog = Catalog(rsm)
-    topics = _topics(catalog, options) if partitions is None else sorted(partitions)
+    wanted: Mapping[str, Collection[int]] | None = partitions if partitions is not None else options.assign
+    topics = sorted(wanted) if wanted is not None else _topics(catalog, options, brokers)
     for topic in topics:
-        segments = catalog.committed_segments(topic)
-        if partitions is not None:
-            segments = {p: s for p, s in segments.items() if p in partitions[topic]}
-        slices = catalog.resolve_partitions(segments)
-        for partition in sorted(slices):
-            yield topic, partition, slices[partition]
+        segments = _committed_segments(catalog, topic, brokers is not None)
+        on_brokers = brokers.partitions(topic) if brokers is not None else []
+        if not segments and not on_brokers:
+            raise CatalogError(f"topic {topic!r} is neither in the remote tier nor on the brokers")
+        found = set(segments) | set(on_brokers)
+        if wanted is not None:
+            missing = sorted(set(wanted[topic]) - found)
+            if missing and partitions is None:
+                raise PlanError(f"{topic}-{missing[0]} is not in the remote tier"
+                                + (" nor on the brokers" if brokers is not None else ""))
+            found &= set(wanted[topic])
+        if pushed is not None:
+            found = {p for p in found if pushed.keeps_partition(p)}
+        slices = catalog.resolve_partitions({p: s for p, s in segments.items() if p in found})
+        live = sorted(p for p in on_brokers if p in found)
+        bounds = brokers.bounds(topic, live) if brokers is not None and live else {}
+        for partition in sorted(found):
+            yield _range(rsm, topic, partition, slices.get(partition, []), options, bounds.get(partition), brokers)
 
 
-def _topics(catalog: Catalog, options: ReaderOptions) -> list[str]:
+def _committed_segments(catalog: Catalog, topic: str, with_brokers: bool) -> dict[int, list[Segment]]:
+    try:
+        return catalog.committed_segments(topic)
+    except CatalogError:
+        if with_brokers and not catalog.rsm.list_topic_segment_objects(topic):
+            return {}  # not tiered yet: the brokers have all of it
+        raise
+
+
+def _topics(catalog: Catalog, options: ReaderOptions, brokers: BrokerView | None) -> list[str]:
     if options.topic_pattern is None:
         return list(options.topics)
     pattern = options.topic_pattern
-    found = [t for t in catalog.topics() if pattern.fullmatch(t)]
+    names = set(catalog.topics()) | set(brokers.topics() if brokers is not None else [])
+    found = sorted(t for t in names if pattern.fullmatch(t))
     if not found:
-        raise CatalogError(f"no topic in the remote tier matches {pattern.pattern!r}")
+        raise CatalogError(f"no topic in the remote tier{' or on the brokers' if brokers is not None else ''} "
+                           f"matches {pattern.pattern!r}")
     return found
 
 
-def _bounds(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
-            options: ReaderOptions) -> tuple[int, int]:
+def _range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
+           options: ReaderOptions, on_brokers: tuple[int, int] | None, brokers: BrokerView | None) -> PartitionRange:
     """The ``[start, end)`` the options give one partition, checked against its tiered part (with
-    read_committed, the part below its stable end)."""
+    read_committed, the part below its stable end) and, with brokers, against the brokers' log."""
     name = f"{topic}-{partition}"
-    earliest, tiered_end = slices[0].from_offset, slices[-1].to_offset
-    if options.read_committed:
-        try:
-            tiered_end = max(earliest, stable_end(rsm, slices))
-        except TransactionError as exc:
-            raise PlanError(f"{name}: {exc}") from None
+    if slices:
+        earliest, boundary = slices[0].from_offset, slices[-1].to_offset
+        if options.read_committed:
+            try:
+                boundary = max(earliest, stable_end(rsm, slices))
+            except TransactionError as exc:
+                raise PlanError(f"{name}: {exc}") from None
+    elif on_brokers is not None:
+        earliest = boundary = on_brokers[0]
+    else:
+        raise PlanError(f"{name} is not in the remote tier nor on the brokers")
+    latest = boundary
+    if on_brokers is not None:
+        latest = on_brokers[1]
+        # brokers behind the tier (a truncated history): their log is the partition's
+        boundary = min(boundary, latest)
+        earliest = min(earliest, latest)
     start = options.starting.for_partition(topic, partition, "startingOffsets")
     end = options.ending.for_partition(topic, partition, "endingOffsets")
     if options.starting.by_timestamp:
-        found = offset_for_timestamp(rsm, slices, start)
+        found = _offset_for_timestamp(rsm, topic, partition, slices, start, on_brokers is not None, brokers)
         if found is None and not options.start_latest_when_no_timestamp:
-            raise PlanError(f"{name}: no record in the remote tier has a timestamp at or after {start} "
-                            "(startingOffsetsByTimestampStrategy=latest starts at the end instead)")
-        start = tiered_end if found is None else found
+            raise PlanError(f"{name}: no record in the remote tier{' or on the brokers' if on_brokers else ''} has a "
+                            f"timestamp at or after {start} (startingOffsetsByTimestampStrategy=latest starts at the "
+                            "end instead)")
+        start = latest if found is None else found
     if options.ending.by_timestamp:
-        found = offset_for_timestamp(rsm, slices, end)
-        end = tiered_end if found is None else found
+        found = _offset_for_timestamp(rsm, topic, partition, slices, end, on_brokers is not None, brokers)
+        end = latest if found is None else found
     # LATEST as a start comes only from a streaming query's startingOffsets (batch options refuse it)
-    start = earliest if start == EARLIEST else tiered_end if start == LATEST else start
-    end = tiered_end if end == LATEST else end
-    if end > tiered_end:
-        if tiered_end < slices[-1].to_offset:
-            raise PlanError(f"{name}: offsets from {tiered_end} are in a transaction whose marker is not in the "
+    start = earliest if start == EARLIEST else latest if start == LATEST else start
+    end = latest if end == LATEST else end
+    if end > latest:
+        if on_brokers is not None:
+            raise PlanError(f"{name}: endingOffsets {end} is past the end of the partition on the brokers ({latest})")
+        if latest < slices[-1].to_offset:
+            raise PlanError(f"{name}: offsets from {latest} are in a transaction whose marker is not in the "
                             f"remote tier yet (endingOffsets {end}); kafka.isolation.level=read_uncommitted reads "
-                            "them")
-        raise PlanError(f"{name}: offsets from {tiered_end} are not in the remote tier yet (endingOffsets "
-                        f"{end}); reading the brokers' tail is not supported yet")
+                            "them, kafka.bootstrap.servers reads them from the brokers")
+        raise PlanError(f"{name}: offsets from {latest} are not in the remote tier yet (endingOffsets "
+                        f"{end}); set kafka.bootstrap.servers to read them from the brokers")
     if start < earliest:
         if options.fail_on_data_loss:
             raise PlanError(f"{name}: offset {start} is no longer in the remote tier (earliest {earliest}); "
@@ -138,15 +253,37 @@ def _bounds(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, sl
         start = earliest
     if start > end:
         raise OptionError(f"{name}: starting offset {start} is after ending offset {end}")
-    return start, end
+    return PartitionRange(topic, partition, slices, start, end, boundary)
 
 
-def _plan_range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
-                start: int, end: int, options: ReaderOptions) -> Iterator[ReadTask]:
-    name = f"{topic}-{partition}"
+def _offset_for_timestamp(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int,
+                          slices: list[SegmentSlice], timestamp: int, ask_brokers: bool,
+                          brokers: BrokerView | None) -> int | None:
+    found = offset_for_timestamp(rsm, slices, timestamp) if slices else None
+    if found is None and ask_brokers and brokers is not None:
+        found = brokers.offset_for_timestamp(topic, partition, timestamp)
+    return found
+
+
+def _timestamp_start(rsm: ObjectStoreRemoteStorageManager, r: PartitionRange, start: int, end: int,
+                     pushed: PushedFilters) -> int:
+    """``start`` moved to the first tiered offset at or after the pushed timestamp lower bound (or to
+    the brokers' part when no tiered record is that recent)."""
+    ts = pushed.timestamp_low_ms()
+    if ts is None or start >= end:
+        return start
+    candidates = [s for s in r.slices if s.to_offset > start and s.from_offset < min(end, r.boundary)]
+    found = offset_for_timestamp(rsm, candidates, ts) if candidates else None
+    return max(start, r.boundary if found is None else found)
+
+
+def _tiered_pieces(rsm: ObjectStoreRemoteStorageManager, r: PartitionRange, start: int, end: int,
+                   options: ReaderOptions, pushed: PushedFilters | None) -> Iterator[_Piece]:
+    name = f"{r.topic}-{r.partition}"
     cursor = start
-    txns = AbortedTransactions(rsm, slices) if options.read_committed else None
-    for i, s in enumerate(slices):
+    txns = AbortedTransactions(rsm, r.slices) if options.read_committed else None
+    ts = pushed.timestamp_low_ms() if pushed is not None else None
+    for i, s in enumerate(r.slices):
         lo, hi = max(s.from_offset, start), min(s.to_offset, end)
         if lo >= hi:
             continue
@@ -154,22 +291,45 @@ def _plan_range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int
             raise PlanError(f"{name}: offsets {cursor}..{lo - 1} are in no committed remote segment; "
                             "set failOnDataLoss=false to skip them")
         cursor = hi
+        if ts is not None and s.segment.metadata.max_timestamp_ms < ts:
+            continue  # every record of the segment is older than the pushed lower bound
         try:
             aborted = txns.overlapping(i, lo, hi) if txns is not None else ()
         except TransactionError as exc:
             raise PlanError(f"{name}: {exc}") from None
-        yield from _tasks_for_slice(rsm, topic, partition, s, lo, hi, options.max_bytes_per_partition, aborted)
+        yield _Piece(r, i, lo, hi, aborted)
 
 
-def _tasks_for_slice(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, s: SegmentSlice,
-                     lo: int, hi: int, max_bytes: int, aborted: Aborted) -> Iterator[ReadTask]:
+def _split(pieces: list[_Piece], max_records: int | None, min_partitions: int | None) -> list[_Piece]:
+    """``maxRecordsPerPartition``, then ``minPartitions``, as Spark's Kafka source applies them."""
+    out = [part for p in pieces for part in _cut(p, math.ceil((p.hi - p.lo) / max_records) if max_records else 1)]
+    if min_partitions is None or len(out) >= min_partitions:
+        return out
+    total = sum(p.hi - p.lo for p in out)
+    return [part for p in out for part in _cut(p, max(1, round((p.hi - p.lo) / total * min_partitions)))]
+
+
+def _cut(p: _Piece, n: int) -> list[_Piece]:
+    if n <= 1:
+        return [p]
+    size = p.hi - p.lo
+    bounds = sorted({p.lo + size * k // n for k in range(n)} | {p.hi})
+    return [replace(p, lo=a, hi=b) for a, b in zip(bounds, bounds[1:])]
+
+
+def _tasks_for_slice(rsm: ObjectStoreRemoteStorageManager, indexes: dict[uuid.UUID, list[tuple[int, int]]],
+                     topic: str, partition: int, s: SegmentSlice, lo: int, hi: int, max_bytes: int,
+                     aborted: Aborted) -> Iterator[ReadTask]:
     seg = s.segment
     object_name = seg.manifest_key.removesuffix("manifest") + "log"
     whole = lo <= seg.start_offset and hi > seg.end_offset
     if whole and seg.log_size <= max_bytes:
         yield ReadTask(topic, partition, seg.metadata, object_name, 0, None, lo, hi, aborted)
         return
-    entries = offset_index_entries(rsm, seg.metadata)
+    key = seg.metadata.remote_log_segment_id.id
+    if key not in indexes:
+        indexes[key] = offset_index_entries(rsm, seg.metadata)
+    entries = indexes[key]
     offsets = [o for o, _ in entries]
     i = bisect.bisect_right(offsets, lo) - 1
     first = entries[i][1] if i >= 0 else 0
@@ -183,4 +343,3 @@ def _tasks_for_slice(rsm: ObjectStoreRemoteStorageManager, topic: str, partition
     for a, b in zip(cuts, cuts[1:]):
         if b > a:
             yield ReadTask(topic, partition, seg.metadata, object_name, a, b - 1, lo, hi, aborted)
-

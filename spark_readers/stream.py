@@ -14,8 +14,12 @@ per partition; offsets with no record, e.g. after compaction, make a batch's row
 
 The stream's planning reuses the batch planner (:func:`~spark_readers.planner.offset_bounds` for the
 offsets, :func:`~spark_readers.planner.plan` with per-partition start and end for the read tasks), and
-executors read with :func:`~spark_readers.read.read_task`, so a micro-batch returns exactly what a
-batch query over the same offsets returns.
+executors read with the batch reader's code, so a micro-batch returns exactly what a batch query over
+the same offsets returns.
+
+With ``kafka.bootstrap.servers`` a partition's latest offset is the brokers' end (high watermark, or
+last stable offset with read_committed) and each micro-batch reads what is past the tiered part from
+the brokers (:mod:`spark_readers.brokers`), so the stream follows the live topic, not only the tier.
 """
 
 from __future__ import annotations
@@ -28,10 +32,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from spark_readers.datasource import ReadTaskPartition
+from spark_readers.datasource import brokers_for, input_partition, read_partition
 from spark_readers.options import EARLIEST, OffsetSpec, ReaderOptions
 from spark_readers.planner import PlanError, offset_bounds, plan
-from spark_readers.read import read_task
 from spark_readers.storage import StorageSpec, open_storage
 
 # (topic, partition) -> offset: the working form of a JSON offset
@@ -82,7 +85,7 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # Spark asks again at every trigger until a first micro-batch is checkpointed: resolved once per
         # run, or startingOffsets=latest would move on with the tier and never read anything.
         if self._initial is None:
-            bounds = offset_bounds(open_storage(self.spec), self.options)
+            bounds = offset_bounds(open_storage(self.spec), self.options, brokers_for(self.options))
             self._initial = to_json({(t, p): start for t, parts in bounds.items() for p, (start, _) in parts.items()})
         return self._initial
 
@@ -131,20 +134,20 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             ending.setdefault(topic, {})[partition] = hi
         options = replace(self.options, topics=tuple(sorted(starting)), topic_pattern=None,
                           starting=OffsetSpec(None, starting), ending=OffsetSpec(None, ending))
-        tasks = plan(open_storage(self.spec), options, {t: set(parts) for t, parts in starting.items()})
-        return [ReadTaskPartition(task) for task in tasks]
+        tasks = plan(open_storage(self.spec), options, {t: set(parts) for t, parts in starting.items()},
+                     brokers=brokers_for(self.options))
+        return [input_partition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, ReadTaskPartition):
-            raise TypeError(f"not a tieredlog input partition: {partition!r}")
-        yield read_task(open_storage(self.spec), partition.task, self.options.include_headers)
+        yield read_partition(self.spec, self.options, partition)
 
     def commit(self, end: dict[str, dict[str, int]]) -> None:
         # Nothing to acknowledge: the remote tier is read, never consumed from.
         pass
 
     def _tiered(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(earliest, end) of the tiered part of every partition of the query's topics."""
+        """(earliest, end) of every partition of the query's topics: the tiered part, or with brokers
+        up to their end."""
         everything = replace(self.options, starting=OffsetSpec(EARLIEST, {}))
-        bounds = offset_bounds(open_storage(self.spec), everything)
+        bounds = offset_bounds(open_storage(self.spec), everything, brokers_for(self.options))
         return {(t, p): b for t, parts in bounds.items() for p, b in parts.items()}
