@@ -342,7 +342,7 @@ def test_two_hard_failures_keep_kip101_semantics_across_overlapping_remote_segme
     # Step 3: A comes back as a follower and truncates offsets 1-2 (LE-0 ends at 1 on the leader)
     a.start()
     wait_state(b, S3, 2, 1, [1, 2])
-    assert "truncating s3-0 from 3 to 1 (leader epoch 0 ends at 1)" in a.log_text()
+    assert "truncating s3-0 from 3 to 1 (diverging epoch: leader epoch 0 ends at 1)" in a.log_text()
     assert local_records(a, S3) == [(0, msg(0), 0), (1, msg(3), 1)]
     assert epoch_checkpoint(a, S3) == [(0, 0), (1, 1)]
 

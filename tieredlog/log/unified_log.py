@@ -538,6 +538,9 @@ class UnifiedLog:
             raise ValueError(f"cannot truncate to a negative offset {target_offset}")
         with self._lock:
             if target_offset >= self.log_end_offset:
+                # as Kafka: a broker that led an epoch and appended nothing in it keeps that epoch at
+                # its log end; left there, a fetch naming it would diverge again and again
+                self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
             if target_offset < self.local_log_start_offset:
                 self.truncate_fully_and_start_at(target_offset)

@@ -36,6 +36,8 @@ class FetchPartitionData:
     # goes to the new leader without a Metadata round trip
     current_leader: tuple[int, int] | None = None
     preferred_read_replica: int = -1  # KIP-392: the follower a consumer should fetch from instead
+    # (epoch, end offset) when the fetch's last_fetched_epoch diverges from the leader's log (KIP-320)
+    diverging_epoch: tuple[int, int] | None = None
 
     @property
     def records_size(self) -> int:
@@ -150,12 +152,22 @@ def encode_fetch_response(
                 elif size:
                     p.region(records, size)
             if flexible:
-                if part.current_leader is None:
-                    p.b(b"\0")  # partition tagged fields
-                else:
+                if part.diverging_epoch is None and part.current_leader is None:
+                    p.b(b"\0")  # no partition tagged fields: the common answer
+                    continue
+                # partition tagged fields, in tag order: 0 DivergingEpoch (int32, int64 and its own
+                # tag buffer: 13 bytes), 1 CurrentLeader (two int32 and a tag buffer: 9 bytes)
+                tagged = bytearray()
+                count = 0
+                if part.diverging_epoch is not None:
+                    epoch, end_offset = part.diverging_epoch
+                    tagged += b"\x00\x0d" + _i32(epoch) + _i64(end_offset) + b"\0"
+                    count += 1
+                if part.current_leader is not None:
                     leader_id, leader_epoch = part.current_leader
-                    # one tagged field: tag 1 (CurrentLeader), 9 bytes: two int32 and its own tag buffer
-                    p.b(b"\x01\x01\x09" + _i32(leader_id) + _i32(leader_epoch) + b"\0")
+                    tagged += b"\x01\x09" + _i32(leader_id) + _i32(leader_epoch) + b"\0"
+                    count += 1
+                p.b(encode_uvarint(count) + tagged)
         if flexible:
             p.b(b"\0")  # topic tagged fields
     if flexible:

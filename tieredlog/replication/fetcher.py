@@ -1,11 +1,15 @@
 """Follower fetchers: Kafka's ``ReplicaFetcherManager`` and ``ReplicaFetcherThread``, as asyncio tasks.
 
 One fetcher per leader broker (times ``num.replica.fetchers``) copies the batches of every partition
-this broker follows there. A partition starts in ``TRUNCATING``: the follower asks the leader for
-the end offset of its latest leader epoch (OffsetForLeaderEpoch, KIP-101/279) and cuts its log
-where the two diverge before it fetches anything. Then it fetches from its log end offset, appends
-the leader's batches as they are (offsets and epochs included), and takes the leader's high
-watermark and log start offset. A fenced or moved partition waits for the controller's next word.
+this broker follows there. It fetches from its log end offset naming the latest epoch of its log
+(``last_fetched_epoch``, KIP-320, Kafka's truncation on fetch): where that epoch ends on the leader
+before the fetch offset, the leader answers ``diverging_epoch`` instead of records and the follower
+cuts its log there (KIP-101/279's rule) and fetches again. Otherwise it appends the leader's batches
+as they are (offsets and epochs included) and takes the leader's high watermark and log start
+offset. A partition whose log has no epoch starts in ``TRUNCATING`` (cut to its high watermark);
+one whose fetch offset lies past the leader's log asks the leader where its latest epoch ends
+(OffsetForLeaderEpoch) before fetching again. A fenced or moved partition waits for the
+controller's next word.
 
 A fetch below the leader's local log start of a tiered partition answers
 OFFSET_MOVED_TO_TIERED_STORAGE: the partition enters ``BUILDING_REMOTE_LOG_AUX_STATE`` (KIP-405). The
@@ -148,7 +152,9 @@ class ReplicaFetcher:
         await self._close()
 
     def add(self, partition: Partition) -> None:
-        self.partitions[partition.tp] = PartitionFetchState(partition, partition.leader_epoch)
+        # with an epoch the fetch itself detects divergence; without one, truncate to the high watermark
+        state = FetchState.TRUNCATING if partition.log.leader_epoch_cache.latest_epoch is None else FetchState.FETCHING
+        self.partitions[partition.tp] = PartitionFetchState(partition, partition.leader_epoch, state)
         self._wakeup.set()
 
     def remove(self, tp: TopicPartition) -> bool:
@@ -253,7 +259,8 @@ class ReplicaFetcher:
                     continue
                 await self._truncate_one(s, p.leader_epoch, p.end_offset)
 
-    async def _truncate_one(self, s: PartitionFetchState, leader_epoch: int, leader_end_offset: int) -> None:
+    async def _truncate_one(self, s: PartitionFetchState, leader_epoch: int, leader_end_offset: int,
+                            cause: str = "OffsetForLeaderEpoch") -> None:
         plog = s.partition.log
         loop = asyncio.get_running_loop()
         done = True
@@ -269,8 +276,8 @@ class ReplicaFetcher:
             # we lack that epoch too: cut there, and ask again with our new latest epoch
             done = own_epoch == leader_epoch
         if target < plog.log_end_offset:
-            log.info("%s: truncating %s from %d to %d (leader epoch %d ends at %d)", self.name, s.partition.tp,
-                     plog.log_end_offset, target, leader_epoch, leader_end_offset)
+            log.info("%s: truncating %s from %d to %d (%s: leader epoch %d ends at %d)", self.name,
+                     s.partition.tp, plog.log_end_offset, target, cause, leader_epoch, leader_end_offset)
             await loop.run_in_executor(None, plog.truncate_to, target)
         elif not done:
             done = True  # nothing left to cut: fetch from here
@@ -389,9 +396,10 @@ class ReplicaFetcher:
         by_topic: dict[str, list[dict]] = {}
         for tp, s in states.items():
             plog = s.partition.log
+            latest = plog.leader_epoch_cache.latest_epoch
             by_topic.setdefault(tp.topic, []).append({
                 "partition": tp.partition, "current_leader_epoch": s.leader_epoch,
-                "fetch_offset": plog.log_end_offset, "last_fetched_epoch": -1,
+                "fetch_offset": plog.log_end_offset, "last_fetched_epoch": UNDEFINED_EPOCH if latest is None else latest,
                 "log_start_offset": plog.log_start_offset, "partition_max_bytes": cfg.max_bytes,
             })
         conn = await self._connection()
@@ -403,13 +411,22 @@ class ReplicaFetcher:
         }, version=FETCH_VERSION, timeout_s=timeout)
         if ErrorCode(resp.error_code) != ErrorCode.none:
             raise ConnectionError(f"fetch answered {ErrorCode(resp.error_code).name}")
+        diverging: list[tuple[PartitionFetchState, int, int]] = []
         for t in resp.responses:
             for p in t.partitions:
                 tp = TopicPartition(t.topic, p.partition_index)
                 fs = states.get(tp)
                 if fs is None or self.partitions.get(tp) is not fs:
                     continue  # removed while the fetch was in flight
+                de = p.diverging_epoch
+                if ErrorCode(p.error_code) == ErrorCode.none and de.end_offset >= 0:
+                    # no records: the log diverges from the leader's before the fetch offset
+                    diverging.append((fs, de.epoch, de.end_offset))
+                    continue
                 self._process(fs, p)
+        for fs, epoch, end_offset in diverging:
+            if self.partitions.get(fs.partition.tp) is fs:
+                await self._truncate_one(fs, epoch, end_offset, "diverging epoch")
 
     def _process(self, s: PartitionFetchState, p: object) -> None:
         code = ErrorCode(p.error_code)  # type: ignore[attr-defined]

@@ -60,10 +60,10 @@ def _aborted(info: FetchDataInfo) -> list[tuple[int, int]] | None:
 
 class _PartitionRead:
     __slots__ = ("topic", "partition", "fetch_offset", "max_bytes", "data", "remote", "current_leader_epoch",
-                 "replica_log_start", "leader_end_offset")
+                 "replica_log_start", "leader_end_offset", "last_fetched_epoch")
 
     def __init__(self, topic: str, partition: int, fetch_offset: int, max_bytes: int,
-                 current_leader_epoch: int = -1, replica_log_start: int = -1) -> None:
+                 current_leader_epoch: int = -1, replica_log_start: int = -1, last_fetched_epoch: int = -1) -> None:
         self.topic = topic
         self.partition = partition
         self.fetch_offset = fetch_offset
@@ -73,6 +73,24 @@ class _PartitionRead:
         self.current_leader_epoch = current_leader_epoch
         self.replica_log_start = replica_log_start  # a follower's log start offset
         self.leader_end_offset = -1  # the log end offset when a follower's fetch was first served
+        self.last_fetched_epoch = last_fetched_epoch  # the epoch of the batch before fetch_offset (v12+)
+
+
+def _diverging_epoch(pr: _PartitionRead, plog: UnifiedLog) -> tuple[int, int] | None:
+    """KIP-320's check of a fetch naming ``last_fetched_epoch``, as Kafka's Partition.readRecords:
+    (largest epoch <= it, where that epoch ends) when the fetcher's log diverges from ours before
+    ``fetch_offset`` (we never had its epoch, or ours ends earlier); None when it does not.
+    OffsetOutOfRangeError when we cannot tell (an epoch above all ours) or the offset is below
+    the log start."""
+    epoch, end_offset = plog.leader_epoch_cache.end_offset_for(pr.last_fetched_epoch, plog.log_end_offset)
+    if epoch < 0 or end_offset < 0:
+        raise OffsetOutOfRangeError(
+            f"could not determine the end offset of the last fetched epoch {pr.last_fetched_epoch}")
+    if pr.fetch_offset < plog.log_start_offset:
+        raise OffsetOutOfRangeError(f"offset {pr.fetch_offset} is below the log start {plog.log_start_offset}")
+    if epoch < pr.last_fetched_epoch or end_offset < pr.fetch_offset:
+        return epoch, end_offset
+    return None
 
 
 def _fill_offsets(d: FetchPartitionData, plog: UnifiedLog) -> None:
@@ -108,9 +126,17 @@ async def _read_local(
         if partition.leader_id >= 0:
             d.current_leader = (partition.leader_id, partition.leader_epoch)
         return 0
+    _fill_offsets(d, plog)
+    if pr.last_fetched_epoch >= 0:
+        try:
+            d.diverging_epoch = _diverging_epoch(pr, plog)
+        except OffsetOutOfRangeError:
+            d.error_code = ErrorCode.offset_out_of_range
+            return 0
+        if d.diverging_epoch is not None:
+            return 0  # no records: the fetcher truncates to the epoch's end first
     if follower and pr.leader_end_offset < 0:
         pr.leader_end_offset = plog.log_end_offset
-    _fill_offsets(d, plog)
     max_bytes = min(pr.max_bytes, budget)
     if max_bytes <= 0 and not first:
         return 0
@@ -232,7 +258,7 @@ def _record_follower_fetch(broker: Broker, replica_id: int, reads: list[_Partiti
     if rm is None:
         return
     for pr in reads:
-        if pr.data.error_code == ErrorCode.none and pr.leader_end_offset >= 0:
+        if pr.data.error_code == ErrorCode.none and pr.data.diverging_epoch is None and pr.leader_end_offset >= 0:
             rm.update_follower_fetch_state(TopicPartition(pr.topic, pr.partition), replica_id, pr.fetch_offset,
                                            pr.replica_log_start, pr.leader_end_offset)
 
@@ -298,7 +324,8 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         td = FetchTopicData(name, tid)
         for fp in ft.partitions:
             pr = _PartitionRead(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                                getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1))
+                                getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1),
+                                getattr(fp, "last_fetched_epoch", -1))
             if meta is None and version >= 13:
                 pr.data.error_code = ErrorCode.unknown_topic_id
             elif not may_fetch(name):
@@ -325,7 +352,8 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
             total += await _read_local(
                 broker, pr, isolation, response_max - total, total == 0, follower, ctx.cold_reads
             )
-            errors = errors or pr.data.error_code != ErrorCode.none
+            # a diverging epoch is answered at once, as an error is (Kafka's hasDivergingEpoch)
+            errors = errors or pr.data.error_code != ErrorCode.none or pr.data.diverging_epoch is not None
         if follower and not followed:
             # the follower has everything below its fetch offset: the ISR and the HW may move now
             followed = True

@@ -69,7 +69,8 @@ class CachedPartition:
 
     def must_respond(self, d: Any) -> bool:
         """Whether an incremental answer includes this partition; remembers what it tells."""
-        respond = d.records_size > 0 or d.error_code != ErrorCode.none or d.current_leader is not None
+        respond = (d.records_size > 0 or d.error_code != ErrorCode.none or d.current_leader is not None
+                   or d.diverging_epoch is not None)
         if d.error_code == ErrorCode.none:
             # an error answer carries no offsets worth remembering (Kafka keeps the last good ones)
             if d.high_watermark != self.high_watermark:
