@@ -1,6 +1,8 @@
 """Open transactions made by hand: a transactional batch sent by Produce under a producer id no
 coordinator allocated, which the partition accepts as Kafka's does (an unknown producer id starts a
-transaction at any sequence). Nothing will ever end it but a marker: a hanging transaction.
+transaction at any sequence). Nothing will ever end it but a marker: a hanging transaction. The
+Produce names no transactional id, so the leader has no coordinator to verify it with (KIP-890 part 1
+verifies only produces that name one), as a Kafka broker without an authorizer also lets through.
 
     start = open_transaction(bootstrap, "t", 0, producer_id=7001, timestamp_ms=now_ms() - HOUR_MS)
 """
@@ -49,7 +51,7 @@ def open_transaction(bootstrap: str, topic: str, partition: int, *, producer_id:
     ts = now_ms() if timestamp_ms is None else timestamp_ms
     batch = build_batch([(b"k%d" % i, b"v%d" % i, [], ts) for i in range(records)], producer_id=producer_id,
                         producer_epoch=producer_epoch, base_sequence=base_sequence, is_transactional=True)
-    return produce_batch(bootstrap, topic, partition, batch, transactional_id=f"hand-made-{producer_id}")
+    return produce_batch(bootstrap, topic, partition, batch)
 
 
 def idempotent_batch(producer_id: int, producer_epoch: int, base_sequence: int, records: int,

@@ -139,11 +139,11 @@ CORE_VERSIONS: dict[int, tuple[int, int]] = {
 # Produce versions a Kafka 4 broker advertises but refuses (answered with UNSUPPORTED_VERSION).
 PRODUCE_REJECTED_BELOW = 3
 
-# Transaction APIs (tieredlog.server.txn_apis). Versions up to KIP-890 part 1: AddPartitionsToTxn v4+
-# (brokers' verification requests), EndTxn v5 and TxnOffsetCommit v4+ (part 2's epoch bump per
-# transaction) are not served; clients fall back to the versions below.
+# Transaction APIs (tieredlog.server.txn_apis). Up to KIP-890 part 1: AddPartitionsToTxn v4-5 are the
+# brokers' verification requests; EndTxn v5 and TxnOffsetCommit v4+ (part 2's epoch bump per
+# transaction) are not served, and clients fall back to the versions below.
 TXN_VERSIONS: dict[int, tuple[int, int]] = {
-    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_PARTITIONS_TO_TXN: (0, 5),
     ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 4),
     WRITE_TXN_MARKERS: (1, 1),

@@ -128,6 +128,13 @@ def _write_txn_id(transactional_id: Callable[[Any], str], then_read_group: bool 
     return check
 
 
+def _add_partitions_to_txn(ctx: RequestContext, req: Any) -> ErrorCode | None:
+    # v4+ come from brokers (KIP-890 verification): CLUSTER_ACTION, as the other inter-broker APIs
+    if ctx.api_version >= 4:
+        return _cluster_action(ctx, req)
+    return _write_txn_id(lambda r: r.v3_and_below_transactional_id)(ctx, req)
+
+
 def _init_producer_id(ctx: RequestContext, req: Any) -> ErrorCode | None:
     if req.transactional_id is not None:
         if authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
@@ -239,6 +246,13 @@ def _txn_markers_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
         for m in req.markers]}
 
 
+def _add_partitions_to_txn_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+    if ctx.api_version >= 4:
+        return {"error_code": code, "results_by_transaction": []}
+    return _per_partition(_partitions("v3_and_below_topics", index_attr=None), "results_by_topic_v3_and_below",
+                          "results_by_partition", error_key="partition_error_code")(ctx, req, code)
+
+
 def _init_producer_id_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
     return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
 
@@ -287,10 +301,7 @@ REQUEST_RULES: dict[int, Rule] = {
     # transactions and idempotence
     api.PRODUCE: Rule(_produce, _produce_denied),
     api.INIT_PRODUCER_ID: Rule(_init_producer_id, _init_producer_id_denied),
-    api.ADD_PARTITIONS_TO_TXN: Rule(
-        _write_txn_id(lambda r: r.v3_and_below_transactional_id),
-        _per_partition(_partitions("v3_and_below_topics", index_attr=None), "results_by_topic_v3_and_below",
-                       "results_by_partition", error_key="partition_error_code")),
+    api.ADD_PARTITIONS_TO_TXN: Rule(_add_partitions_to_txn, _add_partitions_to_txn_denied),
     api.ADD_OFFSETS_TO_TXN: Rule(_write_txn_id(lambda r: r.transactional_id, then_read_group=True), _error_only),
     api.END_TXN: Rule(_write_txn_id(lambda r: r.transactional_id), _error_only),
     api.TXN_OFFSET_COMMIT: Rule(_write_txn_id(lambda r: r.transactional_id, then_read_group=True),

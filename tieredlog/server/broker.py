@@ -59,6 +59,7 @@ from tieredlog.server.fetch_session import FetchSessionCache
 from tieredlog.server.log_cleaner_config import cleaner_config_of
 from tieredlog.server.producer_ids import ProducerIdManager
 from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_key, validate_topic_name
+from tieredlog.server.txn_verification import AddPartitionsToTxnManager, VerificationGuards
 
 if TYPE_CHECKING:
     from tieredlog.rlm.manager import RemoteLogManager
@@ -97,6 +98,9 @@ class Broker:
         self.log_manager: Any = None
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
+        # KIP-890 part 1: partition leaders verify a transaction's first batch with its coordinator
+        self.txn_guards = VerificationGuards()
+        self.txn_verification = AddPartitionsToTxnManager(self)
         self.remote_log_manager: RemoteLogManager | None = None  # None = no remote tier
         # in a cluster: deletes the remote data of deleted topics (set with the cluster's RLM)
         self.remote_partition_remover: RemotePartitionRemover | None = None
@@ -386,6 +390,7 @@ class Broker:
             await self._alter_partition.shutdown()
         if self.replica_manager is not None:
             await self.replica_manager.shutdown()
+        await self.txn_verification.close()
         if self.transaction_coordinator is not None:
             try:
                 await self.transaction_coordinator.shutdown()

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 # The first version of each API that knows PRODUCER_FENCED (KIP-588).
 _PRODUCER_FENCED_SINCE = {ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2, TXN_OFFSET_COMMIT: 3}
 INIT_PRODUCER_ID_FENCED_SINCE = 4
+# AddPartitionsToTxn: v4 is the brokers' batched form; v5 knows TRANSACTION_ABORTABLE (KIP-890).
+FIRST_BROKER_VERSION = 4
+TRANSACTION_ABORTABLE_SINCE = 5
 
 
 def for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
@@ -76,6 +79,8 @@ async def init_producer_id(ctx: RequestContext, req: Any) -> dict:
 
 
 async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict:
+    if ctx.api_version >= FIRST_BROKER_VERSION:
+        return await _add_partitions_batched(ctx, req)
     broker = ctx.broker
     topics = [(t.name, list(t.partitions or ())) for t in req.v3_and_below_topics or ()]
     wanted = [(name, p) for name, parts in topics for p in parts]
@@ -103,6 +108,39 @@ async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict:
         {"name": name, "results_by_partition": [{"partition_index": p, "partition_error_code": result[(name, p)]}
                                                 for p in parts]}
         for name, parts in topics]}
+
+
+async def _add_partitions_batched(ctx: RequestContext, req: Any) -> dict:
+    """v4+: brokers' form, several transactions at once (CLUSTER_ACTION, checked before the handler,
+    stands for the WRITE checks a client's request gets); `verify_only` asks whether the partitions
+    are in the transaction (KIP-890 part 1) without adding them."""
+    broker = ctx.broker
+    coordinator = _coordinator(broker)
+
+    async def one(t: Any) -> dict:
+        wanted = [(topic.name, p) for topic in t.topics or () for p in topic.partitions or ()]
+        unknown = {tp for tp in wanted if not _partition_exists(broker, *tp)}
+        if unknown:
+            result = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                      for tp in wanted}
+        elif coordinator is None:
+            result = {tp: ErrorCode.coordinator_not_available for tp in wanted}
+        elif t.verify_only:
+            result = coordinator.verify_partitions(t.transactional_id, t.producer_id, t.producer_epoch, wanted)
+        else:
+            code = await coordinator.add_partitions(t.transactional_id, t.producer_id, t.producer_epoch, wanted)
+            result = {tp: code for tp in wanted}
+        if ctx.api_version < TRANSACTION_ABORTABLE_SINCE:
+            result = {tp: ErrorCode.invalid_txn_state if code == ErrorCode.transaction_abortable else code
+                      for tp, code in result.items()}
+        by_topic: dict[str, list[dict]] = {}
+        for (name, p), code in result.items():
+            by_topic.setdefault(name, []).append({"partition_index": p, "partition_error_code": code})
+        return {"transactional_id": t.transactional_id,
+                "topic_results": [{"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]}
+
+    results = await asyncio.gather(*(one(t) for t in req.transactions or ()))
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": list(results)}
 
 
 async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> dict:
@@ -177,6 +215,7 @@ async def write_markers_locally(broker: Broker, producer_id: int, producer_epoch
                 log.exception("writing a transaction marker to %s-%d failed", *tp)
             continue
         broker.append_watchers.notify(tp)
+        broker.txn_guards.marker_written(tp, producer_id)
         waits.append((tp, info.last_offset + 1))
     if waits:
         assert rm is not None

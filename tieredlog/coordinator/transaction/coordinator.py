@@ -334,6 +334,28 @@ class TransactionCoordinator:
                            md.state is TransactionState.ONGOING else wanted, start_ms=start, now_ms=now)
         return await self._write(md, record)
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                          partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890 part 1 (AddPartitionsToTxn `verify_only`): NONE for each partition in the open
+        transaction, TRANSACTION_ABORTABLE for one not in it. A pending write is not waited for:
+        partitions join the metadata once their AddPartitions record is durable, and leave it with
+        the markers, which void a verification on their own."""
+        wanted = set(partitions)
+        if transactional_id == "":
+            return {tp: ErrorCode.invalid_request for tp in wanted}
+        if (code := self._ownership_error(transactional_id)) is not None:
+            return {tp: code for tp in wanted}
+        md = self.transactions.get(transactional_id)
+        if md is None or md.producer_id != producer_id:
+            code = ErrorCode.invalid_producer_id_mapping
+        elif md.producer_epoch != epoch:
+            code = ErrorCode.producer_fenced
+        elif md.state.is_preparing:
+            code = ErrorCode.concurrent_transactions
+        else:
+            return {tp: ErrorCode.none if tp in md.partitions else ErrorCode.transaction_abortable for tp in wanted}
+        return {tp: code for tp in wanted}
+
     # -- EndTxn -----------------------------------------------------------------------------------
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, committed: bool) -> ErrorCode:
         md = self._producer_metadata(transactional_id, producer_id, epoch)
