@@ -13,7 +13,10 @@ from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
 def read_task(rsm: ObjectStoreRemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
     try:
         with rsm.fetch_log_segment(task.metadata, task.start_position, task.end_position) as stream:
-            data = stream.read()
+            # the expected size in one read: a bare read() of a whole object goes 8 KiB at a time
+            end = task.metadata.segment_size_in_bytes - 1 if task.end_position is None else task.end_position
+            data = stream.read(max(end - task.start_position + 1, 0))
+            data += stream.read()  # an object longer than its metadata says is read whole, as before
     except RemoteStorageException as exc:
         raise RemoteStorageException(f"{task.object_name}: cannot read bytes {task.start_position}.."
                                      f"{'' if task.end_position is None else task.end_position}: {exc}") from None
