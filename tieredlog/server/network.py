@@ -6,6 +6,8 @@ handler tasks start in arrival order, and the writer sends responses strictly in
 Kafka clients match responses to requests FIFO. A frame we cannot read closes only its connection.
 A Fetch's file regions go out with sendfile from the page cache; a region whose pages are not there
 is first faulted in on the cold-read pool, so sending one never waits for a disk on the loop.
+Each listener's acceptor admits connections within the limits of ``connection_quotas``, and a
+connection with no request for ``connections.max.idle.ms`` is closed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import errno
 import functools
 import logging
 import os
+import socket
 import struct
 import threading
 import time
@@ -25,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
 from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request, peek_header, warm_up
 from tieredlog.security.principal import ANONYMOUS, KafkaPrincipal
-from tieredlog.security.sasl.authenticator import Admit, SaslClose, SaslServerAuthenticator
+from tieredlog.security.sasl.authenticator import Admit, SaslClose, SaslIllegalState, SaslServerAuthenticator
 from tieredlog.security.ssl_principal import NoMatchingRule
 from tieredlog.security.tls import ListenerTls, listener_tls
+from tieredlog.server.connection_quotas import ConnectionQuotas, normalize_ip
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
-from tieredlog.server.sasl_apis import authenticator_answer, connection_authenticator
+from tieredlog.server.sasl_apis import authenticator_answer, connection_authenticator, illegal_sasl_state_answer
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -63,6 +67,11 @@ _PROBE = bytearray(1)  # what probes read is never looked at
 # A TLS connection cannot sendfile: a region is read and written through the transport this much at a
 # time, from the page cache on the loop, or on the cold-read pool for the pages that are not there.
 TLS_CHUNK = 256 * 1024
+# the listening sockets' backlog (asyncio's default): connections a listener stopped at max.connections
+# leaves there wait in the kernel, as Kafka's do (its socket.listen.backlog.size)
+LISTEN_BACKLOG = 100
+# a StreamReader's buffer (asyncio's default)
+STREAM_LIMIT = 64 * 1024
 
 
 class RawResponse:
@@ -117,6 +126,11 @@ class Connection:
         # (api key, time read) of each handler task in the queue, in the same order: the writer pops
         # one per task and records RequestsPerSec / TotalTimeMs once the response is written
         self._received: deque[tuple[int, float]] = deque()
+        # connections.max.idle.ms: the last request read or response written; a timer closes the
+        # connection once nothing happened for that long and nothing is in flight
+        self.last_active = time.monotonic()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._busy = False  # the writer holds a request: waiting for its handler, or sending its response
 
     async def run(self) -> None:
         """Read requests until the peer leaves or ``shutdown()`` is called, write every response
@@ -124,6 +138,9 @@ class Connection:
         loop = asyncio.get_running_loop()
         writer_task = loop.create_task(self._write_loop())
         self._read_task = loop.create_task(self._read_loop())
+        idle_s = self.server.broker.config["connections.max.idle.ms"] / 1000
+        self.last_active = time.monotonic()
+        self._idle_timer = loop.call_later(idle_s, self._check_idle, idle_s)
         try:
             # asyncio.wait: a read loop cancelled by shutdown() does not cancel run() itself
             await asyncio.wait([self._read_task])
@@ -134,6 +151,8 @@ class Connection:
             await self.queue.put(None)  # writer finishes the in-flight responses, then stops
             await writer_task
         finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             if not self._read_task.done():
                 self._read_task.cancel()
             if not writer_task.done():
@@ -142,6 +161,18 @@ class Connection:
                 self._abort()
                 self._discard_queued()
             self.writer.close()
+
+    def _check_idle(self, idle_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        idle_for = time.monotonic() - self.last_active
+        if idle_for < idle_s or self._received or self._busy:
+            # active since, or a request still in flight (a Fetch parked for its min bytes)
+            self._idle_timer = loop.call_later(max(idle_s - idle_for, 0.001) if idle_for < idle_s else idle_s,
+                                               self._check_idle, idle_s)
+            return
+        self._idle_timer = None
+        log.info("closing %s: no request for %d ms (connections.max.idle.ms)", self.name, int(idle_for * 1000))
+        self.shutdown()
 
     def shutdown(self) -> None:
         """Broker stopping: read no further requests; the responses already started are still written."""
@@ -186,22 +217,29 @@ class Connection:
                 return
             try:
                 payload = await self.reader.readexactly(size)
-                received = time.monotonic()
+                received = self.last_active = time.monotonic()
             except asyncio.IncompleteReadError:
                 if not self.server.stopping:
                     log.warning("closing %s: connection ended inside a %d-byte request", self.name, size)
                 return
             api_key, version, correlation_id = peek_header(payload)
             admit = Admit.SERVE
+            illegal: SaslIllegalState | None = None
             if sasl is not None:
                 try:
                     admit = sasl.admit(api_key, version)
+                except SaslIllegalState as exc:
+                    illegal = exc  # answered once the request is read, as Kafka parses it first
                 except SaslClose as exc:
                     log.info("closing %s: failed authentication on listener %s (%s)", self.name, self.listener_name, exc)
                     return
             try:
                 header, body = decode_request(payload)
             except UnsupportedVersion:
+                if illegal is not None:
+                    log.info("closing %s: failed authentication on listener %s (%s)", self.name, self.listener_name,
+                             illegal)
+                    return
                 if api_key == API_VERSIONS:
                     # Kafka answers an unknown ApiVersions version in v0 format so the client learns the table
                     await self.queue.put(self.server.dispatcher.unsupported_api_versions(correlation_id))
@@ -230,6 +268,13 @@ class Connection:
                 api_key, version, correlation_id, header.client_id, self.host, self.port, self.server.broker, self.name,
                 self.server.cold_reads, self.principal, self.listener_name, self.security_protocol,
             )
+            if illegal is not None and sasl is not None:
+                refusal = illegal_sasl_state_answer(ctx, body)
+                log.info("closing %s: failed authentication on listener %s (%s)", self.name, self.listener_name, illegal)
+                if refusal is not None:
+                    await asyncio.sleep(sasl.settings.failed_authentication_delay_ms / 1000)
+                    await self.queue.put(refusal)
+                return
             handler = self.server.dispatcher.handler_for(api_key, version)
             if handler is None:
                 log.warning("closing %s: %s v%d is not served", self.name, api_name(api_key), version)
@@ -272,9 +317,13 @@ class Connection:
     async def _write_loop(self) -> None:
         record_request = self.server.broker.metrics.record_request
         while True:
+            if self._busy:
+                self._busy = False
+                self.last_active = time.monotonic()  # a response written (or dropped): activity
             item = await self.queue.get()
             if item is None:
                 return
+            self._busy = True
             timing = None
             if isinstance(item, bytes) or item is NO_RESPONSE:
                 result: Any = item
@@ -549,7 +598,10 @@ class KafkaServer:
         # the TLS side of each SSL and SASL_SSL listener, by name (serve() builds it before the broker
         # starts, so a key store that cannot be used stops start-up at once)
         self.tls = tls if tls is not None else listener_tls(broker.config)
-        self.servers: list[asyncio.base_events.Server] = []
+        self._listen_sockets: list[socket.socket] = []
+        self._acceptors: list[asyncio.Task] = []
+        # every accepted connection's task, from its accept (TLS handshake included) to its close
+        self._accepted: set[asyncio.Task] = set()
         self.connections: dict[asyncio.Task, Connection] = {}
         self.inflight: set[asyncio.Task] = set()
         self.stopping = False
@@ -557,6 +609,9 @@ class KafkaServer:
         # Kafka's order: the listeners accept from the start (a cluster registration advertises them),
         # requests are read once start-up is over, so no client learns a half-started broker's view
         self._processing = asyncio.Event()
+        config = broker.config
+        self.quotas = ConnectionQuotas(config, [l.name for l in config.listeners], config.inter_broker_listener[0])
+        broker.dynamic_config.reconfigurables.append(self.quotas.reconfigure)
 
     def enable_request_processing(self) -> None:
         self._processing.set()
@@ -566,14 +621,15 @@ class KafkaServer:
         task.add_done_callback(self.inflight.discard)
 
     async def start(self) -> list[tuple[str, int]]:
+        loop = asyncio.get_running_loop()
         bound = []
         for listener in self.broker.config.listeners:
-            accept = functools.partial(self._accept, listener.name, listener.security_protocol,
-                                       self.tls.get(listener.name))
-            srv = await asyncio.start_server(accept, listener.host or None, listener.port, reuse_address=True)
-            self.servers.append(srv)
-            for sock in srv.sockets:
+            socks = await _bind(loop, listener.host or None, listener.port)
+            self._listen_sockets += socks
+            for sock in socks:
                 bound.append(sock.getsockname()[:2])
+                self._acceptors.append(loop.create_task(self._acceptor(
+                    listener.name, listener.security_protocol, self.tls.get(listener.name), sock)))
         # load the kio codecs clients will ask for off the loop, so no first request pays for it
         versions = dict(self.dispatcher.versions)
         threading.Thread(target=self._warm_up, args=(versions,), name="protocol-warm-up", daemon=True).start()
@@ -586,20 +642,79 @@ class KafkaServer:
         except Exception:  # noqa: BLE001 - an optimisation only: the first request loads what it needs
             log.debug("protocol codec warm-up failed", exc_info=True)
 
-    async def _accept(self, listener: str, security_protocol: str, tls: ListenerTls | None,
+    async def _acceptor(self, listener: str, security_protocol: str, tls: ListenerTls | None,
+                        sock: socket.socket) -> None:
+        """Kafka's Acceptor: accept a connection, wait while the broker or the listener holds its
+        max.connections (new ones wait in the backlog meanwhile), close it at once when its address
+        holds max.connections.per.ip, else serve it."""
+        loop = asyncio.get_running_loop()
+        quotas = self.quotas
+        failing = False
+        while not self.stopping:
+            try:
+                client, address = await loop.sock_accept(sock)
+            except OSError as exc:
+                # out of file descriptors (EMFILE) or buffers: the backlog keeps the peers a moment
+                if not failing:
+                    log.warning("listener %s cannot accept connections: %s", listener, exc)
+                failing = True
+                await asyncio.sleep(0.1)
+                continue
+            failing = False
+            try:
+                await quotas.wait_for_slot(listener)
+            except asyncio.CancelledError:
+                client.close()
+                raise
+            ip = normalize_ip(str(address[0]))
+            if not quotas.inc(listener, ip):
+                client.close()
+                continue
+            task = loop.create_task(self._connection(listener, security_protocol, tls, client, ip))
+            self._accepted.add(task)
+            task.add_done_callback(self._accepted.discard)
+
+    async def _connection(self, listener: str, security_protocol: str, tls: ListenerTls | None,
+                          client: socket.socket, ip: str) -> None:
+        try:
+            opened = await self._open(listener, tls, client, ip)
+            if opened is not None:
+                await self._accept(listener, security_protocol, *opened)
+        finally:
+            self.quotas.dec(listener, ip)
+
+    async def _open(self, listener: str, tls: ListenerTls | None, client: socket.socket, ip: str
+                    ) -> tuple[KafkaPrincipal, asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """The accepted socket as a stream, after the TLS handshake on a TLS listener (done by the
+        transport before any byte reaches the reader); None once a failed handshake closed it."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=STREAM_LIMIT)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, client, ssl=tls.context if tls is not None else None)
+        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+            client.close()
+            if tls is not None:
+                reason = getattr(exc, "reason", None) or exc.__class__.__name__
+                log.info("Failed authentication with /%s on listener %s (SSL handshake failed: %s)", ip, listener,
+                         reason)
+            return None
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        if tls is None:
+            return ANONYMOUS, reader, writer
+        try:
+            return tls.principal(writer.get_extra_info("ssl_object")), reader, writer
+        except (NoMatchingRule, ValueError) as exc:
+            log.info("Failed authentication with /%s on listener %s (%s)", ip, listener, exc)
+            transport.abort()
+            return None
+
+    async def _accept(self, listener: str, security_protocol: str, principal: KafkaPrincipal,
                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.stopping:
             writer.close()
             return
-        principal = ANONYMOUS
-        if tls is not None:
-            # the handshake here rather than in start_server, so a failed one is logged as Kafka logs
-            # it. It must come before this coroutine's first wait: start_tls stops the plain reader
-            # before it can take the client's first bytes.
-            principal_or_none = await self._handshake(listener, tls, writer)
-            if principal_or_none is None:
-                return
-            principal = principal_or_none
         task = asyncio.current_task()
         assert task is not None
         conn = Connection(self, reader, writer, listener, security_protocol)
@@ -620,31 +735,17 @@ class KafkaServer:
         finally:
             self.connections.pop(task, None)
 
-    async def _handshake(self, listener: str, tls: ListenerTls, writer: asyncio.StreamWriter) -> KafkaPrincipal | None:
-        """TLS on an accepted connection; its principal (from the client certificate), or None once a
-        failed handshake or a certificate no mapping rule maps has closed it."""
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        try:
-            await writer.start_tls(tls.context)
-        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
-            reason = getattr(exc, "reason", None) or exc.__class__.__name__
-            log.info("Failed authentication with /%s on listener %s (SSL handshake failed: %s)", peer[0], listener, reason)
-            writer.transport.abort()
-            return None
-        try:
-            return tls.principal(writer.get_extra_info("ssl_object"))
-        except (NoMatchingRule, ValueError) as exc:
-            log.info("Failed authentication with /%s on listener %s (%s)", peer[0], listener, exc)
-            writer.transport.abort()
-            return None
-
     async def stop(self, grace: float = 10.0) -> None:
         """Stop accepting and reading, let in-flight requests finish and their responses go out
         (bounded by ``grace``), then close every connection."""
         self.stopping = True
         self._processing.set()  # connections still waiting for start-up to end are closed
-        for srv in self.servers:
-            srv.close()
+        for acceptor in self._acceptors:
+            acceptor.cancel()
+        if self._acceptors:
+            await asyncio.wait(self._acceptors)
+        for sock in self._listen_sockets:
+            sock.close()
         count = len(self.connections)
         for conn in list(self.connections.values()):
             conn.shutdown()
@@ -653,17 +754,37 @@ class KafkaServer:
         if self.inflight:
             await asyncio.wait(list(self.inflight), timeout=grace)
         pending: set[asyncio.Task] = set()
-        if self.connections:
-            _, pending = await asyncio.wait(list(self.connections), timeout=grace)
+        if self._accepted:
+            _, pending = await asyncio.wait(list(self._accepted), timeout=grace)
         for t in pending:
             t.cancel()
         if pending:
             await asyncio.wait(pending, timeout=grace)
-        for srv in self.servers:
-            await srv.wait_closed()
         # reads still queued run and close their descriptors; nothing waits for them
         self.cold_reads.shutdown(wait=False)
         log.info(
             "stopped listening, closed %d client connection(s)%s",
             count, f" ({len(pending)} cut off after {grace:g} s)" if pending else "",
         )
+
+
+async def _bind(loop: asyncio.AbstractEventLoop, host: str | None, port: int) -> list[socket.socket]:
+    """Listening sockets for ``host:port`` as asyncio's start_server binds them (every address of the
+    host; no host: every interface), non-blocking; our acceptors take connections from them."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, type_, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, type_, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks

@@ -16,6 +16,7 @@ becomes StoredKey and ServerKey here; neither the request's secrets nor the stor
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections import Counter
@@ -31,14 +32,14 @@ from tieredlog.protocol.api import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
 )
-from tieredlog.protocol.codec import encode_response
+from tieredlog.protocol.codec import encode_response, response_class
 from tieredlog.security import scram
 from tieredlog.security.authorizer.acl import AclOperation
 from tieredlog.security.sasl.authenticator import SaslServerAuthenticator
 from tieredlog.security.sasl.config import ListenerSasl, is_sasl, sasl_listeners
 from tieredlog.security.scram import ScramCredential
 from tieredlog.security.scram_store import FileScramCredentialStore, ScramCredentialStore, ZkScramCredentialStore
-from tieredlog.server.authorization import authorize_cluster
+from tieredlog.server.authorization import REQUEST_RULES, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
 
 if TYPE_CHECKING:
@@ -321,3 +322,23 @@ def authenticator_answer(sasl: SaslServerAuthenticator, api_key: int, api_versio
     else:
         reply = sasl.authenticate(api_version, bytes(body.auth_bytes))
     return encode_response(api_key, api_version, correlation_id, reply.body), reply.failure
+
+
+def illegal_sasl_state_answer(ctx: RequestContext, body: Any) -> bytes | None:
+    """The response Kafka's SaslServerAuthenticator sends to a request other than SaslAuthenticate
+    while a mechanism runs: the request's own error response (its ``getErrorResponse``) carrying
+    ILLEGAL_SASL_STATE. Built for the APIs whose error response is known here (those the authorizer
+    refuses whole, and any whose response has a top-level error code); None for the others, and for a
+    Produce with acks=0: the connection then closes without an answer."""
+    code = ErrorCode.illegal_sasl_state
+    rule = REQUEST_RULES.get(ctx.api_key)
+    if rule is not None:
+        answer = rule.deny(ctx, body, code)
+    elif any(f.name == "error_code" for f in dataclasses.fields(response_class(ctx.api_key, ctx.api_version))):
+        answer = {"error_code": code}
+    else:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    return encode_response(ctx.api_key, ctx.api_version, ctx.correlation_id, answer)
+

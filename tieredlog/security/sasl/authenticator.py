@@ -3,7 +3,9 @@ SocketServer makes around it.
 
 Until the connection has authenticated it may send, in this order, at most one ApiVersions, then a
 SaslHandshake, then SaslAuthenticate requests until the mechanism is done; anything else closes it
-(Kafka: "Unexpected Kafka request of type METADATA during SASL handshake."). A SaslHandshake v0
+(Kafka: "Unexpected Kafka request of type METADATA during SASL handshake."), without an answer before
+the handshake and, as Kafka, after its API's error response (ILLEGAL_SASL_STATE) once the mechanism
+runs. A SaslHandshake v0
 (clients before KIP-152) is followed by the mechanism's tokens as bare size-prefixed frames instead.
 A refused mechanism or failed login is answered (UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED
 with Kafka's message) and then the connection closes.
@@ -60,6 +62,12 @@ class Admit(enum.Enum):
 
 class SaslClose(Exception):
     """The connection must close now, without an answer; the message is its one log line."""
+
+
+class SaslIllegalState(SaslClose):
+    """A request other than SaslAuthenticate while the mechanism runs: Kafka answers it with its API's
+    error response carrying ILLEGAL_SASL_STATE (after connection.failed.authentication.delay.ms), then
+    closes the connection."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +159,9 @@ class SaslServerAuthenticator:
         if state is SaslState.AUTHENTICATE:
             if api_key == SASL_AUTHENTICATE and not self._raw_tokens:
                 return Admit.AUTHENTICATOR
-            raise SaslClose(f"Unexpected Kafka request of type {kafka_api_name(api_key)} during SASL {self._what()}.")
+            self.state = SaslState.FAILED
+            raise SaslIllegalState(f"Unexpected Kafka request of type {kafka_api_name(api_key)} during SASL "
+                                   f"{self._what()}.")
         if state is SaslState.REAUTH_BAD_MECHANISM:
             self.state = SaslState.FAILED
             raise SaslClose(self._bad_mechanism_message)
