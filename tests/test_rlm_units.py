@@ -467,3 +467,61 @@ def test_remote_reads_out_of_order_and_oversized_first_batch(tiered_log):
     for p, h in [batches[-1], batches[0], batches[len(batches) // 2], batches[1], batches[len(batches) // 3]]:
         chunk = rlm.read(plog.topic_partition, h.base_offset, 600, timeout=10)
         assert chunk and remote_bytes[p:p + len(chunk)] == chunk
+
+
+def test_reader_pool_grows_at_once_and_shrinks_only_as_running_reads_finish():
+    gate = threading.Event()
+    pool = RemoteReaderPool(threads=1, max_pending_tasks=8)
+    try:
+        running = threading.Semaphore(0)
+
+        def read(i):
+            running.release()
+            gate.wait(10)
+            return i
+
+        pool.resize(3)
+        assert (pool.size, pool.live_threads) == (3, 3)
+        futures = [pool.submit(read, i) for i in range(3)]
+        for _ in range(3):
+            assert running.acquire(timeout=5)  # three reads at once: the new threads took work
+        pool.resize(1)
+        assert (pool.size, pool.live_threads) == (1, 3)  # busy workers are not cut short
+        gate.set()
+        assert [f.result(5) for f in futures] == [0, 1, 2]
+        deadline = time.monotonic() + 5
+        while pool.live_threads > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.live_threads == 1
+        assert pool.submit(lambda: "still serving").result(5) == "still serving"
+    finally:
+        gate.set()
+        pool.shutdown()
+
+
+def test_scheduler_resize_lets_a_running_task_finish():
+    gate = threading.Event()
+    sched = FixedDelayScheduler("resize", threads=2)
+    try:
+        started = threading.Event()
+        finished = threading.Event()
+
+        def task(ctx):
+            started.set()
+            gate.wait(10)
+            finished.set()
+
+        sched.schedule("t", task, 60_000)
+        assert started.wait(5)
+        sched.resize(1)
+        sched.resize(4)
+        assert sched.size == 4
+        gate.set()
+        assert finished.wait(5)
+        deadline = time.monotonic() + 5
+        while sched.live_threads != 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sched.live_threads == 4
+    finally:
+        gate.set()
+        sched.shutdown()

@@ -28,6 +28,7 @@ touch files).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import ssl
@@ -136,6 +137,7 @@ class ReplicaFetcher:
         self._conn: AsyncKafkaConnection | None = None
         self._task: asyncio.Task | None = None
         self._rebuilds: set[asyncio.Task] = set()
+        self.requests = 0  # Fetch requests sent (Kafka's FetcherStats RequestsPerSec)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
@@ -404,6 +406,7 @@ class ReplicaFetcher:
             })
         conn = await self._connection()
         timeout = cfg.socket_timeout_ms / 1000 + cfg.wait_max_ms / 1000
+        self.requests += 1
         resp = await conn.request(FETCH, {
             "replica_id": self.broker_id, "max_wait": cfg.wait_max_ms, "min_bytes": cfg.min_bytes,
             "max_bytes": cfg.response_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
@@ -482,6 +485,29 @@ class ReplicaFetcherManager:
 
     def is_fetching(self, tp: TopicPartition) -> bool:
         return tp in self._where
+
+    def fetchers(self) -> list[ReplicaFetcher]:
+        return list(self._fetchers.values())
+
+    def resize_thread_pool(self, num_fetchers: int) -> None:
+        """Dynamic ``num.replica.fetchers`` (Kafka's resizeThreadPool): each partition moves to the
+        fetcher its hash names under the new count, so the layout is the one a restart would give;
+        fetchers left without partitions stop (their fetch in flight is dropped: the partition
+        fetches again from its log end on its new fetcher)."""
+        num_fetchers = max(num_fetchers, 1)
+        if num_fetchers == self.config.num_fetchers:
+            return
+        log.info("resizing the replica fetcher pool from %d to %d fetchers per leader",
+                 self.config.num_fetchers, num_fetchers)
+        self.config = dataclasses.replace(self.config, num_fetchers=num_fetchers)
+        moves: dict[TopicPartition, tuple[Partition, tuple[str, int]]] = {}
+        for tp, key in list(self._where.items()):
+            fetcher = self._fetchers.get(key)
+            state = fetcher.partitions.get(tp) if fetcher is not None else None
+            if fetcher is not None and state is not None and self._fetcher_id(tp) != key[1]:
+                moves[tp] = (state.partition, fetcher.endpoint)
+        self.add_partitions(moves)
+        self.remove_partitions([])
 
     def add_partitions(self, partitions: dict[TopicPartition, tuple[Partition, tuple[str, int]]]) -> None:
         for tp, (partition, endpoint) in partitions.items():

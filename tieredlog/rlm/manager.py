@@ -21,6 +21,7 @@ list-offsets pool.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -129,6 +130,10 @@ class RemoteLogManager:
         m.reader_queue_size.set_function(lambda: reader_pool.queue_size)
         m.reader_avg_idle.set_function(reader_pool.idle.sample)
         m.tasks_avg_idle.set_function(copier.idle.sample)
+        expirer = self.expirer
+        m.pool_threads.labels("reader").set_function(lambda: reader_pool.live_threads)
+        m.pool_threads.labels("copier").set_function(lambda: copier.live_threads)
+        m.pool_threads.labels("expiration").set_function(lambda: expirer.live_threads)
         self._started = True
         for tip in self.pending_deletes.read():
             self._schedule_partition_delete(tip)
@@ -150,6 +155,21 @@ class RemoteLogManager:
                 log.warning("closing %s failed", type(plugin).__name__, exc_info=True)
 
     close = shutdown  # the broker calls close()
+
+    def resize_thread_pools(self, config: RemoteLogManagerConfig) -> None:
+        """Dynamic ``remote.log.reader.threads`` and copier / expiration pool sizes (Kafka's
+        RemoteLogManager.resize*ThreadPool): new threads start at once; a shrink lets the reads and
+        the copy / expiration runs under way finish."""
+        for what, pool, size in (("reader", self.reader_pool, config.reader_threads),
+                                 ("copier", self.copier, config.effective_copier_threads),
+                                 ("expiration", self.expirer, config.effective_expiration_threads)):
+            if pool.size != size:
+                log.info("resizing the remote log %s thread pool from %d to %d", what, pool.size, size)
+                pool.resize(size)
+        self.config = dataclasses.replace(
+            self.config, reader_threads=config.reader_threads, thread_pool_size=config.thread_pool_size,
+            copier_thread_pool_size=config.copier_thread_pool_size,
+            expiration_thread_pool_size=config.expiration_thread_pool_size)
 
     def _is_closing(self) -> bool:
         return self.closing

@@ -27,6 +27,7 @@ kafka.log.remote:type=RemoteLogManager,name=RemoteLogManagerTasksAvgIdlePercent 
 kafka.server:type=RemoteLogManager,name=remote-copy-throttle-time (ms, summed)       kafka_server_remotelogmanager_remote_copy_throttle_time_ms_total
 kafka.server:type=RemoteLogManager,name=remote-fetch-throttle-time (ms, summed)      kafka_server_remotelogmanager_remote_fetch_throttle_time_ms_total
 RemoteIndexCache hits / misses / evictions (KAFKA-15094, proposed in Kafka)          kafka_storage_remoteindexcache_{hits,misses,evictions}_total
+worker threads of each remote pool (tieredlog's; follows dynamic resizes)              kafka_storage_remotestoragethreadpool_threads                          pool
 ==================================================================================  ====================================================================  =======
 
 The metric objects live in the process-wide default registry and are created once, so several
@@ -68,6 +69,8 @@ class RemoteStorageMetrics:
         q = "kafka_storage_remotestoragethreadpool_"
         self.reader_queue_size = Gauge(q + "remotelogreadertaskqueuesize", "RemoteLogReaderTaskQueueSize")
         self.reader_avg_idle = Gauge(q + "remotelogreaderavgidlepercent", "RemoteLogReaderAvgIdlePercent")
+        # reader / copier / expiration: the threads running now, so a live resize can be watched
+        self.pool_threads = Gauge(q + "threads", "Worker threads of a remote thread pool (tieredlog's)", ["pool"])
         self.tasks_avg_idle = Gauge(
             "kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent",
             "RemoteLogManagerTasksAvgIdlePercent: copier pool idle fraction",

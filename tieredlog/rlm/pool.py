@@ -1,7 +1,10 @@
 """Thread pools for remote I/O: a bounded reader pool and a fixed-delay task scheduler.
 
 Both use daemon threads: an RSM call that never returns (a hung object store) must not keep the
-broker process alive at exit, which ``concurrent.futures.ThreadPoolExecutor`` would.
+broker process alive at exit, which ``concurrent.futures.ThreadPoolExecutor`` would. Both can be
+resized while they run (dynamic broker configs, as Kafka's ``resizeThreadPool``): new threads start
+at once; a shrink queues one stop signal per thread too many, taken by workers once they are free,
+so work already running or queued finishes first.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class _IdleMeter:
     """Fraction of thread-time spent idle since the previous sample (Kafka's AvgIdlePercent)."""
 
     def __init__(self, threads: int) -> None:
-        self._threads = threads
+        self.threads = threads
         self._busy = 0.0
         self._busy_since: dict[int, float] = {}
         self._lock = threading.Lock()
@@ -53,7 +56,7 @@ class _IdleMeter:
             # in-flight work up to now is counted in this window; start the next window at now
             for k in self._busy_since:
                 self._busy_since[k] = now
-            elapsed = max(now - self._last, 1e-9) * self._threads
+            elapsed = max(now - self._last, 1e-9) * self.threads
             self._busy = 0.0
             self._last = now
             return max(0.0, min(1.0, 1.0 - busy / elapsed))
@@ -63,39 +66,69 @@ class RemoteReaderPool:
     """``remote.log.reader.threads`` workers over a queue bounded by ``remote.log.reader.max.pending.tasks``."""
 
     def __init__(self, threads: int = 10, max_pending_tasks: int = 100, name: str = "remote-log-reader") -> None:
-        self._queue: "queue.Queue[tuple[Future, Callable, tuple] | None]" = queue.Queue(max(1, max_pending_tasks))
-        self.idle = _IdleMeter(threads)
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(max(1, threads))
-        ]
+        # unbounded underneath: the bound is the tasks' (submit checks it), so stop signals always fit
+        self._queue: "queue.Queue[tuple[Future, Callable, tuple] | None]" = queue.Queue()
+        self._max_pending = max(1, max_pending_tasks)
+        self._name = name
+        self._lock = threading.Lock()
+        self._size = 0
+        self._started = itertools.count()
+        self._threads: set[threading.Thread] = set()
+        self.idle = _IdleMeter(max(1, threads))
         self._shutdown = False
-        for t in self._threads:
-            t.start()
+        self.resize(threads)
 
     @property
     def queue_size(self) -> int:
         return self._queue.qsize()
 
+    @property
+    def size(self) -> int:
+        """The threads asked for (``remote.log.reader.threads``)."""
+        return self._size
+
+    @property
+    def live_threads(self) -> int:
+        """The worker threads running now: above ``size`` while a shrink waits for busy workers."""
+        with self._lock:
+            return len(self._threads)
+
+    def resize(self, threads: int) -> None:
+        """Grow at once; shrink as workers become free (what runs or is queued finishes)."""
+        threads = max(1, threads)
+        with self._lock:
+            if self._shutdown:
+                return
+            delta, self._size = threads - self._size, threads
+            self.idle.threads = threads
+            for _ in range(delta):
+                t = threading.Thread(target=self._work, name=f"{self._name}-{next(self._started)}", daemon=True)
+                self._threads.add(t)
+                t.start()
+        for _ in range(-delta):
+            self._queue.put(None)
+
     def has_room(self, fraction: float = 1.0) -> bool:
-        return self._queue.qsize() < self._queue.maxsize * fraction
+        return self._queue.qsize() < self._max_pending * fraction
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Queue ``fn``; raises RemoteReaderQueueFullError at once when the queue is full."""
         if self._shutdown:
             raise RemoteReaderQueueFullError("remote log reader pool is shut down")
         fut: Future = Future()
-        try:
+        with self._lock:
+            if self._queue.qsize() >= self._max_pending:
+                raise RemoteReaderQueueFullError(
+                    f"remote log reader queue is full ({self._max_pending} pending tasks)")
             self._queue.put_nowait((fut, fn, args))
-        except queue.Full:
-            raise RemoteReaderQueueFullError(
-                f"remote log reader queue is full ({self._queue.maxsize} pending tasks)"
-            ) from None
         return fut
 
     def _work(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
+                with self._lock:
+                    self._threads.discard(threading.current_thread())
                 return
             fut, fn, args = item
             if not fut.set_running_or_notify_cancel():
@@ -118,13 +151,12 @@ class RemoteReaderPool:
                 break
             if item is not None:
                 item[0].cancel()
-        for _ in self._threads:
-            try:
-                self._queue.put_nowait(None)
-            except queue.Full:
-                break
+        with self._lock:
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put_nowait(None)
         deadline = time.monotonic() + timeout
-        for t in self._threads:
+        for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
 
 
@@ -175,14 +207,39 @@ class FixedDelayScheduler:
         self._cond = threading.Condition()
         self._ready: "queue.Queue[_Scheduled | None]" = queue.Queue()
         self._stopped = False
-        self.idle = _IdleMeter(threads)
+        self.idle = _IdleMeter(max(1, threads))
         self._timer = threading.Thread(target=self._timer_loop, name=f"{name}-timer", daemon=True)
-        self._workers = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(max(1, threads))
-        ]
+        self._size = 0
+        self._started = itertools.count()
+        self._workers: set[threading.Thread] = set()
         self._timer.start()
-        for t in self._workers:
-            t.start()
+        self.resize(threads)
+
+    @property
+    def size(self) -> int:
+        """The worker threads asked for."""
+        return self._size
+
+    @property
+    def live_threads(self) -> int:
+        """The worker threads running now: above ``size`` while a shrink waits for busy workers."""
+        with self._cond:
+            return len(self._workers)
+
+    def resize(self, threads: int) -> None:
+        """Grow at once; shrink as workers finish their current run (no run is cut short)."""
+        threads = max(1, threads)
+        with self._cond:
+            if self._stopped:
+                return
+            delta, self._size = threads - self._size, threads
+            self.idle.threads = threads
+            for _ in range(delta):
+                t = threading.Thread(target=self._work, name=f"{self.name}-{next(self._started)}", daemon=True)
+                self._workers.add(t)
+                t.start()
+        for _ in range(-delta):
+            self._ready.put(None)
 
     def schedule(self, key: Any, fn: Callable[[TaskContext], Any], interval_ms: float) -> None:
         """Start ``fn`` now and then every interval; a task already scheduled under ``key`` stays."""
@@ -237,6 +294,8 @@ class FixedDelayScheduler:
         while True:
             task = self._ready.get()
             if task is None:
+                with self._cond:
+                    self._workers.discard(threading.current_thread())
                 return
             self.idle.begin()
             ok = True
@@ -271,8 +330,9 @@ class FixedDelayScheduler:
                 task.ctx.cancelled = True
             self._tasks.clear()
             self._cond.notify_all()
-        for _ in self._workers:
+            workers = list(self._workers)
+        for _ in workers:
             self._ready.put(None)
         deadline = time.monotonic() + timeout
-        for t in self._workers:
+        for t in workers:
             t.join(max(0.0, deadline - time.monotonic()))

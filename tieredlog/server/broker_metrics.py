@@ -15,6 +15,7 @@ kafka.server:type=ReplicaManager,name=AtMinIsrPartitionCount                 kaf
 kafka.server:type=ReplicaManager,name=IsrShrinksPerSec                       kafka_server_replicamanager_isrshrinks_total
 kafka.server:type=ReplicaManager,name=IsrExpandsPerSec                       kafka_server_replicamanager_isrexpands_total
 kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount   kafka_server_replicamanager_partitionswithlatetransactionscount
+kafka.server:type=FetcherStats,name=RequestsPerSec (one series per fetcher)  kafka_server_fetcherstats_requests_total                    clientid, brokerhost, brokerport
 kafka.log:type=Log,name=OpenTransactionCount (tieredlog's)                   kafka_log_log_opentransactioncount                          topic, partition
 kafka.log:type=Log,name=OldestOpenTransactionAgeMs (tieredlog's)             kafka_log_log_oldestopentransactionagems                    topic, partition
 kafka.log:type=LogCleaner,name=cleaner-recopy-percent                         kafka_log_logcleaner_cleaner_recopy_percent
@@ -170,6 +171,13 @@ class BrokerMetrics:
                                   value=shrinks)
         yield CounterMetricFamily(g + "isrexpands", "IsrExpandsPerSec: ISR expansions the controller accepted",
                                   value=expands)
+        # one series per running replica fetcher (ReplicaFetcherThread-<fetcher id>-<leader id>), as
+        # Kafka's clientId key: num.replica.fetchers resized live shows here
+        fetches = CounterMetricFamily("kafka_server_fetcherstats_requests", "FetcherStats RequestsPerSec: Fetch "
+                                      "requests of each replica fetcher", labels=["clientid", "brokerhost", "brokerport"])
+        for f in rm.fetchers.fetchers() if rm is not None else []:
+            fetches.add_metric([f.name, f.endpoint[0], str(f.endpoint[1])], f.requests)
+        yield fetches
 
     def _transaction_families(self) -> Iterator[Any]:
         rm = self._broker.replica_manager

@@ -24,6 +24,7 @@ from tieredlog.cluster import znodes
 from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS, BrokerConfig, BrokerConfigError
 from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from tieredlog.log.types import TopicPartition
+from tieredlog.server.dynamic_threads import THREAD_DYNAMIC, check_thread_counts, resize_thread_pools
 
 if TYPE_CHECKING:
     from tieredlog.cluster.zk import ZkClient
@@ -36,15 +37,15 @@ CONFIG_BROKERS_PATH = "/config/brokers"
 FILE_NAME = "dynamic-broker-configs.json"
 
 # Kafka's reconfigurable broker configs that this broker applies live. Kafka's other dynamic ones
-# (thread pool sizes, listeners, quotas it has and tieredlog has not) are refused rather than accepted
-# and ignored, so an operator never believes a change took effect when it did not.
+# (network and I/O thread counts, listeners, quotas it has and tieredlog has not) are refused rather
+# than accepted and ignored, so an operator never believes a change took effect when it did not.
 _LOG_DYNAMIC = frozenset(BROKER_SYNONYMS) | {
     "log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.roll.jitter.hours",
 }
 _CLEANER_DYNAMIC = frozenset({"log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
 _REMOTE_DYNAMIC = frozenset({"remote.log.manager.copy.max.bytes.per.second",
                              "remote.log.manager.fetch.max.bytes.per.second",
-                             "remote.log.index.file.cache.total.size.bytes"})
+                             "remote.log.index.file.cache.total.size.bytes"}) | THREAD_DYNAMIC
 _CONNECTION_DYNAMIC = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
 DYNAMIC_CONFIGS: frozenset[str] = frozenset(_LOG_DYNAMIC | _CLEANER_DYNAMIC | _REMOTE_DYNAMIC | _CONNECTION_DYNAMIC)
 
@@ -206,6 +207,7 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
         if size != rlm.index_cache.max_size_bytes:
             # shrinking deletes evicted index files: not on the event loop
             asyncio.get_running_loop().run_in_executor(None, rlm.index_cache.resize, size)
+    resize_thread_pools(broker, cfg)
 
 
 async def load(broker: Broker) -> None:
@@ -250,7 +252,7 @@ async def alter_broker_configs(broker: Broker, entity: str, configs: Mapping[str
     """Replace the level ``entity`` with ``configs`` (names already checked): stored (ZooKeeper or the
     file) before it is applied, so an answered change survives a restart."""
     dyn = broker.dynamic_config
-    validate_values(dyn, entity, configs)
+    check_thread_counts(broker.config, validate_values(dyn, entity, configs))
     if validate_only:
         return
     configs = dict(configs)
