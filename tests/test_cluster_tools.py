@@ -248,7 +248,9 @@ def test_reassign_generate_execute_verify_moves_a_partition_from_1_2_to_2_3(
     rc, out, _ = tool(capsys, "reassign", "--bootstrap-server", server, "--list")
     assert (rc, out) == (0, ["No partition reassignments found."])
     rc, out, _ = tool(capsys, "reassign", "--bootstrap-server", server, "--cancel", "--reassignment-json-file", str(plan))
-    assert (rc, out) == (0, ["None of the specified partition reassignments are active."])
+    assert (rc, out[0], out[2:]) == (0, "None of the specified partition reassignments are active.",
+                                     ["Clearing topic-level throttles on topic moving"])
+    assert out[1].startswith("Clearing broker-level throttles on brokers "), out
 
 
 def test_preferred_leader_election_returns_leadership_to_the_restarted_preferred_replica(

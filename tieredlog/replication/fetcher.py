@@ -106,6 +106,7 @@ class PartitionFetchState:
     warned: set[str] = field(default_factory=set)
     leader_log_start_offset: int = -1  # from the OFFSET_MOVED_TO_TIERED_STORAGE answer
     rebuild: asyncio.Task | None = None  # the remote aux state read and rebuild in flight
+    in_sync: bool = False  # reached the leader's high watermark at the last fetch: never throttled (KIP-73)
 
 
 def whole_batches(records: bytes | memoryview) -> memoryview:
@@ -395,15 +396,23 @@ class ReplicaFetcher:
 
     async def _fetch(self, states: dict[TopicPartition, PartitionFetchState]) -> None:
         cfg = self._config
+        quota = self._rm.follower_quota
         by_topic: dict[str, list[dict]] = {}
-        for tp, s in states.items():
+        for tp, s in list(states.items()):
             plog = s.partition.log
+            if quota.should_throttle(tp, plog.config, s.in_sync):
+                # KIP-73: left out of this fetch until the follower quota has room again
+                s.delayed_until = asyncio.get_running_loop().time() + min(quota.throttle_time_ms(), cfg.backoff_ms) / 1000
+                del states[tp]
+                continue
             latest = plog.leader_epoch_cache.latest_epoch
             by_topic.setdefault(tp.topic, []).append({
                 "partition": tp.partition, "current_leader_epoch": s.leader_epoch,
                 "fetch_offset": plog.log_end_offset, "last_fetched_epoch": UNDEFINED_EPOCH if latest is None else latest,
                 "log_start_offset": plog.log_start_offset, "partition_max_bytes": cfg.max_bytes,
             })
+        if not by_topic:
+            return
         conn = await self._connection()
         timeout = cfg.socket_timeout_ms / 1000 + cfg.wait_max_ms / 1000
         self.requests += 1
@@ -441,9 +450,14 @@ class ReplicaFetcher:
                 batches = whole_batches(records)
                 if len(batches):
                     plog.append_as_follower(bytes(batches))
+                    if self._rm.follower_quota.is_throttled(partition.tp, plog.config):
+                        self._rm.follower_quota.record(len(batches))
             hw = min(p.high_watermark, plog.log_end_offset)  # type: ignore[attr-defined]
+            s.in_sync = plog.log_end_offset >= p.high_watermark  # type: ignore[attr-defined]
             if hw > plog.high_watermark:
                 plog.update_high_watermark(hw)
+                # consumers reading this follower (KIP-392) wait on its high watermark
+                self._rm.high_watermark_moved(partition.tp)
             leader_start = p.log_start_offset  # type: ignore[attr-defined]
             if leader_start > plog.log_start_offset:
                 plog.maybe_increment_log_start_offset(min(leader_start, plog.high_watermark), "leader_offset_increment")

@@ -167,6 +167,9 @@ class Partition:
         """KIP-320: a request naming an older epoch is fenced, a newer one is unknown here yet."""
         if require_leader and not self.is_leader:
             raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is not the leader of {self.tp}")
+        if self.leader_id == NO_LEADER or self.local_broker_id not in self.replicas:
+            # stopped, or without a leader: a follower's log is not known to be on the leader's lineage
+            raise NotLeaderOrFollowerError(f"broker {self.local_broker_id} is neither leader nor follower of {self.tp}")
         if current_leader_epoch < 0:
             return
         if current_leader_epoch < self.leader_epoch:

@@ -15,17 +15,19 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
-from tieredlog.log.config import LogConfig
+from tieredlog.log.config import LONG_MAX, LogConfig
 from tieredlog.log.types import AppendOrigin, LogAppendInfo, TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.replication.delayed_produce import DelayedProduce
 from tieredlog.replication.fetcher import FetcherConfig, RemoteAuxStateSource, ReplicaFetcherManager
 from tieredlog.replication.partition import IsrChangeSender, Partition, PartitionState
+from tieredlog.replication.replica_selector import RackAwareReplicaSelector, ReplicaView
+from tieredlog.replication.replication_quota import FOLLOWER, LEADER, ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 state_change_log = logging.getLogger("state.change.logger")
@@ -66,7 +68,10 @@ class ReplicaManager:
     def __init__(self, broker_id: int, logs: ReplicaLogs, *, log_config_for: Callable[[str], LogConfig],
                  fetcher_config: FetcherConfig, replica_lag_time_max_ms: int,
                  on_high_watermark_moved: Callable[[TopicPartition], None],
-                 isr_sender: IsrChangeSender | None = None, clock_ms: Callable[[], int] = _now_ms) -> None:
+                 isr_sender: IsrChangeSender | None = None, clock_ms: Callable[[], int] = _now_ms,
+                 replica_selector: RackAwareReplicaSelector | None = None,
+                 leader_throttled_rate: int = LONG_MAX, follower_throttled_rate: int = LONG_MAX,
+                 quota_window_s: float = 1.0) -> None:
         self.broker_id = broker_id
         self._logs = logs
         self._log_config_for = log_config_for
@@ -76,6 +81,11 @@ class ReplicaManager:
         self.isr_sender = isr_sender
         self.partitions: dict[TopicPartition, Partition] = {}
         self.delayed_produce = DelayedProduce()
+        # KIP-73: the leader's fetch path and the follower fetchers hold back throttled replicas
+        self.leader_quota = ReplicationQuotaManager(LEADER, broker_id, leader_throttled_rate, quota_window_s)
+        self.follower_quota = ReplicationQuotaManager(FOLLOWER, broker_id, follower_throttled_rate, quota_window_s)
+        # KIP-392 (None: consumers read from leaders only)
+        self.replica_selector = replica_selector
         self.fetchers = ReplicaFetcherManager(broker_id, self, fetcher_config)
         self.leadership_listeners: list[LeadershipListener] = []
         # told before StopReplica stops (and maybe deletes) a partition here; the remote tier's tasks stop
@@ -165,6 +175,32 @@ class ReplicaManager:
         """Wake what waits on ``tp``: parked consumer fetches and acks=all appends."""
         self._on_hw_moved_cb(tp)
         self.delayed_produce.check(tp)
+
+    # ---- consumers' fetches (KIP-392) ------------------------------------------------------------
+
+    def preferred_read_replica(self, partition: Partition, client_rack: str | None, fetch_offset: int,
+                               live_racks: Mapping[int, str | None]) -> int:
+        """The follower a consumer on ``client_rack`` fetching ``fetch_offset`` should read from, or -1
+        (read here). Kafka's findPreferredReadReplica: only on the leader, with a selector, among the
+        live followers that are in the ISR and hold the offset (an out-of-sync one could keep the
+        consumer behind indefinitely)."""
+        selector = self.replica_selector
+        if selector is None or not partition.is_leader or self.broker_id not in live_racks:
+            return -1
+        now = self._clock_ms()
+        leader = ReplicaView(self.broker_id, live_racks[self.broker_id], partition.log.log_end_offset, 0)
+        views = [leader]
+        for r, state in partition.remote_replicas.items():
+            if (r in partition.isr and r in live_racks and state.log_end_offset >= fetch_offset
+                    and 0 <= state.log_start_offset <= fetch_offset):
+                views.append(ReplicaView(r, live_racks[r], state.log_end_offset, now - state.last_caught_up_time_ms))
+        chosen = selector.select(client_rack, leader, views)
+        return -1 if chosen.broker_id == self.broker_id else chosen.broker_id
+
+    def update_replication_throttles(self, leader_rate: int, follower_rate: int) -> None:
+        """leader.replication.throttled.rate / follower.replication.throttled.rate changed (dynamic)."""
+        self.leader_quota.update_quota(leader_rate)
+        self.follower_quota.update_quota(follower_rate)
 
     # ---- followers' fetches (on the leader) -------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+
 from tieredlog.log.config import ALL_REPLICAS, LONG_MAX, ConfigError, LogConfig, parse_throttled_replicas
 from tieredlog.log.types import TopicPartition
 from tieredlog.rlm.quota import RLMQuotaManager

@@ -42,6 +42,7 @@ from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.replication.controller_channel import AlterPartitionManager, ControllerChannel
 from tieredlog.replication.fetcher import FetcherConfig
 from tieredlog.replication.replica_manager import ReplicaManager
+from tieredlog.replication.replica_selector import replica_selector
 from tieredlog.security.authorizer import AclAuthorizer, create_authorizer
 from tieredlog.security.authorizer.file_store import AclFileError
 from tieredlog.server import dynamic_config
@@ -287,9 +288,16 @@ class Broker:
             ssl_context=self.cluster_node.inter_broker_ssl if self.cluster_node is not None else None,
             sasl=self.cluster_node.inter_broker_sasl if self.cluster_node is not None else None,
         )
+        try:
+            selector = replica_selector(c["replica.selector.class"])
+        except ValueError as exc:
+            raise BrokerConfigError(str(exc)) from None
         return ReplicaManager(self.node_id, self.log_manager, log_config_for=self._topic_config_for,
                               fetcher_config=fetcher, replica_lag_time_max_ms=c["replica.lag.time.max.ms"],
-                              on_high_watermark_moved=self.append_watchers.notify)
+                              on_high_watermark_moved=self.append_watchers.notify, replica_selector=selector,
+                              leader_throttled_rate=c["leader.replication.throttled.rate"],
+                              follower_throttled_rate=c["follower.replication.throttled.rate"],
+                              quota_window_s=c["replication.quota.window.size.seconds"])
 
     def _start_remote_log_manager(self) -> None:
         # tiered storage (tieredlog.rlm; None when disabled): its metrics join the broker's endpoint

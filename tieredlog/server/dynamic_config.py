@@ -47,7 +47,9 @@ _REMOTE_DYNAMIC = frozenset({"remote.log.manager.copy.max.bytes.per.second",
                              "remote.log.manager.fetch.max.bytes.per.second",
                              "remote.log.index.file.cache.total.size.bytes"}) | THREAD_DYNAMIC
 _CONNECTION_DYNAMIC = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
-DYNAMIC_CONFIGS: frozenset[str] = frozenset(_LOG_DYNAMIC | _CLEANER_DYNAMIC | _REMOTE_DYNAMIC | _CONNECTION_DYNAMIC)
+# KIP-73: kafka-reassign-partitions.sh --throttle sets them on the brokers of a move
+_REPLICATION_DYNAMIC = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+DYNAMIC_CONFIGS: frozenset[str] = frozenset(_REPLICATION_DYNAMIC | _LOG_DYNAMIC | _CLEANER_DYNAMIC | _REMOTE_DYNAMIC | _CONNECTION_DYNAMIC)
 
 
 def is_dynamic(name: str) -> bool:
@@ -199,6 +201,9 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
         cleaner.config = dataclasses.replace(cleaner.config, max_io_bytes_per_second=rate,
                                              backoff_ms=int(cfg["log.cleaner.backoff.ms"]))
         cleaner.throttler.rate = rate
+    if broker.replica_manager is not None:
+        broker.replica_manager.update_replication_throttles(int(cfg["leader.replication.throttled.rate"]),
+                                                            int(cfg["follower.replication.throttled.rate"]))
     rlm = broker.remote_log_manager
     if rlm is not None:
         rlm.copy_quota.update_quota(int(cfg["remote.log.manager.copy.max.bytes.per.second"]))

@@ -33,6 +33,7 @@ from tieredlog.server.produce_api import error_code_of
 
 if TYPE_CHECKING:
     from tieredlog.log.unified_log import UnifiedLog
+    from tieredlog.replication.partition import Partition
     from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def _fill_offsets(d: FetchPartitionData, plog: UnifiedLog) -> None:
 
 async def _read_local(
     broker: Broker, pr: _PartitionRead, isolation: FetchIsolation, budget: int, first: bool, follower: bool,
-    cold_reads: Executor | None,
+    cold_reads: Executor | None, replica_id: int = -1, client_rack: str | None = None,
 ) -> int:
     """Read one partition into ``pr.data``; returns the bytes it adds to the response.
 
@@ -118,13 +119,18 @@ async def _read_local(
         d.error_code = ErrorCode.unknown_topic_or_partition
         return 0
     try:
-        # only the leader serves fetches (KIP-392's follower reads are not offered), at the epoch the
-        # client believes current (KIP-320)
-        partition.check_leader_epoch(pr.current_leader_epoch)
+        # followers fetch from the leader; a consumer's Fetch v11+ (client_rack not None) may read a
+        # follower up to its high watermark (KIP-392); at the epoch the client believes current (KIP-320)
+        partition.check_leader_epoch(pr.current_leader_epoch, require_leader=follower or client_rack is None)
     except KafkaError as exc:
         d.error_code = exc.code
         if partition.leader_id >= 0:
             d.current_leader = (partition.leader_id, partition.leader_epoch)
+        return 0
+    if client_rack is not None and (preferred := _preferred_read_replica(broker, partition, pr, client_rack)) >= 0:
+        # no records: the consumer fetches from that follower from now on (answered at once)
+        _fill_offsets(d, plog)
+        d.preferred_read_replica = preferred
         return 0
     _fill_offsets(d, plog)
     if pr.last_fetched_epoch >= 0:
@@ -140,6 +146,9 @@ async def _read_local(
     max_bytes = min(pr.max_bytes, budget)
     if max_bytes <= 0 and not first:
         return 0
+    if follower and rm is not None and rm.leader_quota.should_throttle(
+            partition.tp, plog.config, replica_id in partition.isr):
+        return 0  # KIP-73: no records for an out-of-sync throttled replica while the leader's quota is spent
     try:
         try:
             info = plog.read(pr.fetch_offset, max(max_bytes, 0), isolation, min_one_message=first, nowait=True)
@@ -167,6 +176,28 @@ async def _read_local(
     d.records = info.records
     d.aborted_transactions = _aborted(info) if isolation is FetchIsolation.TXN_COMMITTED else None
     return _records_size(info.records)
+
+
+def _preferred_read_replica(broker: Broker, partition: Partition, pr: _PartitionRead, client_rack: str) -> int:
+    rm, node = broker.replica_manager, broker.cluster_node
+    if rm is None or node is None or rm.replica_selector is None:
+        return -1
+    live_racks = {b: n.rack for b, n in node.metadata.brokers.items()}
+    return rm.preferred_read_replica(partition, client_rack, pr.fetch_offset, live_racks)
+
+
+def _record_throttled(broker: Broker, reads: list[_PartitionRead]) -> None:
+    """KIP-73: the record bytes a follower's fetch took of leader-throttled partitions count against
+    the leader's quota (Kafka records them once the response is made)."""
+    rm = broker.replica_manager
+    if rm is None:
+        return
+    quota, nbytes = rm.leader_quota, 0
+    for pr in reads:
+        p = rm.get_partition(TopicPartition(pr.topic, pr.partition))
+        if p is not None and quota.is_throttled(p.tp, p.log.config):
+            nbytes += _records_size(pr.data.records)
+    quota.record(nbytes)
 
 
 def _start_remote(
@@ -288,6 +319,8 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
         rs = getattr(req, "replica_state", None)
         replica_id = rs.replica_id if rs is not None else -1
     follower = replica_id >= 0
+    # KIP-392: a consumer's Fetch v11+ may be served by a follower; it names its client.rack ("" for none)
+    client_rack = (getattr(req, "rack_id", None) or "") if not follower and version >= 11 else None
     isolation = (
         FetchIsolation.LOG_END if follower
         else FetchIsolation.TXN_COMMITTED if req.isolation_level == READ_COMMITTED
@@ -350,8 +383,8 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
             pr.remote = False
             # in request order, one at a time: each read's budget is what the earlier ones left
             total += await _read_local(
-                broker, pr, isolation, response_max - total, total == 0, follower, ctx.cold_reads
-            )
+                broker, pr, isolation, response_max - total, total == 0, follower, ctx.cold_reads, replica_id,
+                client_rack)
             # a diverging epoch is answered at once, as an error is (Kafka's hasDivergingEpoch)
             errors = errors or pr.data.error_code != ErrorCode.none or pr.data.diverging_epoch is not None
         if follower and not followed:
@@ -372,12 +405,15 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
                 await asyncio.gather(*(_read_remote(broker, pr, fut, isolation) for pr, fut in waits))
             break
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or errors or not reads or remaining <= 0 or broker.stopping:
+        if total >= min_bytes or errors or not reads or remaining <= 0 or broker.stopping or (
+                client_rack and any(pr.data.preferred_read_replica >= 0 for pr in reads)):
             break
         await broker.append_watchers.wait(keys, remaining)
     metrics = broker.metrics
     for pr in reads:
         metrics.record_fetch(pr.topic, _records_size(pr.data.records), follower)
+    if follower:
+        _record_throttled(broker, reads)
     topics, session_id = fetch_session.finish(topics)
     _open_regions(topics)
     parts, size = encode_fetch_response(version, ctx.correlation_id, topics, session_id=session_id,
