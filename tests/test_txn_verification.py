@@ -8,6 +8,7 @@ with the coordinator on the other one (AddPartitionsToTxn v5 `verify_only` betwe
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
+from tieredlog.server.txn_verification import VerificationGuards
 
 pytestmark = pytest.mark.integration
 
@@ -181,3 +183,36 @@ def test_the_leader_verifies_with_a_coordinator_on_another_broker(
     t.commit()
     wait_until(lambda: offsets(there, "far", 0) == (3, 3), message="the COMMIT marker on the other broker")
     assert offsets(there, "far", 1) == (0, 0)
+
+
+def test_the_brokers_form_needs_cluster_action(broker_factory: Callable[..., BrokerProcess]) -> None:
+    b = broker_factory({**SMALL, "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer"})
+    with KafkaClient(b.bootstrap, timeout=10) as c:  # User:ANONYMOUS, granted nothing
+        v5 = c.request(ADD_PARTITIONS_TO_TXN, {"transactions": [{
+            "transactional_id": "t", "producer_id": 1, "producer_epoch": 0, "verify_only": True,
+            "topics": [{"name": "x", "partitions": [0]}]}]}, version=5)
+        v3 = c.request(ADD_PARTITIONS_TO_TXN, {
+            "v3_and_below_transactional_id": "t", "v3_and_below_producer_id": 1, "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": "x", "partitions": [0]}]}, version=3)
+    assert (v5.error_code, v5.results_by_transaction) == (ErrorCode.cluster_authorization_failed, ())
+    assert v3.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == \
+        ErrorCode.transactional_id_authorization_failed
+
+
+def test_guards_keep_one_producers_produces_in_order_and_a_marker_voids_a_verification() -> None:
+    async def run() -> None:
+        guards = VerificationGuards()
+        tp = ("t", 0)
+        first_prev, first = guards.enter(tp, 7)
+        second_prev, second = guards.enter(tp, 7)
+        assert first_prev is None and second_prev is first  # the second waits for the first
+        asked = guards.guard(tp, 7)
+        guards.marker_written(tp, 7)  # the transaction ended while the coordinator answered
+        assert guards.guard(tp, 7) is not asked
+        assert guards.guard(tp, 8) is None  # another producer's line is its own
+        guards.leave(tp, 7, first)
+        assert second_prev.done() and len(guards) == 1
+        guards.leave(tp, 7, second)
+        assert len(guards) == 0 and guards.guard(tp, 7) is None
+
+    asyncio.run(run())

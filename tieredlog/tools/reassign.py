@@ -9,8 +9,10 @@
 Kafka's modes, JSON files and messages. `--generate` only proposes (Kafka's replica placement over the
 brokers listed, `tieredlog.controller.placement`); `--execute` and `--cancel` send
 AlterPartitionReassignments and `--verify` / `--list` ListPartitionReassignments to the active
-controller (KIP-455), so the tool never writes ZooKeeper itself. Not supported: replication throttles
-(`--throttle`) and moves between log directories (`log_dirs` other than "any").
+controller (KIP-455), so the tool never writes ZooKeeper itself. `--execute --throttle R` sets the
+replication throttles (KIP-73) and `--verify` clears them once the moves are done
+(`tieredlog.tools.reassign_throttle`). Not supported: moves between log directories (`log_dirs` other
+than "any", `--replica-alter-log-dirs-throttle`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tieredlog.tools.cluster_admin import (
     exception_text,
     tp_name,
 )
+from tieredlog.tools.reassign_throttle import VERIFY_WARNING, clear_throttles, set_throttles
 
 TP = tuple[str, int]
 ANY_LOG_DIR = "any"
@@ -216,14 +219,13 @@ def generate(c: KafkaClient, a: argparse.Namespace) -> int:
 
 
 def execute(c: KafkaClient, a: argparse.Namespace) -> int:
-    if a.throttle is not None:
-        raise AdminCommandFailed("--throttle is not supported by tieredlog: reassignments run unthrottled")
     plan = parse_reassignment(_reassignment_file(a))
     moved_dirs = sorted(tp for tp, (_, dirs) in plan.items() if any(d != ANY_LOG_DIR for d in dirs))
     if moved_dirs:
         raise AdminCommandFailed(f"log_dirs other than \"{ANY_LOG_DIR}\" (moves between log directories) are not "
                                  f"supported by tieredlog: {_names(moved_dirs)}")
-    if list_reassignments(c) and not a.additional:
+    ongoing = list_reassignments(c)
+    if ongoing and not a.additional:
         raise AdminCommandFailed(EXISTING_REASSIGNMENT)
     live = describe_cluster(c, []).brokers
     for replicas, _ in plan.values():
@@ -233,6 +235,12 @@ def execute(c: KafkaClient, a: argparse.Namespace) -> int:
     current = current_assignment(c, plan)
     print(f"Current partition replica assignment\n\n{format_reassignment_json(current)}\n\n"
           "Save this to use as the --reassignment-json-file option during rollback")
+    if a.throttle >= 0:
+        print(VERIFY_WARNING)
+        # a partition already moving copies from its original replicas, not from those being added
+        sources = {tp: [b for b in r if b not in ongoing[tp].adding_replicas] if tp in ongoing else r
+                   for tp, r in current.items()}
+        set_throttles(c, sources, {tp: replicas for tp, (replicas, _) in plan.items()}, a.throttle)
     errors = alter_reassignments(c, {tp: replicas for tp, (replicas, _) in plan.items()})
     if errors:
         lines = "\n".join(f"{tp_name(*tp)}: {errors[tp]}" for tp in sorted(errors))
@@ -257,6 +265,9 @@ def verify(c: KafkaClient, a: argparse.Namespace) -> int:
             lines.append(f"There is no active reassignment of partition {name}, but replica set is "
                          f"{','.join(map(str, settled[tp]))} rather than {','.join(map(str, target))}.")
     print("\n".join(lines))
+    if not ongoing and not a.preserve_throttles:
+        print()
+        clear_throttles(c, plan)
     return 0
 
 
@@ -271,6 +282,8 @@ def cancel(c: KafkaClient, a: argparse.Namespace) -> int:
         print(f"Successfully cancelled partition reassignment{_plural(len(active))} for: {_names(active)}")
     else:
         print("None of the specified partition reassignments are active.")
+    if not a.preserve_throttles:
+        clear_throttles(c, plan)
     return 0
 
 
@@ -315,8 +328,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-rack-aware", action="store_true", help="--generate ignores broker racks")
     p.add_argument("--additional", action="store_true", help="--execute while other reassignments are in progress")
     p.add_argument("--timeout", type=int, default=10000, help="accepted for Kafka compatibility")
-    p.add_argument("--preserve-throttles", action="store_true", help="accepted for Kafka compatibility")
-    p.add_argument("--throttle", type=int, help="not supported")
+    p.add_argument("--preserve-throttles", action="store_true", help="--verify leaves the throttles in place")
+    p.add_argument("--throttle", type=int, default=-1, metavar="B/s",
+                   help="--execute: replication throttle of the moving replicas (KIP-73), bytes/s; --verify removes it")
     return p
 
 
