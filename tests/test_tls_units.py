@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from tieredlog.security.tls import (
     server_context,
 )
 from tieredlog.server import network
-from tieredlog.server.network import Connection, KafkaServer, OpenRegion
+from tieredlog.server.network import Connection, OpenRegion
 
 # ---- listeners and their configs -------------------------------------------------------------------------
 
@@ -321,18 +322,23 @@ def test_cli_refuses_a_jks_keystore_with_one_line(tmp_path: Path, tls_certs: Pki
 async def _handshake_principal(pki: Pki, props: dict[str, str], client: ssl.SSLContext) -> tuple[Any, Any]:
     """(the server's principal or None, the client's exception or None) of one connection."""
     tls = listener_tls(config(props))["SSL"]
-    got: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[Any] = loop.create_future()
+    listening = socket.create_server(("127.0.0.1", 0))
+    listening.setblocking(False)
+    port = listening.getsockname()[1]
 
-    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        principal = await KafkaServer._handshake(None, "SSL", tls, writer)  # type: ignore[arg-type]
-        got.set_result(principal)
-        if principal is not None:
+    async def accept() -> None:
+        accepted, address = await loop.sock_accept(listening)
+        opened = await network.open_accepted("SSL", tls, accepted, address[0])
+        got.set_result(None if opened is None else opened[0])
+        if opened is not None:
+            writer = opened[2]
             writer.write(b"ok")
             await writer.drain()
             writer.close()
 
-    server = await asyncio.start_server(accept, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server = loop.create_task(accept())
     error = None
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client, server_hostname="localhost")
@@ -343,8 +349,8 @@ async def _handshake_principal(pki: Pki, props: dict[str, str], client: ssl.SSLC
     except (OSError, ConnectionError) as exc:
         error = exc
     principal = await asyncio.wait_for(got, 10)
-    server.close()
-    await server.wait_closed()
+    await server
+    listening.close()
     return principal, error
 
 

@@ -677,38 +677,11 @@ class KafkaServer:
     async def _connection(self, listener: str, security_protocol: str, tls: ListenerTls | None,
                           client: socket.socket, ip: str) -> None:
         try:
-            opened = await self._open(listener, tls, client, ip)
+            opened = await open_accepted(listener, tls, client, ip)
             if opened is not None:
                 await self._accept(listener, security_protocol, *opened)
         finally:
             self.quotas.dec(listener, ip)
-
-    async def _open(self, listener: str, tls: ListenerTls | None, client: socket.socket, ip: str
-                    ) -> tuple[KafkaPrincipal, asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """The accepted socket as a stream, after the TLS handshake on a TLS listener (done by the
-        transport before any byte reaches the reader); None once a failed handshake closed it."""
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=STREAM_LIMIT)
-        protocol = asyncio.StreamReaderProtocol(reader)
-        try:
-            transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol, client, ssl=tls.context if tls is not None else None)
-        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
-            client.close()
-            if tls is not None:
-                reason = getattr(exc, "reason", None) or exc.__class__.__name__
-                log.info("Failed authentication with /%s on listener %s (SSL handshake failed: %s)", ip, listener,
-                         reason)
-            return None
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        if tls is None:
-            return ANONYMOUS, reader, writer
-        try:
-            return tls.principal(writer.get_extra_info("ssl_object")), reader, writer
-        except (NoMatchingRule, ValueError) as exc:
-            log.info("Failed authentication with /%s on listener %s (%s)", ip, listener, exc)
-            transport.abort()
-            return None
 
     async def _accept(self, listener: str, security_protocol: str, principal: KafkaPrincipal,
                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -766,6 +739,34 @@ class KafkaServer:
             "stopped listening, closed %d client connection(s)%s",
             count, f" ({len(pending)} cut off after {grace:g} s)" if pending else "",
         )
+
+
+async def open_accepted(listener: str, tls: ListenerTls | None, client: socket.socket, ip: str
+                        ) -> tuple[KafkaPrincipal, asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """The accepted socket as a stream, after the TLS handshake on a TLS listener (done by the
+    transport before any byte reaches the reader); None once a failed handshake closed it."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STREAM_LIMIT)
+    protocol = asyncio.StreamReaderProtocol(reader)
+    try:
+        transport, _ = await loop.connect_accepted_socket(
+            lambda: protocol, client, ssl=tls.context if tls is not None else None)
+    except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+        client.close()
+        if tls is not None:
+            reason = getattr(exc, "reason", None) or exc.__class__.__name__
+            log.info("Failed authentication with /%s on listener %s (SSL handshake failed: %s)", ip, listener,
+                     reason)
+        return None
+    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    if tls is None:
+        return ANONYMOUS, reader, writer
+    try:
+        return tls.principal(writer.get_extra_info("ssl_object")), reader, writer
+    except (NoMatchingRule, ValueError) as exc:
+        log.info("Failed authentication with /%s on listener %s (%s)", ip, listener, exc)
+        transport.abort()
+        return None
 
 
 async def _bind(loop: asyncio.AbstractEventLoop, host: str | None, port: int) -> list[socket.socket]:
