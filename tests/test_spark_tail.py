@@ -289,3 +289,52 @@ def test_a_stream_reads_the_tier_and_follows_the_brokers(spark, broker: BrokerPr
     second = run()
     assert sorted(first + second) == sorted((r[3], r[4], r[1]) for r in consume(broker.bootstrap, "read_committed"))
     assert len(second) == 60 and all(v.startswith(b"value-5") for _, _, v in second)
+
+
+def test_push_folds_the_filters_it_can_apply_exactly_and_returns_the_rest() -> None:
+    from pyspark.sql.datasource import (
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        IsNotNull,
+        IsNull,
+        LessThan,
+        LessThanOrEqual,
+        Not,
+    )
+
+    from spark_readers.filters import push
+
+    t = datetime.datetime(2026, 1, 1, 0, 0, 0, 1500, tzinfo=datetime.timezone.utc)
+    micros = int(t.timestamp()) * 1_000_000 + 1500
+    odd = [Not(EqualTo(("offset",), 3)), IsNull(("offset",)), EqualTo(("offset",), "7"), EqualTo(("key",), b"k"),
+           In(("offset",), (4, 9))]
+    pushed, rest = push([In(("partition",), (0, 2, 5)), LessThan(("partition",), 5), GreaterThan(("offset",), 10),
+                         LessThanOrEqual(("offset",), 20), GreaterThanOrEqual(("offset",), 12),
+                         GreaterThan(("timestamp",), t), LessThan(("timestamp",), t + datetime.timedelta(seconds=1)),
+                         IsNotNull(("timestamp",)), *odd])
+    assert rest == odd[:4] + [odd[4]]  # In on offsets is pushed as a range and still evaluated by Spark
+    assert [p for p in range(8) if pushed.keeps_partition(p)] == [0, 2]
+    assert pushed.offsets(0, 100) == (12, 10)  # [12, 21) and the In's [4, 10): nothing to read
+    assert (pushed.timestamp_low, pushed.timestamp_high) == (micros + 1, micros + 1_000_000)
+    assert pushed.timestamp_low_ms() == micros // 1000 + 1  # the first whole millisecond after t
+
+
+def test_reader_options_of_the_tail_and_the_splits() -> None:
+    from spark_readers.options import OptionError, parse_options
+
+    o = parse_options({"path": "file:///x", "assign": '{"a":[1,0,1],"b":[2]}', "minPartitions": "8",
+                       "maxRecordsPerPartition": "1000", "kafka.bootstrap.servers": "h:1",
+                       "kafka.security.protocol": "SASL_SSL", "kafka.sasl.password": "secret-pw",
+                       "kafka.isolation.level": "read_uncommitted"})
+    assert o.assign == {"a": (0, 1), "b": (2,)} and o.topics == ("a", "b")
+    assert (o.min_partitions, o.max_records_per_partition, o.read_committed) == (8, 1000, False)
+    assert o.kafka == {"bootstrap.servers": "h:1", "security.protocol": "SASL_SSL", "sasl.password": "secret-pw"}
+    assert o.reads_brokers and "secret-pw" not in repr(o)
+    with pytest.raises(OptionError, match="exactly one of"):
+        parse_options({"path": "file:///x", "assign": '{"a":[0]}', "topic": "a"})
+    with pytest.raises(OptionError, match="assign must be JSON"):
+        parse_options({"path": "file:///x", "assign": "a:0"})
+    with pytest.raises(OptionError, match="'group.id' is not supported"):
+        parse_options({"path": "file:///x", "topic": "a", "kafka.group.id": "g"})
