@@ -25,7 +25,7 @@ from spark_readers.decoder import spark_ddl
 from spark_readers.filters import PushedFilters, describe, push
 from spark_readers.options import ReaderOptions, include_headers, parse_options, push_filters
 from spark_readers.planner import ReadTask, Task, plan
-from spark_readers.read import read_task
+from spark_readers.read import read_task_batches
 from spark_readers.storage import StorageSpec, open_storage, storage_spec
 from spark_readers.writer import TieredLogStreamWriter, TieredLogWriter, parse_write_options
 
@@ -62,13 +62,13 @@ def brokers_for(options: ReaderOptions) -> Brokers | None:
     return Brokers(options.kafka, options.read_committed, options.poll_timeout_ms / 1000)
 
 
-def read_partition(spec: StorageSpec, options: ReaderOptions, partition: InputPartition) -> pa.RecordBatch:
+def read_partition(spec: StorageSpec, options: ReaderOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """One input partition's rows, from the remote tier or the brokers."""
     if isinstance(partition, ReadTaskPartition):
-        return read_task(open_storage(spec), partition.task, options.include_headers)
+        return read_task_batches(open_storage(spec), partition.task, options.include_headers)
     if isinstance(partition, TailPartition):
-        return read_tail(consumer_config(options.kafka, options.read_committed), partition.task,
-                         options.include_headers, options.poll_timeout_ms)
+        return iter([read_tail(consumer_config(options.kafka, options.read_committed), partition.task,
+                               options.include_headers, options.poll_timeout_ms)])
     raise TypeError(f"not a tieredlog input partition: {partition!r}")
 
 
@@ -116,7 +116,8 @@ class TieredLogReader(DataSourceReader):
         return [input_partition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield self.pushed.filter_batch(read_partition(self.spec, self.options, partition))
+        for batch in read_partition(self.spec, self.options, partition):
+            yield self.pushed.filter_batch(batch)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(describe(self.pushed)) or 'no pushed filters'})"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -102,6 +102,27 @@ def decode_records(data: BytesLike, source: Source, from_offset: int, to_offset:
     """Records of the whole batches in ``data`` with offsets in ``[from_offset, to_offset)``, but
     those of the ``aborted`` transactions ``(producer id, first offset, marker offset)``."""
     picked = _batches(data, source, from_offset, to_offset, _aborted_ranges(aborted))
+    return _decode(data, source, picked, from_offset, to_offset, include_headers)
+
+
+def decode_record_batches(data: BytesLike, source: Source, from_offset: int, to_offset: int,
+                          include_headers: bool, aborted: Sequence[tuple[int, int, int]] = (),
+                          batch_bytes: int = 8 << 20) -> Iterator[pa.RecordBatch]:
+    """:func:`decode_records` in Arrow batches of about ``batch_bytes`` of ``data`` each (at least one
+    record batch), so that a consumer of the first (Spark's JVM) works while the next decodes."""
+    picked = _batches(data, source, from_offset, to_offset, _aborted_ranges(aborted))
+    first = 0
+    while first < len(picked) or first == 0:
+        last = first + 1
+        limit = picked[first][0] + batch_bytes if picked else 0
+        while last < len(picked) and picked[last][0] < limit:
+            last += 1
+        yield _decode(data, source, picked[first:last], from_offset, to_offset, include_headers)
+        first = last
+
+
+def _decode(data: BytesLike, source: Source, picked: list[tuple[int, BatchHeader]], from_offset: int,
+            to_offset: int, include_headers: bool) -> pa.RecordBatch:
     arena, sections = _arena(data, source, picked)
     columns = RecordColumns(include_headers)
     for (pos, h), (start, end) in zip(picked, sections):

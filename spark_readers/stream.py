@@ -139,7 +139,7 @@ class TieredLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [input_partition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield read_partition(self.spec, self.options, partition)
+        yield from read_partition(self.spec, self.options, partition)
 
     def commit(self, end: dict[str, dict[str, int]]) -> None:
         # Nothing to acknowledge: the remote tier is read, never consumed from.

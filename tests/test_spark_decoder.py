@@ -10,7 +10,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from spark_readers.decoder import CorruptSegmentError, Source, decode_records, kafka_schema
+from spark_readers.decoder import CorruptSegmentError, Source, decode_record_batches, decode_records, kafka_schema
 from tieredlog.records.batch import CRC_OFFSET, compute_crc, iter_headers
 from tieredlog.records.record import (
     CONTROL_ABORT,
@@ -100,6 +100,18 @@ def test_columns_equal_decode_batch(lo: int, hi: int) -> None:
     assert out.schema == kafka_schema(True)
     assert rows(out) == expected(data, lo, hi, aborted)
     assert (out.num_rows > 0) == (hi > lo)
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 3000, 1 << 30])
+def test_batches_of_a_few_bytes_each_give_the_same_rows(batch_bytes: int) -> None:
+    data, aborted = segment()
+    source = Source(TOPIC, 3, "x.log", 0)
+    whole = decode_records(data, source, 20, 140, True, aborted)
+    parts = list(decode_record_batches(data, source, 20, 140, True, aborted, batch_bytes))
+    assert pa.Table.from_batches(parts).equals(pa.Table.from_batches([whole]))
+    assert len(parts) > 1 if batch_bytes < 3001 else len(parts) == 1
+    empty = list(decode_record_batches(data, source, 5000, 5000, True, aborted, batch_bytes))
+    assert [b.num_rows for b in empty] == [0] and empty[0].schema == kafka_schema(True)
 
 
 def test_uncompressed_segments_are_gathered_from_their_own_bytes() -> None:
