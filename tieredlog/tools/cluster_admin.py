@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.protocol.api import METADATA
 from tieredlog.protocol.client import KafkaClient
+from tieredlog.tools.command_config import same_as
 
 # How long a tool keeps looking for a controller that answers (an election after the controller
 # left takes up to the ZooKeeper session timeout).
@@ -95,7 +96,7 @@ def controller_request(client: KafkaClient, api_key: int, body: Any, *, version:
         node = view.brokers.get(view.controller_id)
         if node is not None:
             try:
-                with KafkaClient(node.address, client_id=client.client_id, timeout=client.timeout) as c:
+                with same_as(client, node.address) as c:
                     answer = c.request(api_key, body, version=version)
             except (OSError, ConnectionError) as exc:
                 last = f"cannot reach the controller (broker {node.node_id} at {node.address}): {exc}"

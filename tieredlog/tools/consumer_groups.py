@@ -40,7 +40,7 @@ from tieredlog.protocol.api import (
     OFFSET_FETCH,
 )
 from tieredlog.protocol.client import KafkaProtocolError
-from tieredlog.tools import run_against_broker
+from tieredlog.tools import command_config, run_against_broker
 from tieredlog.tools.cluster_admin import Node, exception_name
 from tieredlog.tools.transaction_admin import AdminApiError, CoordinatorType, TransactionsAdmin
 
@@ -124,8 +124,9 @@ class GroupsAdmin(TransactionsAdmin):
     """The group APIs over TransactionsAdmin's connections: the bootstrap broker, and one client per
     broker a request is routed to."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float = 30.0) -> None:
-        super().__init__(bootstrap, client_id="tieredlog-consumer-groups", timeout_s=timeout_s)
+    def __init__(self, bootstrap: str, *, timeout_s: float = 30.0,
+                 settings: command_config.ClientSettings | None = None) -> None:
+        super().__init__(bootstrap, client_id="tieredlog-consumer-groups", timeout_s=timeout_s, settings=settings)
 
     def __enter__(self) -> "GroupsAdmin":
         return self
@@ -570,6 +571,7 @@ def parser() -> argparse.ArgumentParser:
                     "info, or reset consumer group offsets.")
     p.add_argument("--bootstrap-server", required=True, metavar="host:port",
                    help="the server(s) to connect to")
+    command_config.add_argument(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="list all consumer groups")
     action.add_argument("--describe", action="store_true", help="describe consumer group(s) and list offset lag")
@@ -614,10 +616,12 @@ def execute(admin: GroupsAdmin, a: argparse.Namespace, out: TextIO, err: TextIO,
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    p = parser()
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    settings = command_config.from_args(p, a)
 
     def run() -> int:
-        with GroupsAdmin(a.bootstrap_server) as admin:
+        with GroupsAdmin(a.bootstrap_server, settings=settings) as admin:
             return execute(admin, a, sys.stdout, sys.stderr)
 
     return run_against_broker("consumer-groups", a.bootstrap_server, run)

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.protocol.api import ELECT_LEADERS
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
-from tieredlog.tools import run_tool
+from tieredlog.tools import command_config, run_tool
 from tieredlog.tools.cluster_admin import AdminCommandFailed, controller_request, exception_text, tp_name
 
 ELECTION_TYPES = {"PREFERRED": 0, "UNCLEAN": 1}
@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tieredlog leader-election",
                                 description="Elect partition leaders (kafka-leader-election.sh).")
     p.add_argument("--bootstrap-server", required=True, help="HOST:PORT of any broker")
+    command_config.add_argument(p)
     p.add_argument("--election-type", required=True, type=str.upper, choices=sorted(ELECTION_TYPES),
                    help="PREFERRED: the first replica leads again; UNCLEAN: elect a leader out of the ISR if needed")
     p.add_argument("--topic", help="with --partition: the one partition to elect")
@@ -120,10 +121,11 @@ def main(argv: list[str] | None = None) -> int:
                      "--all-topic-partitions, --topic, --path-to-json-file")
     if (a.topic is None) != (a.partition is None):
         parser.error("--topic and --partition go together")
+    settings = command_config.from_args(parser, a)
 
     def run() -> int:
         try:
-            with KafkaClient(a.bootstrap_server) as client:
+            with settings.client(a.bootstrap_server) as client:
                 return run_election(client, a)
         except AdminCommandFailed as exc:
             print(f"Error while making request\n{exc}", file=sys.stderr)

@@ -29,7 +29,7 @@ from tieredlog.controller.placement import AdminOperationError, RackAwareMode, a
 from tieredlog.errors import KafkaError
 from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
-from tieredlog.tools import run_tool
+from tieredlog.tools import command_config, run_tool
 from tieredlog.tools.cluster_admin import (
     AdminCommandFailed,
     controller_request,
@@ -328,6 +328,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--disable-rack-aware", action="store_true", help="--generate ignores broker racks")
     p.add_argument("--additional", action="store_true", help="--execute while other reassignments are in progress")
     p.add_argument("--timeout", type=int, default=10000, help="accepted for Kafka compatibility")
+    command_config.add_argument(p)
     p.add_argument("--preserve-throttles", action="store_true", help="--verify leaves the throttles in place")
     p.add_argument("--throttle", type=int, default=-1, metavar="B/s",
                    help="--execute: replication throttle of the moving replicas (KIP-73), bytes/s; --verify removes it")
@@ -340,10 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [m for m in MODES if getattr(a, m)]
     if len(chosen) != 1:
         parser.error("Command must include exactly one action: --generate, --execute, --verify, --cancel, or --list")
+    settings = command_config.from_args(parser, a)
 
     def run() -> int:
         try:
-            with KafkaClient(a.bootstrap_server) as client:
+            with settings.client(a.bootstrap_server) as client:
                 return MODES[chosen[0]](client, a)
         except AdminCommandFailed as exc:
             print(exc, file=sys.stderr)

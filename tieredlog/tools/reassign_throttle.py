@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from tieredlog.protocol.api import INCREMENTAL_ALTER_CONFIGS
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.tools.cluster_admin import AdminCommandFailed, describe_cluster, exception_text
+from tieredlog.tools.command_config import same_as
 
 TP = tuple[str, int]
 TOPIC_RESOURCE = 2
@@ -45,7 +46,7 @@ def _alter_brokers(c: KafkaClient, brokers: Iterable[int], ops: list[dict[str, A
         node = nodes.get(b)
         if node is None:
             continue  # not live: nothing to set or clear there now
-        with KafkaClient(node.address, client_id=c.client_id, timeout=c.timeout) as own:
+        with same_as(c, node.address) as own:
             _alter(own, BROKER_RESOURCE, str(b), ops)
 
 

@@ -27,7 +27,7 @@ from tieredlog.protocol.api import (
     METADATA,
 )
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
-from tieredlog.tools import run_against_broker
+from tieredlog.tools import command_config, run_against_broker
 from tieredlog.tools.cluster_admin import AdminCommandFailed, PartitionInfo, controller_request, describe_cluster
 
 TOPIC_RESOURCE = 2
@@ -234,6 +234,7 @@ def cmd_alter_config(c: KafkaClient, a: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tieredlog topics")
     p.add_argument("--bootstrap-server", required=True, help="HOST:PORT of any broker")
+    command_config.add_argument(p)
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create")
     c.add_argument("--topic", required=True)
@@ -268,10 +269,12 @@ COMMANDS = {"create": cmd_create, "delete": cmd_delete, "list": cmd_list, "descr
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    a = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    settings = command_config.from_args(parser, a)
 
     def run() -> int:
-        with KafkaClient(a.bootstrap_server) as client:
+        with settings.client(a.bootstrap_server) as client:
             return COMMANDS[a.command](client, a)
 
     return run_against_broker("topics", a.bootstrap_server, run)

@@ -39,6 +39,7 @@ from tieredlog.protocol.api import (
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.protocol.codec import encode_request
 from tieredlog.tools.cluster_admin import ClusterView, Node, describe_cluster, exception_message
+from tieredlog.tools.command_config import ClientSettings
 from tieredlog.tools.describe_transactions_wire import decode_describe_transactions
 
 T = TypeVar("T")
@@ -183,8 +184,9 @@ class TransactionsAdmin:
     broker a request is routed to."""
 
     def __init__(self, bootstrap: str, *, client_id: str = "tieredlog-transactions", timeout_s: float = 30.0,
-                 retry_for_s: float = RETRY_FOR_S) -> None:
+                 retry_for_s: float = RETRY_FOR_S, settings: ClientSettings | None = None) -> None:
         self.bootstrap = bootstrap
+        self.settings = settings or ClientSettings()  # --command-config: TLS and SASL of every connection
         self.client_id = client_id
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
@@ -210,7 +212,7 @@ class TransactionsAdmin:
 
     def _any(self) -> KafkaClient:
         if self._bootstrap is None:
-            self._bootstrap = KafkaClient(self.bootstrap, client_id=self.client_id, timeout=self.timeout_s).connect()
+            self._bootstrap = self.settings.client(self.bootstrap, self.client_id, self.timeout_s).connect()
         return self._bootstrap
 
     def _client(self, node_id: int) -> KafkaClient:
@@ -222,8 +224,8 @@ class TransactionsAdmin:
                 node = self._nodes.get(node_id)
             if node is None:
                 raise AdminApiError(ErrorCode.broker_not_available, f"Broker {node_id} is not in the cluster")
-            client = self._clients[node_id] = KafkaClient(node.address, client_id=self.client_id,
-                                                          timeout=self.timeout_s).connect()
+            client = self._clients[node_id] = self.settings.client(node.address, self.client_id,
+                                                                   self.timeout_s).connect()
         return client
 
     def _version(self, client: KafkaClient, api_key: int, who: str, minimum: int = 0) -> int:

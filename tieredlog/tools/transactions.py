@@ -23,8 +23,8 @@ from typing import Callable, Sequence, TextIO
 from kio.schema.errors import ErrorCode
 
 from tieredlog.log.types import TopicPartition
+from tieredlog.tools import command_config, run_against_broker
 from tieredlog.tools import hanging_transactions as hanging
-from tieredlog.tools import run_against_broker
 from tieredlog.tools.transaction_admin import (
     AbortTransactionSpec,
     Admin,
@@ -254,6 +254,7 @@ def parser() -> argparse.ArgumentParser:
                     "It can be used to detect and recover from hanging transactions.")
     p.add_argument("--bootstrap-server", required=True, metavar="host:port",
                    help="hostname and port for the broker to connect to")
+    command_config.add_argument(p)
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
     ls = sub.add_parser("list", help="list transactions")
@@ -319,10 +320,12 @@ def execute(admin: Admin, a: argparse.Namespace, out: TextIO, err: TextIO, clock
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    p = parser()
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    settings = command_config.from_args(p, a)
 
     def run() -> int:
-        with TransactionsAdmin(a.bootstrap_server) as admin:
+        with TransactionsAdmin(a.bootstrap_server, settings=settings) as admin:
             return execute(admin, a, sys.stdout, sys.stderr)
 
     return run_against_broker("transactions", a.bootstrap_server, run)

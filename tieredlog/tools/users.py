@@ -8,9 +8,7 @@
 
 ``--add-config`` creates the user or changes its password; the salted password is computed here, as
 Kafka's admin client does, so the password itself never travels. ``--command-config`` is a client
-properties file, Kafka's names: ``security.protocol`` (PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL),
-``sasl.mechanism``, ``sasl.jaas.config`` (or librdkafka's ``sasl.username`` / ``sasl.password``),
-``ssl.truststore.location`` (PEM), ``ssl.endpoint.identification.algorithm``.
+properties file, as for Kafka's tools (``tieredlog.tools.command_config``).
 
 The change is sent to the bootstrap broker; in a cluster one that is not the controller answers
 NOT_CONTROLLER and the tool asks the controller Metadata names, as Kafka's admin client does.
@@ -20,20 +18,17 @@ from __future__ import annotations
 
 import argparse
 import re
-import ssl
 import sys
 import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.config import read_properties
 from tieredlog.protocol.api import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.security import scram
-from tieredlog.security.jaas import JaasConfigError, parse_single_module
-from tieredlog.security.sasl.client import SaslClientCredentials, SaslClientError
-from tieredlog.tools import run_tool
+from tieredlog.security.sasl.client import SaslClientError
+from tieredlog.tools import command_config, run_tool
 from tieredlog.tools.cluster_admin import (
     CONTROLLER_WAIT_S,
     RETRY_BACKOFF_S,
@@ -42,61 +37,7 @@ from tieredlog.tools.cluster_admin import (
     exception_name,
     exception_text,
 )
-
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
-
-
-class ClientSettings:
-    """How the tool connects: ``--command-config``'s security settings."""
-
-    def __init__(self, props: dict[str, str]) -> None:
-        self.protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-        if self.protocol not in SECURITY_PROTOCOLS:
-            raise AdminCommandFailed(f"Invalid security.protocol {self.protocol}: use one of {', '.join(SECURITY_PROTOCOLS)}")
-        self.sasl: SaslClientCredentials | None = None
-        if self.protocol.startswith("SASL_"):
-            self.sasl = _sasl_credentials(props)
-        self.ssl_context: ssl.SSLContext | None = None
-        if self.protocol.endswith("SSL"):
-            self.ssl_context = _ssl_context(props)
-
-    def client(self, address: str, timeout: float = 30.0) -> KafkaClient:
-        """Not connected yet: ``with`` connects it (and logs in)."""
-        return KafkaClient(address, client_id="tieredlog-users", timeout=timeout, ssl_context=self.ssl_context,
-                           sasl=self.sasl)
-
-
-def _sasl_credentials(props: dict[str, str]) -> SaslClientCredentials:
-    mechanism = props.get("sasl.mechanism", "GSSAPI").strip()
-    username, password = props.get("sasl.username"), props.get("sasl.password")
-    jaas = props.get("sasl.jaas.config")
-    if jaas:
-        try:
-            entry = parse_single_module(jaas)
-        except JaasConfigError as exc:
-            raise AdminCommandFailed(f"Invalid sasl.jaas.config: {exc}") from None
-        username, password = entry.options.get("username", username), entry.options.get("password", password)
-    if mechanism not in ("PLAIN", *scram.MECHANISMS):
-        raise AdminCommandFailed(f"sasl.mechanism {mechanism} is not supported: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-    if not username or password is None:
-        raise AdminCommandFailed("SASL needs a username and a password: sasl.jaas.config's username= and password= "
-                                 "(or sasl.username and sasl.password)")
-    return SaslClientCredentials(mechanism, username, password)
-
-
-def _ssl_context(props: dict[str, str]) -> ssl.SSLContext:
-    store_type = props.get("ssl.truststore.type", "PEM").strip().upper()
-    if store_type != "PEM":
-        raise AdminCommandFailed(f"ssl.truststore.type {store_type} is not supported: use PEM")
-    location = props.get("ssl.truststore.location")
-    ctx = ssl.create_default_context(cafile=location) if location else ssl.create_default_context()
-    if not props.get("ssl.endpoint.identification.algorithm", "https").strip():
-        ctx.check_hostname = False
-    keystore = props.get("ssl.keystore.location")
-    if keystore:
-        ctx.load_cert_chain(keystore, password=props.get("ssl.key.password"))
-    return ctx
-
+from tieredlog.tools.command_config import CommandConfigError, same_as
 
 # ---- --add-config / --delete-config (kafka-configs' syntax) -----------------------------------------
 
@@ -152,7 +93,7 @@ def alteration(user: str, add: dict[str, tuple[int, str]], delete: list[str]) ->
 
 # ---- the requests ----------------------------------------------------------------------------------
 
-def alter_on_controller(client: KafkaClient, settings: ClientSettings, body: dict[str, Any]) -> Any:
+def alter_on_controller(client: KafkaClient, body: dict[str, Any]) -> Any:
     """AlterUserScramCredentials to the bootstrap broker, then to the controller while the answer is
     NOT_CONTROLLER (a cluster's other brokers), until CONTROLLER_WAIT_S has passed."""
     deadline = time.monotonic() + CONTROLLER_WAIT_S
@@ -166,7 +107,7 @@ def alter_on_controller(client: KafkaClient, settings: ClientSettings, body: dic
         if node is None:
             continue
         try:
-            with settings.client(node.address, timeout=client.timeout) as c:
+            with same_as(client, node.address) as c:
                 answer = c.request(ALTER_USER_SCRAM_CREDENTIALS, body, version=0)
         except (OSError, ConnectionError):
             continue
@@ -192,9 +133,9 @@ def describe(client: KafkaClient, users: list[str]) -> int:
     return 0
 
 
-def alter(client: KafkaClient, settings: ClientSettings, user: str, add: dict[str, tuple[int, str]],
+def alter(client: KafkaClient, user: str, add: dict[str, tuple[int, str]],
           delete: list[str]) -> int:
-    answer = alter_on_controller(client, settings, alteration(user, add, delete))
+    answer = alter_on_controller(client, alteration(user, add, delete))
     failed = [r for r in answer.results if r.error_code != ErrorCode.none]
     if failed:
         raise AdminCommandFailed("\n".join(exception_text(r.error_code, r.error_message) for r in failed))
@@ -207,8 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Describe, add, change and delete SCRAM users (kafka-configs.sh "
                                             "--entity-type users).")
     p.add_argument("--bootstrap-server", required=True, help="HOST:PORT of any broker")
-    p.add_argument("--command-config", metavar="FILE", help="client properties: security.protocol, sasl.mechanism, "
-                                                            "sasl.jaas.config, ssl.truststore.location, ...")
+    command_config.add_argument(p)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="the users' SCRAM mechanisms and iterations")
     action.add_argument("--alter", action="store_true", help="add, change or delete a user's credentials")
@@ -235,15 +175,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         try:
-            settings = ClientSettings(read_properties(a.command_config) if a.command_config else {})
+            settings = command_config.load(a.command_config)
             if a.alter:
                 add = parse_add_config(a.add_config) if a.add_config else {}
                 delete = parse_delete_config(a.delete_config)
-            with settings.client(a.bootstrap_server) as client:
+            with settings.client(a.bootstrap_server, client_id="tieredlog-users") as client:
                 if a.describe:
                     return describe(client, a.entity_name)
-                return alter(client, settings, a.entity_name[0], add, delete)
-        except AdminCommandFailed as exc:
+                return alter(client, a.entity_name[0], add, delete)
+        except (AdminCommandFailed, CommandConfigError) as exc:
             print(f"Error while executing config command: {exc}", file=sys.stderr)
             return 1
         except SaslClientError as exc:
