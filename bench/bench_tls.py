@@ -1,13 +1,15 @@
-"""TLS beside PLAINTEXT, in one run against one broker process with both listeners.
+"""TLS and SASL_SSL beside PLAINTEXT, in one run against one broker process with the three listeners.
 
 confluent-kafka produces ``TLS_BENCH_RECORDS`` (default 200,000) records of 1 KiB random bytes (acks=1,
 no compression, one partition) over the PLAINTEXT listener to one topic and over the SSL listener
 (server authentication, TLS 1.3, an ECDSA P-256 key) to another, then consumes each topic back from
-offset 0 over the same listener. PLAINTEXT consumes are served with sendfile; SSL ones read each file
-region into memory and write it through the TLS transport. Each measurement is repeated
+offset 0 over the same listener; and over a SASL_SSL listener (the same TLS, then a SCRAM-SHA-512
+login, the user made with AlterUserScramCredentials at 8192 iterations) to a third topic. PLAINTEXT
+consumes are served with sendfile; SSL and SASL_SSL ones read each file region into memory and write
+it through the TLS transport. Each measurement is repeated
 ``TLS_BENCH_REPEATS`` times (default 3), PLAINTEXT and SSL in turn, and the best is kept: on a shared
-machine the slower runs measure the neighbours. Records/s, MB/s and SSL's share of PLAINTEXT's rate
-are printed per direction.
+machine the slower runs measure the neighbours. Records/s, MB/s and each protocol's rate against
+PLAINTEXT's are printed per direction.
 
     .venv/bin/python -m bench bench_tls      # or: make bench-tls
     TLS_BENCH_RECORDS=50000 TLS_BENCH_REPEATS=1 .venv/bin/python -m bench bench_tls
@@ -73,7 +75,13 @@ def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
     sys.path.insert(0, str(repo / "tests"))
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import (
+        AdminClient,
+        NewTopic,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
 
     from tests.broker_harness import BrokerProcess
     from tests.helpers import free_port
@@ -89,7 +97,8 @@ def main() -> None:
         pki = Pki.create(tmp / "pki")
         broker = BrokerProcess(tmp / "data", {
             "remote.log.storage.system.enable": "false", "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(pki.broker_pem)}, extra_listeners={"SSL": free_port()}).start()
+            "ssl.keystore.location": str(pki.broker_pem), "sasl.enabled.mechanisms": "SCRAM-SHA-512"},
+            extra_listeners={"SSL": free_port(), "SASL_SSL": free_port()}).start()
         try:
             plaintext = {"bootstrap.servers": broker.bootstrap}
             tls = {"bootstrap.servers": broker.address("SSL"), "security.protocol": "SSL",
@@ -102,24 +111,33 @@ def main() -> None:
                 raise RuntimeError("Metadata on the SSL listener names the PLAINTEXT one: per-listener "
                                    "endpoints are needed (tieredlog/server/metadata_apis.py)")
             admin = AdminClient(plaintext)
-            for f in admin.create_topics([NewTopic(t, 1, 1) for t in ("plaintext", "ssl")]).values():
+            for f in admin.create_topics([NewTopic(t, 1, 1) for t in ("plaintext", "ssl", "sasl_ssl")]).values():
                 f.result(30)
+            password = os.urandom(12).hex()
+            upsert = UserScramCredentialUpsertion("bench", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                                  password.encode())
+            for f in admin.alter_user_scram_credentials([upsert]).values():
+                f.result(30)
+            sasl_ssl = {"bootstrap.servers": broker.address("SASL_SSL"), "security.protocol": "SASL_SSL",
+                        "ssl.ca.location": str(pki.ca_pem), "sasl.mechanism": "SCRAM-SHA-512",
+                        "sasl.username": "bench", "sasl.password": password}
+            cases = (("PLAINTEXT", plaintext), ("SSL", tls), ("SASL_SSL", sasl_ssl))
             values = [os.urandom(VALUE_SIZE) for _ in range(RECORDS)]
             mb = RECORDS * VALUE_SIZE / 1e6
             rows = []
             for direction in ("produce", "consume"):
                 times: dict[str, float] = {}
                 for _ in range(REPEATS):
-                    for name, conf in (("PLAINTEXT", plaintext), ("SSL", tls)):
+                    for name, conf in cases:
                         s = (produce(conf, name.lower(), values) if direction == "produce"
                              else consume(conf, name.lower(), RECORDS))
                         times[name] = min(times.get(name, s), s)
                 rows.append((direction, times))
-            print(f"\n  {'':<20}{'seconds':>9}{'records/s':>12}{'MB/s':>9}{'SSL / PLAINTEXT':>17}")
+            print(f"\n  {'':<20}{'seconds':>9}{'records/s':>12}{'MB/s':>9}{'/ PLAINTEXT':>13}")
             for direction, times in rows:
-                for name in ("PLAINTEXT", "SSL"):
+                for name, _ in cases:
                     s = times[name]
-                    ratio = f"{times['PLAINTEXT'] / s:16.2f}x" if name == "SSL" else ""
+                    ratio = f"{times['PLAINTEXT'] / s:12.2f}x" if name != "PLAINTEXT" else ""
                     print(f"  {direction + ' ' + name:<20}{s:9.2f}{RECORDS / s:12.0f}{mb / s:9.1f}{ratio}")
         finally:
             broker.stop()
