@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from helpers import wait_for
 from kio.schema.errors import ErrorCode
 from test_cluster_replication import member, partition_state
 from txn_helpers import create_topic
@@ -30,7 +31,7 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
-from tieredlog.server.txn_verification import VerificationGuards
+from tieredlog.server.txn_verification import AddPartitionsToTxnManager, VerificationGuards
 
 pytestmark = pytest.mark.integration
 
@@ -176,10 +177,14 @@ def test_the_leader_verifies_with_a_coordinator_on_another_broker(
     t.add("far", 0)
 
     there = brokers[leader].bootstrap
+    # the leader serves its replicas once the controller's LeaderAndIsr reached it (a client retries meanwhile)
+    appended = wait_for(lambda: (r := t.produce(there, "far", 0)).error_code not in (
+        ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower) and r,
+        what="the leader serving 'far'", interval_s=0.2)
+    assert appended.error_code == ErrorCode.none
     refused = t.produce(there, "far", 1)
     assert (refused.error_code, refused.error_message) == (ErrorCode.invalid_txn_state,
                                                            "Partition was not added to the transaction")
-    assert t.produce(there, "far", 0).error_code == ErrorCode.none
     t.commit()
     wait_until(lambda: offsets(there, "far", 0) == (3, 3), message="the COMMIT marker on the other broker")
     assert offsets(there, "far", 1) == (0, 0)
@@ -214,5 +219,38 @@ def test_guards_keep_one_producers_produces_in_order_and_a_marker_voids_a_verifi
         assert second_prev.done() and len(guards) == 1
         guards.leave(tp, 7, second)
         assert len(guards) == 0 and guards.guard(tp, 7) is None
+
+    asyncio.run(run())
+
+
+def test_the_manager_batches_per_coordinator_broker_one_request_in_flight() -> None:
+    class Recording(AddPartitionsToTxnManager):
+        def __init__(self) -> None:
+            super().__init__(None)  # type: ignore[arg-type]  # _send is replaced: no broker is asked
+            self.sent: list[dict[str, tuple[int, int, set]]] = []
+            self.release = asyncio.Event()
+
+        async def _send(self, node: int, batch: dict) -> dict:
+            self.sent.append({tid: (v.producer_id, v.producer_epoch, set(v.partitions)) for tid, v in batch.items()})
+            await self.release.wait()
+            return {tid: {tp: ErrorCode.transaction_abortable for tp in v.partitions if tp[1] == 9}
+                    for tid, v in batch.items()}
+
+    async def run() -> None:
+        m = Recording()
+        first = asyncio.ensure_future(m._enqueue(2, "a", 1, 0, {("t", 0)}))
+        await asyncio.sleep(0)  # in flight now
+        same = [asyncio.ensure_future(m._enqueue(2, "a", 1, 0, {("t", p)})) for p in (1, 9)]
+        fenced = asyncio.ensure_future(m._enqueue(2, "b", 5, 3, {("t", 2)}))
+        await asyncio.sleep(0)
+        newer = asyncio.ensure_future(m._enqueue(2, "b", 5, 4, {("t", 3)}))
+        older = await m._enqueue(2, "b", 5, 2, {("t", 4)})
+        assert older == {("t", 4): ErrorCode.invalid_producer_epoch}  # answered at once, never sent
+        assert await fenced == {("t", 2): ErrorCode.invalid_producer_epoch}
+        m.release.set()
+        assert await first == {} and [await f for f in same] == [{}, {("t", 9): ErrorCode.transaction_abortable}]
+        assert await newer == {}
+        # one request in flight; what queued meanwhile went in the next, the same transaction's merged
+        assert m.sent == [{"a": (1, 0, {("t", 0)})}, {"a": (1, 0, {("t", 1), ("t", 9)}), "b": (5, 4, {("t", 3)})}]
 
     asyncio.run(run())

@@ -160,6 +160,10 @@ class AddPartitionsToTxnManager:
                 batch = self._queued.pop(node)
                 try:
                     answers = await self._send(node, batch)
+                except asyncio.CancelledError:  # shutting down: the waiting produces are answered
+                    for v in batch.values():
+                        _fail(v, ErrorCode.network_exception)
+                    raise
                 except Exception:  # noqa: BLE001 - every waiter must be answered
                     log.exception("AddPartitionsToTxn to broker %d failed", node)
                     answers = {tid: {tp: ErrorCode.network_exception for tp in v.partitions} for tid, v in batch.items()}
