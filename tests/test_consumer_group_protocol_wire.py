@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 TOPIC = "wire"
 NONE, INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, GROUP_ID_NOT_FOUND = 0, 42, 112, 69
 INCONSISTENT_GROUP_PROTOCOL, FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID = 23, 110, 25
+MEMBER_ID_REQUIRED = 79
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +122,13 @@ def test_one_protocol_per_group_id(broker) -> None:  # type: ignore[no-untyped-d
         join = c.request(JOIN_GROUP, {"group_id": "kip848", "session_timeout": 10000, "rebalance_timeout": 10000,
                                       "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
                                       "protocols": [{"name": "range", "metadata": b""}], "reason": None}, version=9)
+        # a classic member may join a consumer group (KIP-848's online migration), with the consumer
+        # protocol's embedded subscription: empty metadata is not one
+        assert join.error_code.value == MEMBER_ID_REQUIRED
+        join = c.request(JOIN_GROUP, {"group_id": "kip848", "session_timeout": 10000, "rebalance_timeout": 10000,
+                                      "member_id": join.member_id, "group_instance_id": None,
+                                      "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}],
+                                      "reason": None}, version=9)
         assert join.error_code.value == INCONSISTENT_GROUP_PROTOCOL
         # a classic group with a member: not a consumer group
         classic = c.request(JOIN_GROUP, {"group_id": "classic", "session_timeout": 10000, "rebalance_timeout": 10000,

@@ -12,10 +12,13 @@ timers come from a `Scheduler` (the broker's runs on the asyncio loop), among th
 
 KIP-848 consumer groups (`consumer_group.ConsumerGroupCoordinator`: ConsumerGroupHeartbeat,
 ConsumerGroupDescribe) share the state, the store and the loading; each keeps its committed offsets in a
-GroupMetadata of its id without classic members. The classic calls refuse a consumer group's id
-(JoinGroup: INCONSISTENT_GROUP_PROTOCOL, the others UNKNOWN_MEMBER_ID) and a heartbeat refuses a classic
-group that has members (GROUP_ID_NOT_FOUND); an empty classic group becomes a consumer group on its first
-consumer heartbeat. Classic members joining a consumer group (Kafka's online migration) are not served.
+GroupMetadata of its id without classic members. An empty classic group becomes a consumer group on its
+first consumer heartbeat; one with members is upgraded (KIP-848's online migration, consumer_group/
+migration.py) when group.consumer.migration.policy allows it and it uses the consumer protocol, else the
+heartbeat gets GROUP_ID_NOT_FOUND. The classic calls on a consumer group's id are served by the consumer
+group (consumer_group/classic_members.py), which goes back to classic when its last consumer-protocol
+member leaves. Without the consumer protocol's codec (`protocol`), the classic calls refuse a consumer
+group's id (JoinGroup: INCONSISTENT_GROUP_PROTOCOL, the others UNKNOWN_MEMBER_ID).
 
 Alone, a broker coordinates every group and loads them all at start-up. In a cluster
 (`GroupCoordinator.for_cluster`) it coordinates the groups of the `__consumer_offsets` partitions it
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Awaitable
 
 from kio.schema.errors import ErrorCode
 
@@ -38,8 +41,9 @@ from tieredlog.coordinator.admin import GroupAdmin, GroupSummary, MemberSummary
 from tieredlog.coordinator.config import GroupConfig
 from tieredlog.coordinator.consumer_group.coordinator import ConsumerGroupCoordinator
 from tieredlog.coordinator.consumer_group.group import ConsumerGroup
+from tieredlog.coordinator.consumer_group.migration import EmbeddedConsumerProtocol
 from tieredlog.coordinator.contracts import SubscribedTopics
-from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState
+from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState, Protocols
 from tieredlog.coordinator.loader import load_groups, load_records
 from tieredlog.coordinator.membership import GroupMembership, JoinResult, SyncResult
 from tieredlog.coordinator.offsets import CommittedOffsets
@@ -60,16 +64,19 @@ log = logging.getLogger(__name__)
 class GroupCoordinator:
     def __init__(
         self, config: GroupConfig, scheduler: Scheduler, store: GroupStore | None = None, *,
-        subscriptions: SubscribedTopics,
+        subscriptions: SubscribedTopics, protocol: EmbeddedConsumerProtocol | None = None,
     ):
         """`subscriptions` reads the topics of a consumer member's JoinGroup metadata (OffsetDelete
-        refuses to delete offsets of topics a live consumer group is subscribed to)."""
+        refuses to delete offsets of topics a live consumer group is subscribed to); `protocol` reads and
+        writes the consumer protocol's subscriptions and assignments for the online migration."""
         self.state = CoordinatorState(config, scheduler, store if store is not None else MemoryGroupStore())
         self._partitioned: PartitionedGroupStore | None = None
         self._loads: set[asyncio.Task] = set()
         self._cleanup_timer: Cancellable | None = None
         self.membership = GroupMembership(self.state)
         self.consumer = ConsumerGroupCoordinator(self.state)
+        if protocol is not None:
+            self.consumer.enable_migration(protocol, self.membership)
         self.offsets = CommittedOffsets(self.state, self.membership, subscriptions)
         self.admin = GroupAdmin(self.state)
         self.consumer_group_heartbeat = self.consumer.heartbeat
@@ -95,26 +102,51 @@ class GroupCoordinator:
         future.set_result(value)
         return future
 
-    def join_group(self, group_id: str, member_id: str, *args: Any, **kwargs: Any) -> Any:
-        if self._consumer_group(group_id) is not None:
+    def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                   client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+                   protocols: Protocols, require_known_member_id: bool, supports_skip_assignment: bool = False
+                   ) -> Awaitable[JoinResult]:
+        group = self._consumer_group(group_id)
+        if group is None:
+            return self.membership.join_group(group_id, member_id, group_instance_id, client_id, client_host,
+                                              session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+                                              require_known_member_id, supports_skip_assignment)
+        if self.consumer.classic is None:
             return self._done(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
-        return self.membership.join_group(group_id, member_id, *args, **kwargs)
+        if rebalance_timeout_ms < 0:
+            rebalance_timeout_ms = session_timeout_ms
+        return self.consumer.classic.join(group, member_id, group_instance_id, client_id, client_host,
+                                          session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+                                          require_known_member_id)
 
-    def sync_group(self, group_id: str, *args: Any, **kwargs: Any) -> Any:
-        if self._consumer_group(group_id) is not None:
+    def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]
+                   ) -> Awaitable[SyncResult]:
+        group = self._consumer_group(group_id)
+        if group is None:
+            return self.membership.sync_group(group_id, generation_id, member_id, group_instance_id, protocol_type,
+                                              protocol_name, assignments)
+        if self.consumer.classic is None:
             return self._done(SyncResult(ErrorCode.unknown_member_id))
-        return self.membership.sync_group(group_id, *args, **kwargs)
+        return self._done(self.consumer.classic.sync(group, generation_id, member_id, group_instance_id,
+                                                     protocol_type, protocol_name))
 
     def heartbeat(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int) -> ErrorCode:
-        if self._consumer_group(group_id) is not None:
+        group = self._consumer_group(group_id)
+        if group is None:
+            return self.membership.heartbeat(group_id, member_id, group_instance_id, generation_id)
+        if self.consumer.classic is None:
             return ErrorCode.unknown_member_id
-        return self.membership.heartbeat(group_id, member_id, group_instance_id, generation_id)
+        return self.consumer.classic.heartbeat(group, member_id, group_instance_id, generation_id)
 
     def leave_group(self, group_id: str, leaving: list[tuple[str, str | None]]
                     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
-        if self._consumer_group(group_id) is not None:
+        group = self._consumer_group(group_id)
+        if group is None:
+            return self.membership.leave_group(group_id, leaving)
+        if self.consumer.classic is None:
             return ErrorCode.none, [(mid, iid, ErrorCode.unknown_member_id) for mid, iid in leaving]
-        return self.membership.leave_group(group_id, leaving)
+        return ErrorCode.none, self.consumer.classic.leave(group, leaving)
 
     def describe_group(self, group_id: str) -> GroupSummary:
         """DescribeGroups: a consumer group is shown with its KIP-848 state, its assignor as the protocol and
@@ -162,9 +194,10 @@ class GroupCoordinator:
 
     @classmethod
     def for_cluster(cls, config: GroupConfig, scheduler: Scheduler, store: PartitionedGroupStore, *,
-                    subscriptions: SubscribedTopics) -> "GroupCoordinator":
+                    subscriptions: SubscribedTopics, protocol: EmbeddedConsumerProtocol | None = None
+                    ) -> "GroupCoordinator":
         """A cluster member's coordinator: it serves no group until it leads that group's partition."""
-        coordinator = cls(config, scheduler, store, subscriptions=subscriptions)
+        coordinator = cls(config, scheduler, store, subscriptions=subscriptions, protocol=protocol)
         coordinator._partitioned = store
         coordinator.state.ownership = PartitionOwnership(store.partition_for)
         return coordinator

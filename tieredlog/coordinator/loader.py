@@ -119,7 +119,8 @@ def _consumer_groups(latest: dict[consumer_records.ConsumerKey, bytes | None]) -
                 m = consumer_records.decode_member_metadata(value)
                 group.members[key.member_id or ""] = ConsumerMember(
                     key.member_id or "", m.instance_id, m.rack_id, m.client_id, m.client_host,
-                    m.subscribed_topic_names, m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor)
+                    m.subscribed_topic_names, m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor,
+                    classic=m.classic)
             else:
                 assignments.append((key.group, key.member_id or "", consumer_records.decode_current_assignment(value)))
         except schema.SchemaError as exc:

@@ -92,6 +92,27 @@ class GroupMembership:
             _resolve(member.awaiting_sync, SyncResult(ErrorCode.not_coordinator))
             member.awaiting_join = member.awaiting_sync = None
 
+    def hand_over(self, group: GroupMetadata) -> None:
+        """The group becomes a consumer group (KIP-848's online upgrade): its timers stop and members parked
+        in a JoinGroup or SyncGroup get REBALANCE_IN_PROGRESS, so they rejoin the consumer group."""
+        cancel(group.join_handle)
+        cancel(group.sync_handle)
+        group.join_handle = group.sync_handle = None
+        for handle in group.pending_members.values():
+            cancel(handle)
+        for member in group.members.values():
+            cancel(member.heartbeat_handle)
+            _resolve(member.awaiting_join, JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
+            _resolve(member.awaiting_sync, SyncResult(ErrorCode.rebalance_in_progress))
+            member.awaiting_join = member.awaiting_sync = None
+
+    def take_over(self, group: GroupMetadata, reason: str) -> None:
+        """A consumer group became this classic group again (KIP-848's online downgrade): its members get
+        sessions and a rebalance starts, as Kafka's convertToClassicGroup does."""
+        for member in group.members.values():
+            self.schedule_heartbeat(group, member)
+        self._prepare_rebalance(group, reason)
+
     def validate_member(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> ErrorCode:
         """Kafka's validateCurrentMember: with an instance id, it must be mapped to this member id (another
         id: FENCED_INSTANCE_ID, the instance replaced this one); without, the member id must be known."""
@@ -655,25 +676,8 @@ class GroupMembership:
 
     # -- group metadata records ----------------------------------------------------------------------
     def _store_group(self, group: GroupMetadata, assignments: dict[str, bytes]) -> WaitForIsr | None:
-        protocol = group.protocol_name
-        now = self.state.scheduler.wall_clock_ms()
-        value = schema.StoredGroup(
-            protocol_type=group.protocol_type or "",
-            generation=group.generation_id,
-            protocol=protocol,
-            leader=group.leader_id,
-            current_state_timestamp=group.state_timestamp_ms,
-            members=[
-                schema.StoredMember(
-                    m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                    m.session_timeout_ms, m.metadata_for(protocol) if protocol else b"",
-                    assignments.get(m.member_id, b""),
-                )
-                for m in group.members.values()
-            ],
-        )
-        record = (schema.encode_group_key(group.group_id), schema.encode_group_value(value))
-        return self.state.store.append(group.group_id, [record], now)
+        return self.state.store.append(group.group_id, [group_record(group, assignments)],
+                                       self.state.scheduler.wall_clock_ms())
 
     def _store_group_quietly(self, group: GroupMetadata) -> None:
         try:
@@ -682,3 +686,24 @@ class GroupMembership:
         except Exception as exc:  # noqa: BLE001 - a failed append must not take the broker down
             # Kafka only logs this too: an empty group's metadata is rebuilt by the next join.
             log.warning("group %s: failed to store empty group metadata: %s", group.group_id, exc)
+
+
+def group_record(group: GroupMetadata, assignments: dict[str, bytes]) -> tuple[bytes, bytes]:
+    """The group's GroupMetadataValue record with these assignments."""
+    protocol = group.protocol_name
+    value = schema.StoredGroup(
+        protocol_type=group.protocol_type or "",
+        generation=group.generation_id,
+        protocol=protocol,
+        leader=group.leader_id,
+        current_state_timestamp=group.state_timestamp_ms,
+        members=[
+            schema.StoredMember(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.session_timeout_ms, m.metadata_for(protocol) if protocol else b"",
+                assignments.get(m.member_id, b""),
+            )
+            for m in group.members.values()
+        ],
+    )
+    return schema.encode_group_key(group.group_id), schema.encode_group_value(value)

@@ -341,5 +341,7 @@ def validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: 
     if member is None:
         return ErrorCode.unknown_member_id
     if member_epoch != member.member_epoch:
-        return ErrorCode.illegal_generation if transactional else ErrorCode.stale_member_epoch
+        # a classic member (online migration) commits with its generation: ILLEGAL_GENERATION, as for classic groups
+        return ErrorCode.illegal_generation if transactional or member.classic is not None \
+            else ErrorCode.stale_member_epoch
     return ErrorCode.none

@@ -43,7 +43,7 @@ from tieredlog.coordinator.transaction.coordinator import (
 )
 from tieredlog.errors import TopicAlreadyExistsError
 from tieredlog.log.types import TopicPartition
-from tieredlog.server.consumer_protocol import subscribed_topics
+from tieredlog.server.consumer_protocol import ConsumerProtocolCodec, subscribed_topics
 from tieredlog.server.txn_markers import ClusterMarkerWriter, LocalMarkerWriter
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def _topics_view(broker: Broker) -> Callable[[], dict[str, tuple[uuid.UUID, int]
 def create_group_coordinator(broker: Broker) -> GroupCoordinator:
     config = GroupConfig.from_properties(broker.config)
     coordinator = GroupCoordinator(config, LoopScheduler(), LogGroupStore.open(broker, config),
-                                   subscriptions=subscribed_topics)
+                                   subscriptions=subscribed_topics, protocol=ConsumerProtocolCodec())
     coordinator.consumer.topics = _topics_view(broker)
     return coordinator
 
@@ -78,7 +78,8 @@ def create_cluster_group_coordinator(broker: Broker) -> GroupCoordinator:
     store = ReplicatedGroupStore(
         lambda p: broker.get_partition_log(OFFSETS_TOPIC, p), config.offsets_topic_num_partitions, rm,
         commit_timeout_ms=broker.config["offsets.commit.timeout.ms"], on_appended=broker.append_watchers.notify)
-    coordinator = GroupCoordinator.for_cluster(config, LoopScheduler(), store, subscriptions=subscribed_topics)
+    coordinator = GroupCoordinator.for_cluster(config, LoopScheduler(), store, subscriptions=subscribed_topics,
+                                               protocol=ConsumerProtocolCodec())
     coordinator.consumer.topics = _topics_view(broker)
 
     def on_leadership(tp: TopicPartition, is_leader: bool, leader_epoch: int) -> None:

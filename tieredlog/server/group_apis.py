@@ -440,7 +440,8 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                     "subscribed_topic_names": list(m.member.subscribed_topic_names),
                     "subscribed_topic_regex": m.member.subscribed_topic_regex,
                     "assignment": assignment(m.member.assigned), "target_assignment": assignment(m.target),
-                    "member_type": 1,  # v1: 1 = a consumer-protocol member (0 would be classic)
+                    # v1: 0 = a classic member (online migration), 1 = a consumer-protocol member
+                    "member_type": 0 if m.member.classic is not None else 1,
                 } for m in d.members],
                 "authorized_operations": operations,
             })

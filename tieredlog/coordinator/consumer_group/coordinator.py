@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from tieredlog.coordinator import schema
 from tieredlog.coordinator.consumer_group import records
 from tieredlog.coordinator.consumer_group.assignors import ASSIGNORS, Partitions
+from tieredlog.coordinator.consumer_group.classic_members import ClassicMembers
 from tieredlog.coordinator.consumer_group.group import ConsumerGroup, ConsumerGroupState
 from tieredlog.coordinator.consumer_group.member import (
     JOIN_EPOCH,
@@ -38,6 +39,7 @@ from tieredlog.coordinator.consumer_group.member import (
     is_subset,
     normalize,
 )
+from tieredlog.coordinator.consumer_group.migration import ClassicRebalance, EmbeddedConsumerProtocol, GroupMigration
 from tieredlog.coordinator.consumer_group.reconciliation import MemberAssignment, reconcile
 from tieredlog.coordinator.consumer_group.regex import InvalidRegex, compile_topic_regex, matching_topics
 from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState
@@ -105,6 +107,13 @@ class ConsumerGroupCoordinator:
     def __init__(self, state: CoordinatorState) -> None:
         self.state = state
         self.topics: TopicsView = dict
+        # KIP-848's online migration, once the server hands in the consumer protocol's codec
+        self.migration: GroupMigration | None = None
+        self.classic: ClassicMembers | None = None
+
+    def enable_migration(self, protocol: EmbeddedConsumerProtocol, membership: ClassicRebalance) -> None:
+        self.migration = GroupMigration(self, protocol, membership)
+        self.classic = ClassicMembers(self, protocol)
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -139,7 +148,14 @@ class ConsumerGroupCoordinator:
         if group is None:
             shell = self.state.groups.get(req.group_id)
             if shell is not None and (shell.members or not shell.is_state(GroupState.EMPTY)):
-                return _fail(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."), None
+                upgraded = None
+                if req.member_epoch == JOIN_EPOCH and self.migration is not None and self.migration.can_upgrade(shell):
+                    upgraded = self.migration.upgrade(shell, out)
+                if upgraded is None:
+                    return _fail(ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."), None
+                group = upgraded
+        if group is None:
+            shell = self.state.groups.get(req.group_id)
             if req.member_epoch != JOIN_EPOCH:
                 return _fail(ErrorCode.unknown_member_id, f"Consumer group {req.group_id} not found."), None
             group = ConsumerGroup(req.group_id)
@@ -158,21 +174,22 @@ class ConsumerGroupCoordinator:
         member, refused = self._find_member(group, req, out)
         if refused is not None:
             self._drop_if_unused(group)
-            return refused, None
+            # an upgrade done on the way stands
+            return refused, self.append(group.group_id, out, now) if group.group_id in self.groups else None
         assert member is not None
         before = MemberAssignment(member.member_epoch, member.previous_member_epoch, member.state,
                                   member.assigned, member.pending_revocation)
         bump = self._apply_subscription(group, member, req, out)
-        if self._refresh_subscription_metadata(group, out):
+        if self.refresh_subscription_metadata(group, out):
             bump = True
         if bump:
             group.group_epoch += 1
             out.append((records.encode_key(records.GROUP_METADATA, group.group_id),
                         records.encode_epoch(group.group_epoch)))
         if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group, out)
-        self._reconcile(group, member, req.owned, out)
-        self._schedule_session(group, member)
+            self.compute_target(group, out)
+        self.reconcile_member(group, member, req.owned, out)
+        self.schedule_session(group, member)
         after = MemberAssignment(member.member_epoch, member.previous_member_epoch, member.state,
                                  member.assigned, member.pending_revocation)
         send = (req.member_epoch == JOIN_EPOCH or before.assigned != after.assigned
@@ -180,7 +197,7 @@ class ConsumerGroupCoordinator:
         result = HeartbeatResult(member_id=member.member_id, member_epoch=member.member_epoch,
                                  heartbeat_interval_ms=config.consumer_heartbeat_interval_ms,
                                  assignment=member.assigned if send else None)
-        return result, self._append(group.group_id, out, now)
+        return result, self.append(group.group_id, out, now)
 
     def _validate(self, req: HeartbeatRequest) -> HeartbeatResult | None:
         def invalid(message: str) -> HeartbeatResult:
@@ -236,7 +253,7 @@ class ConsumerGroupCoordinator:
                                        f"Static member {existing.member_id} with instance id {req.instance_id} "
                                        "is not released yet.")
                 # the restarted instance takes over the assignment its previous incarnation left
-                self._forget(group, existing, out)
+                self.forget(group, existing, out)
                 member = replace(existing, member_id=req.member_id, session_handle=None, revocation_handle=None,
                                  member_epoch=JOIN_EPOCH, previous_member_epoch=JOIN_EPOCH)
                 group.members[member.member_id] = member
@@ -244,8 +261,8 @@ class ConsumerGroupCoordinator:
                     group.target[member.member_id] = group.target.pop(existing.member_id)
                     out.append((records.encode_key(records.TARGET_ASSIGNMENT_MEMBER, group.group_id, member.member_id),
                                 records.encode_target_member(group.target[member.member_id])))
-                out.append(self._member_metadata_record(group, member))
-                out.append(self._current_assignment_record(group, member))
+                out.append(self.member_metadata_record(group, member))
+                out.append(self.current_assignment_record(group, member))
                 return member, None
             if existing is None:
                 return None, _fail(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
@@ -306,10 +323,10 @@ class ConsumerGroupCoordinator:
         for f in metadata_fields:
             setattr(member, f, getattr(updated, f))
         if changed or new:
-            out.append(self._member_metadata_record(group, member))
+            out.append(self.member_metadata_record(group, member))
         return subscription_changed or (new and member.member_id not in group.target)
 
-    def _refresh_subscription_metadata(self, group: ConsumerGroup, out: list[Record]) -> bool:
+    def refresh_subscription_metadata(self, group: ConsumerGroup, out: list[Record]) -> bool:
         topics = self.topics()
         names: set[str] = set()
         for m in group.members.values():
@@ -339,7 +356,7 @@ class ConsumerGroupCoordinator:
             return configured[0]
         return max(configured, key=lambda name: (votes.count(name), -configured.index(name)))
 
-    def _compute_target(self, group: ConsumerGroup, out: list[Record]) -> None:
+    def compute_target(self, group: ConsumerGroup, out: list[Record]) -> None:
         assignor = ASSIGNORS[self.assignor_for(group)]
         subscriptions = {m.member_id: self._member_topics(group, m) for m in group.members.values()}
         counts = {t: n for t, (_, n) in group.subscription_metadata.items()}
@@ -353,7 +370,7 @@ class ConsumerGroupCoordinator:
         out.append((records.encode_key(records.TARGET_ASSIGNMENT_METADATA, group.group_id),
                     records.encode_epoch(group.assignment_epoch)))
 
-    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Partitions | None,
+    def reconcile_member(self, group: ConsumerGroup, member: ConsumerMember, owned: Partitions | None,
                    out: list[Record]) -> None:
         current = MemberAssignment(member.member_epoch, member.previous_member_epoch, member.state,
                                    member.assigned, member.pending_revocation)
@@ -369,7 +386,7 @@ class ConsumerGroupCoordinator:
             return
         member.member_epoch, member.previous_member_epoch = nxt.member_epoch, nxt.previous_member_epoch
         member.state, member.assigned, member.pending_revocation = nxt.state, nxt.assigned, nxt.pending_revocation
-        out.append(self._current_assignment_record(group, member))
+        out.append(self.current_assignment_record(group, member))
         cancel(member.revocation_handle)
         member.revocation_handle = None
         if member.state is MemberState.UNREVOKED_PARTITIONS and member.rebalance_timeout_ms > 0:
@@ -380,7 +397,7 @@ class ConsumerGroupCoordinator:
                 if live is member and member.state is MemberState.UNREVOKED_PARTITIONS and member.member_epoch == epoch:
                     log.info("group %s: member %s did not revoke its partitions within %d ms: removed",
                              group.group_id, member.member_id, member.rebalance_timeout_ms)
-                    self._remove_on_timer(group, member)
+                    self.remove_on_timer(group, member)
 
             member.revocation_handle = self.state.scheduler.call_later(member.rebalance_timeout_ms,
                                                                        revocation_expired)
@@ -407,28 +424,29 @@ class ConsumerGroupCoordinator:
             member.member_epoch = STATIC_LEAVE_EPOCH
             cancel(member.revocation_handle)
             member.revocation_handle = None
-            out.append(self._current_assignment_record(group, member))
-            self._schedule_session(group, member)
+            out.append(self.current_assignment_record(group, member))
+            self.schedule_session(group, member)
             return HeartbeatResult(member_id=member.member_id, member_epoch=STATIC_LEAVE_EPOCH,
-                                   heartbeat_interval_ms=interval), self._append(group.group_id, out, now)
-        self._remove(group, member, out)
+                                   heartbeat_interval_ms=interval), self.append(group.group_id, out, now)
+        self.remove_or_downgrade(group, member, out)
         return HeartbeatResult(member_id=member.member_id, member_epoch=LEAVE_EPOCH,
-                               heartbeat_interval_ms=interval), self._append(group.group_id, out, now)
+                               heartbeat_interval_ms=interval), self.append(group.group_id, out, now)
 
     # -- member removal ----------------------------------------------------------------------------------
-    def _forget(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None:
+    def forget(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None:
         """Drop the member and its records, without touching the group epoch."""
         cancel(member.session_handle)
         cancel(member.revocation_handle)
+        cancel(member.classic_handle)
         group.members.pop(member.member_id, None)
         for record_type in (records.CURRENT_MEMBER_ASSIGNMENT, records.TARGET_ASSIGNMENT_MEMBER,
                             records.MEMBER_METADATA):
             out.append((records.encode_key(record_type, group.group_id, member.member_id), None))
 
-    def _remove(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None:
-        self._forget(group, member, out)
+    def remove(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None:
+        self.forget(group, member, out)
         group.target.pop(member.member_id, None)
-        self._refresh_subscription_metadata(group, out)
+        self.refresh_subscription_metadata(group, out)
         group.group_epoch += 1
         out.append((records.encode_key(records.GROUP_METADATA, group.group_id), records.encode_epoch(group.group_epoch)))
         if not group.members:
@@ -437,26 +455,41 @@ class ConsumerGroupCoordinator:
                 # offsets of an empty group expire counting from now (offsets.retention.minutes)
                 shell.state_timestamp_ms = self.state.scheduler.wall_clock_ms()
 
-    def _remove_on_timer(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+    def remove_on_timer(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         if not self.state.active or self.groups.get(group.group_id) is not group:
             return
         out: list[Record] = []
-        self._remove(group, member, out)
+        self.remove_or_downgrade(group, member, out)
         try:
-            self._append(group.group_id, out, self.state.scheduler.wall_clock_ms())
+            self.append(group.group_id, out, self.state.scheduler.wall_clock_ms())
         except Exception:  # noqa: BLE001 - the member is gone here; the records follow with the next change
             log.exception("group %s: writing the removal of member %s failed", group.group_id, member.member_id)
 
-    def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+    def remove_or_downgrade(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None:
+        """Kafka's consumerGroupFenceMember: when only classic members stay, the group becomes classic again."""
+        if self.migration is not None and self.migration.can_downgrade(group, member.member_id):
+            self.migration.downgrade(group, member.member_id, out)
+        else:
+            self.remove(group, member, out)
+
+    def schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """A classic member's session is its JoinGroup's session timeout."""
         cancel(member.session_handle)
+        timeout = (member.classic.session_timeout_ms if member.classic is not None
+                   else self.state.config.consumer_session_timeout_ms)
 
         def expired() -> None:
             if group.members.get(member.member_id) is member:
                 log.info("group %s: member %s session expired after %d ms: removed", group.group_id,
-                         member.member_id, self.state.config.consumer_session_timeout_ms)
-                self._remove_on_timer(group, member)
+                         member.member_id, timeout)
+                self.remove_on_timer(group, member)
 
-        member.session_handle = self.state.scheduler.call_later(self.state.config.consumer_session_timeout_ms, expired)
+        member.session_handle = self.state.scheduler.call_later(timeout, expired)
+
+    def topic_names(self, group: ConsumerGroup) -> dict[uuid.UUID, str]:
+        names = {t: n for t, (n, _) in group.subscription_metadata.items()}
+        names.update({tid: n for n, (tid, _) in self.topics().items()})
+        return names
 
     def _drop_if_unused(self, group: ConsumerGroup) -> None:
         """A group created by a heartbeat that was then refused leaves nothing behind."""
@@ -467,20 +500,20 @@ class ConsumerGroupCoordinator:
                 del self.state.groups[group.group_id]
 
     # -- records ---------------------------------------------------------------------------------------
-    def _append(self, group_id: str, out: list[Record], now: int) -> WaitForIsr | None:
+    def append(self, group_id: str, out: list[Record], now: int) -> WaitForIsr | None:
         if not out:
             return None
         return self.state.store.append(group_id, out, now)
 
     @staticmethod
-    def _member_metadata_record(group: ConsumerGroup, m: ConsumerMember) -> Record:
+    def member_metadata_record(group: ConsumerGroup, m: ConsumerMember) -> Record:
         return (records.encode_key(records.MEMBER_METADATA, group.group_id, m.member_id),
                 records.encode_member_metadata(records.StoredMemberMetadata(
                     m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
-                    m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor)))
+                    m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic)))
 
     @staticmethod
-    def _current_assignment_record(group: ConsumerGroup, m: ConsumerMember) -> Record:
+    def current_assignment_record(group: ConsumerGroup, m: ConsumerMember) -> Record:
         return (records.encode_key(records.CURRENT_MEMBER_ASSIGNMENT, group.group_id, m.member_id),
                 records.encode_current_assignment(records.StoredCurrentAssignment(
                     m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned, m.pending_revocation)))
@@ -489,7 +522,7 @@ class ConsumerGroupCoordinator:
         """Every record of an (empty) group, deleted: DeleteGroups."""
         out: list[Record] = []
         for m in list(group.members.values()):
-            self._forget(group, m, out)
+            self.forget(group, m, out)
         for record_type in (records.TARGET_ASSIGNMENT_METADATA, records.PARTITION_METADATA, records.GROUP_METADATA):
             out.append((records.encode_key(record_type, group.group_id), None))
         return out
@@ -499,7 +532,7 @@ class ConsumerGroupCoordinator:
         """Loaded members get a full session to heartbeat to this coordinator."""
         for group in groups.values():
             for member in group.members.values():
-                self._schedule_session(group, member)
+                self.schedule_session(group, member)
 
     def unload(self, group: ConsumerGroup) -> None:
         for member in group.members.values():
@@ -525,9 +558,7 @@ class ConsumerGroupCoordinator:
             message = (f"Group {group_id} is not a consumer group." if shell is not None
                        else f"Group {group_id} not found.")
             return DescribedGroup(group_id, ErrorCode.group_id_not_found, message)
-        names = {t: n for t, (n, _) in group.subscription_metadata.items()}
-        topics = self.topics()
-        names.update({tid: n for n, (tid, _) in topics.items()})
+        names = self.topic_names(group)
         return DescribedGroup(
             group_id, ErrorCode.none, None, group.state.value, group.group_epoch, group.assignment_epoch,
             self.assignor_for(group),

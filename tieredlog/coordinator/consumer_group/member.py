@@ -24,6 +24,16 @@ class MemberState(enum.IntEnum):
     UNKNOWN = 127
 
 
+@dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """A member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a consumer group
+    (KIP-848's online migration): its session timeout and the protocols of its JoinGroup, kept as Kafka
+    keeps them in ConsumerGroupMemberMetadataValue.ClassicMemberMetadata."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass
 class ConsumerMember:
     member_id: str
@@ -40,8 +50,11 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None
     session_handle: Any = None
     revocation_handle: Any = None
+    # a classic member's join (rejoin after REBALANCE_IN_PROGRESS) or sync deadline
+    classic_handle: Any = None
 
     def owns(self, topic_id: Any, partition: int) -> bool:
         return partition in self.assigned.get(topic_id, ()) or partition in self.pending_revocation.get(topic_id, ())

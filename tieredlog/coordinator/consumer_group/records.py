@@ -8,7 +8,8 @@ field and skip those we read (e.g. MetadataHash of a 4.1 ConsumerGroupMetadataVa
 - 3 ConsumerGroupMetadata (group) -> Epoch
 - 4 ConsumerGroupPartitionMetadata (group) -> Epoch?, Topics [TopicId, TopicName, NumPartitions, PartitionRacks]
 - 5 ConsumerGroupMemberMetadata (group, member) -> InstanceId, RackId, ClientId, ClientHost,
-  SubscribedTopicNames, SubscribedTopicRegex, RebalanceTimeoutMs, ServerAssignor
+  SubscribedTopicNames, SubscribedTopicRegex, RebalanceTimeoutMs, ServerAssignor, and in tagged field 0 the
+  ClassicMemberMetadata (SessionTimeoutMs, SupportedProtocols) of a classic member (online migration)
 - 6 ConsumerGroupTargetAssignmentMetadata (group) -> AssignmentEpoch
 - 7 ConsumerGroupTargetAssignmentMember (group, member) -> TopicPartitions [TopicId, Partitions]
 - 8 ConsumerGroupCurrentMemberAssignment (group, member) -> MemberEpoch, PreviousMemberEpoch, State,
@@ -23,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 
 from tieredlog.coordinator.consumer_group.assignors import Partitions
+from tieredlog.coordinator.consumer_group.member import ClassicMemberMetadata
 from tieredlog.coordinator.schema import SchemaError, encode_string
 
 GROUP_METADATA = 3
@@ -72,8 +74,8 @@ def _uvarint(n: int) -> bytes:
 
 
 class _Writer:
-    def __init__(self) -> None:
-        self.parts: list[bytes] = [struct.pack(">h", 0)]
+    def __init__(self, versioned: bool = True) -> None:
+        self.parts: list[bytes] = [struct.pack(">h", 0)] if versioned else []
 
     def int8(self, v: int) -> None:
         self.parts.append(struct.pack(">b", v))
@@ -94,6 +96,9 @@ class _Writer:
     def uuid(self, v: uuid.UUID) -> None:
         self.parts.append(v.bytes)
 
+    def bytes_(self, v: bytes) -> None:
+        self.parts.append(_uvarint(len(v) + 1) + v)
+
     def no_tags(self) -> None:
         self.parts.append(b"\x00")
 
@@ -107,8 +112,13 @@ class _Writer:
                 self.int32(p)
             self.no_tags()
 
-    def done(self) -> bytes:
-        self.no_tags()
+    def done(self, tags: dict[int, bytes] | None = None) -> bytes:
+        if not tags:
+            self.no_tags()
+        else:
+            self.parts.append(_uvarint(len(tags)))
+            for tag in sorted(tags):
+                self.parts.append(_uvarint(tag) + _uvarint(len(tags[tag])) + tags[tag])
         return b"".join(self.parts)
 
 
@@ -169,10 +179,21 @@ class _Reader:
     def uuid(self) -> uuid.UUID:
         return uuid.UUID(bytes=self._take(16))
 
+    def bytes_(self) -> bytes:
+        n = self.uvarint()
+        if n == 0:
+            raise SchemaError("null bytes")
+        return self._take(n - 1)
+
     def skip_tags(self) -> None:
+        self.tags()
+
+    def tags(self) -> dict[int, bytes]:
+        out: dict[int, bytes] = {}
         for _ in range(self.uvarint()):
-            self.uvarint()
-            self._take(self.uvarint())
+            tag = self.uvarint()
+            out[tag] = self._take(self.uvarint())
+        return out
 
     def version(self) -> None:
         if (v := self.int16()) != 0:
@@ -245,6 +266,38 @@ class StoredMemberMetadata:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
+
+
+# ConsumerGroupMemberMetadataValue's ClassicMemberMetadata: a nullable struct in tagged field 0, written
+# (as Kafka's generated code writes a present nullable tagged struct) after a presence byte of 1
+_CLASSIC_MEMBER_METADATA_TAG = 0
+
+
+def _encode_classic(c: ClassicMemberMetadata) -> bytes:
+    w = _Writer(versioned=False)
+    w.parts.append(_uvarint(1))
+    w.int32(c.session_timeout_ms)
+    w.array_len(len(c.protocols))
+    for name, metadata in c.protocols:
+        w.string(name)
+        w.bytes_(metadata)
+        w.no_tags()
+    return w.done()
+
+
+def _decode_classic(data: bytes) -> ClassicMemberMetadata | None:
+    r = _Reader(data)
+    if r.uvarint() == 0:
+        return None
+    session = r.int32()
+    protocols = []
+    for _ in range(r.array_len()):
+        name = r.string() or ""
+        protocols.append((name, r.bytes_()))
+        r.skip_tags()
+    r.skip_tags()
+    return ClassicMemberMetadata(session, tuple(protocols))
 
 
 def encode_member_metadata(m: StoredMemberMetadata) -> bytes:
@@ -259,7 +312,7 @@ def encode_member_metadata(m: StoredMemberMetadata) -> bytes:
     w.string(m.subscribed_topic_regex)
     w.int32(m.rebalance_timeout_ms)
     w.string(m.server_assignor)
-    return w.done()
+    return w.done({_CLASSIC_MEMBER_METADATA_TAG: _encode_classic(m.classic)} if m.classic is not None else None)
 
 
 def decode_member_metadata(data: bytes) -> StoredMemberMetadata:
@@ -271,7 +324,10 @@ def decode_member_metadata(data: bytes) -> StoredMemberMetadata:
     regex = r.string()
     rebalance_timeout = r.int32()
     assignor = r.string()
-    return StoredMemberMetadata(instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor)
+    classic_bytes = r.tags().get(_CLASSIC_MEMBER_METADATA_TAG)
+    classic = _decode_classic(classic_bytes) if classic_bytes is not None else None
+    return StoredMemberMetadata(instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor,
+                                classic)
 
 
 def encode_target_member(assignment: Partitions) -> bytes:
