@@ -63,7 +63,8 @@ def test_thread_pools_resize_live_and_refuse_jumps_beyond_double(
         TOPIC].result(30)
     wait_until(lambda: (s := partition_state(brokers[1], TOPIC)) and all(p[0] == 1 and p[3] == [1, 2] for p in s),
                message="broker 1 leads every partition with broker 2 in sync")
-    assert fetchers(ports[2]) == ["ReplicaFetcherThread-0-1"]
+    # the ISR starts full: broker 2's fetcher may start a moment after the leader's metadata says so
+    wait_until(lambda: fetchers(ports[2]) == ["ReplicaFetcherThread-0-1"], message="broker 2 fetching from broker 1")
     assert pool_threads(ports[2]) == {"reader": 2, "copier": 2, "expiration": 2}
 
     # grow the fetchers and two pools, shrink one: at once, without a restart

@@ -49,6 +49,22 @@ DELETE_DIR_SUFFIX = "-delete"
 # rather than imported so the log layer does not depend on the tiering packages.
 BROKER_OWNED_DIRS = frozenset({"remote-log-metadata-snapshots", "remote-log-index-cache", "remote-storage"})
 
+
+def topics_in_log_dirs(log_dirs: Iterable[Path]) -> set[str]:
+    """The topics whose partition directories are in ``log_dirs``: what a LogManager will load (a
+    broker in a cluster reads their configs first, as Kafka's fetchTopicConfigOverrides)."""
+    out: set[str] = set()
+    for d in log_dirs:
+        if not d.is_dir():
+            continue
+        for child in d.iterdir():
+            if child.is_dir() and not child.name.endswith(DELETE_DIR_SUFFIX) and child.name not in BROKER_OWNED_DIRS:
+                try:
+                    out.add(parse_partition_dir(child.name).topic)
+                except ValueError:
+                    continue
+    return out
+
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 

@@ -36,7 +36,7 @@ from tieredlog.errors import (
 )
 from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.log.config import ConfigError, LogConfig, validate_topic_config_change
-from tieredlog.log.log_manager import LogManager
+from tieredlog.log.log_manager import LogManager, topics_in_log_dirs
 from tieredlog.log.types import TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.replication.controller_channel import AlterPartitionManager, ControllerChannel
@@ -112,6 +112,8 @@ class Broker:
         # set when zookeeper.connect is: registration, controller election, the live brokers
         self.cluster: ZkClusterMembership | None = None
         self.cluster_node: ClusterNode | None = None  # the replication side of a cluster member
+        # in a cluster, the configs of the topics found on disk, read before their logs load (start-up only)
+        self._disk_topic_configs: dict[str, dict[str, str]] = {}
         self.replica_manager: ReplicaManager | None = None
         self.controller: KafkaController | None = None  # in a cluster: acts once elected
         self._state_change_log: logging.Handler | None = None
@@ -175,7 +177,12 @@ class Broker:
                     log.warning("topic %s has remote.storage.enable=true but remote.log.storage.system.enable=false: "
                                 "it is served as a local-only topic (retention.ms/retention.bytes apply locally)", t.name)
         await dynamic_config.load(self)
+        if self.cluster is not None:
+            # as Kafka's LogManager: a log loads with its topic's configs, so a tiered log whose start offset
+            # was not checkpointed before a crash keeps the history below its first local segment
+            self._disk_topic_configs = await asyncio.get_running_loop().run_in_executor(None, self._read_disk_topic_configs)
         self.log_manager = self._make_log_manager()
+        self._disk_topic_configs = {}
         self.replica_manager = self._make_replica_manager()
         if self.cluster_node is None:
             self._reconcile_with_logs()
@@ -318,7 +325,20 @@ class Broker:
 
     def _topic_config_for(self, topic: str) -> LogConfig:
         t = self.topics.get(topic)
-        return self._effective_log_config(t.configs) if t else self.default_log_config
+        if t is not None:
+            return self._effective_log_config(t.configs)
+        stored = self._disk_topic_configs.get(topic)
+        if stored is not None:
+            try:
+                return self._effective_log_config(stored)
+            except InvalidConfigError as exc:
+                log.warning("topic %s loads with the broker's defaults: its stored configs are invalid: %s", topic, exc)
+        return self.default_log_config
+
+    def _read_disk_topic_configs(self) -> dict[str, dict[str, str]]:
+        """Executor thread: the ZooKeeper configs of every topic with a partition directory here."""
+        assert self.cluster is not None
+        return {name: self.cluster.zk.get_topic_config(name) for name in sorted(topics_in_log_dirs(self.log_dirs))}
 
     @property
     def remote_storage_system_enabled(self) -> bool:
