@@ -4,9 +4,26 @@ reads a subscription's owned partitions and writes an assignment a client reads.
 
 from __future__ import annotations
 
-from tieredlog.coordinator.consumer_group import records
+import asyncio
+import io
+import uuid
+from typing import Any
+
+from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
+from kio.schema.consumer_protocol_subscription.v1.data import TopicPartition as TopicPartitionV1
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.primitive import i32
+
+from tieredlog.coordinator.config import GroupConfig
+from tieredlog.coordinator.consumer_group import HeartbeatRequest, records
 from tieredlog.coordinator.consumer_group.member import ClassicMemberMetadata
-from tieredlog.server.consumer_protocol import ConsumerProtocolCodec
+from tieredlog.coordinator.group import GroupState
+from tieredlog.coordinator.group_coordinator import GroupCoordinator
+from tieredlog.coordinator.loader import load_records
+from tieredlog.coordinator.storage import MemoryGroupStore
+from tieredlog.coordinator.timer import ManualScheduler
+from tieredlog.server.consumer_protocol import ConsumerProtocolCodec, subscribed_topics
 
 
 def test_member_metadata_with_classic_metadata_round_trips() -> None:
@@ -43,3 +60,115 @@ def test_codec_reads_owned_partitions_and_writes_assignments() -> None:
     assert codec.assignment(b"") == {}
     assert codec.assignment(b"\x00\x01\xff") is None
     assert codec.subscription(b"\xff\xff") is None
+
+
+# -- the migration state machine, on a coordinator with a manual clock ----------------------------------
+
+T1 = uuid.UUID(int=1)
+TOPICS = {"t1": (T1, 6)}
+
+
+def subscription(owned: dict[str, list[int]] | None = None) -> bytes:
+    buf = io.BytesIO()
+    buf.write((1).to_bytes(2, "big"))
+    entity_writer(SubscriptionV1)(buf, SubscriptionV1(topics=("t1",), user_data=None, owned_partitions=tuple(
+        TopicPartitionV1(topic=t, partitions=tuple(i32(p) for p in ps)) for t, ps in (owned or {}).items())))
+    return buf.getvalue()
+
+
+def coordinator(policy: str = "bidirectional", store: MemoryGroupStore | None = None
+                ) -> tuple[GroupCoordinator, ManualScheduler]:
+    clock = ManualScheduler()
+    coord = GroupCoordinator(GroupConfig(initial_rebalance_delay_ms=0, consumer_migration_policy=policy), clock,
+                             store or MemoryGroupStore(), subscriptions=subscribed_topics,
+                             protocol=ConsumerProtocolCodec())
+    coord.consumer.topics = lambda: TOPICS
+    return coord, clock
+
+
+async def classic_group(coord: GroupCoordinator, clock: ManualScheduler) -> str:
+    """One classic member "c" holding all of t1: a Stable classic group "g"."""
+    await coord.start()
+    joining = coord.join_group("g", "", None, "client", "/h", 10_000, 10_000, "consumer",
+                               [("range", subscription())], False)
+    clock.advance(0)
+    joined = await joining
+    assert joined.error == ErrorCode.none
+    codec = ConsumerProtocolCodec()
+    synced = await coord.sync_group("g", joined.generation_id, joined.member_id, None, "consumer", "range",
+                                    {joined.member_id: codec.encode_assignment({"t1": range(6)}, subscription())})
+    assert synced.error == ErrorCode.none
+    return joined.member_id
+
+
+def heartbeat(coord: GroupCoordinator, member: str, epoch: int, owned: dict | None = None) -> Any:
+    fields: dict[str, Any] = {}
+    if epoch == 0:
+        fields = {"subscribed_topic_names": ("t1",), "rebalance_timeout_ms": 30_000}
+        owned = {}
+    return coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id=member, member_epoch=epoch,
+                                                           owned=owned, **fields))
+
+
+def test_upgrade_refused_by_the_policy() -> None:
+    async def body() -> None:
+        coord, clock = coordinator("downgrade")
+        await classic_group(coord, clock)
+        refused = await heartbeat(coord, "m", 0)
+        assert refused.error == ErrorCode.group_id_not_found
+        assert "g" not in coord.state.consumer_groups and len(coord.groups["g"].members) == 1
+    asyncio.run(body())
+
+
+def test_upgrade_serve_classic_member_then_downgrade() -> None:
+    async def body() -> None:
+        store = MemoryGroupStore()
+        coord, clock = coordinator(store=store)
+        c = await classic_group(coord, clock)
+        generation = coord.groups["g"].generation_id
+        m = await heartbeat(coord, "m", 0)
+        # upgraded: c keeps all six partitions at its generation; m waits for its share
+        assert m.error == ErrorCode.none and m.assignment == {}
+        group = coord.state.consumer_groups["g"]
+        assert group.members[c].member_epoch == generation and group.members[c].assigned == {T1: frozenset(range(6))}
+        assert not coord.groups["g"].members
+        # c is told to rejoin; it stays at its epoch with the partitions it keeps (it must revoke first)
+        assert coord.heartbeat("g", c, None, generation) == ErrorCode.rebalance_in_progress
+        rejoined = await coord.join_group("g", c, None, "client", "/h", 10_000, 10_000, "consumer",
+                                          [("range", subscription())], True)
+        assert rejoined.error == ErrorCode.none and rejoined.generation_id == generation
+        assert rejoined.leader_id == "" and rejoined.members == []
+        synced = await coord.sync_group("g", rejoined.generation_id, c, None, "consumer", "range", {})
+        mine = ConsumerProtocolCodec().assignment(synced.assignment)
+        assert synced.error == ErrorCode.none and mine is not None and len(mine["t1"]) == 3
+        # once it says it owns only those (a cooperative client's subscription), it moves to the group epoch
+        assert coord.heartbeat("g", c, None, generation) == ErrorCode.rebalance_in_progress
+        rejoined = await coord.join_group("g", c, None, "client", "/h", 10_000, 10_000, "consumer",
+                                          [("range", subscription({"t1": sorted(mine["t1"])}))], True)
+        assert rejoined.error == ErrorCode.none and rejoined.generation_id == group.group_epoch
+        synced = await coord.sync_group("g", rejoined.generation_id, c, None, "consumer", "range", {})
+        assert ConsumerProtocolCodec().assignment(synced.assignment) == mine
+        assert coord.heartbeat("g", c, None, rejoined.generation_id) == ErrorCode.none
+        m2 = await heartbeat(coord, "m", m.member_epoch)
+        assert m2.assignment == {T1: frozenset(range(6)) - mine["t1"]}
+        # a commit of c with its generation is taken, with an older one ILLEGAL_GENERATION
+        assert coord.commit_offsets("g", c, None, generation, {("t1", 0): (5, -1, "")}) \
+            == {("t1", 0): ErrorCode.illegal_generation}
+        # what a new coordinator would load: c is a classic member of the consumer group
+        loaded: dict = {}
+        load_records(store.replay(), clock.wall_clock_ms(), loaded)
+        assert loaded["g"].members[c].classic.session_timeout_ms == 10_000
+        assert loaded["g"].members["m"].classic is None
+        # m leaves: only a classic member is left, the group is classic again and rebalances
+        left = await heartbeat(coord, "m", -1)
+        assert left.error == ErrorCode.none and "g" not in coord.state.consumer_groups
+        classic = coord.groups["g"]
+        assert list(classic.members) == [c] and classic.state == GroupState.PREPARING_REBALANCE
+        assert classic.generation_id == group.group_epoch
+        again = await coord.join_group("g", c, None, "client", "/h", 10_000, 10_000, "consumer",
+                                       [("range", subscription())], True)
+        assert again.error == ErrorCode.none and again.leader_id == c
+        loaded = {}
+        groups = load_records(store.replay(), clock.wall_clock_ms(), loaded)
+        assert not loaded and list(groups["g"].members) == [c]
+    asyncio.run(body())
