@@ -12,6 +12,7 @@ from typing import Any
 from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
 from kio.schema.consumer_protocol_subscription.v1.data import TopicPartition as TopicPartitionV1
 from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
 from kio.serial import entity_writer
 from kio.static.primitive import i32
 
@@ -41,20 +42,12 @@ def test_member_metadata_with_classic_metadata_round_trips() -> None:
 
 
 def test_codec_reads_owned_partitions_and_writes_assignments() -> None:
-    import io
-
-    from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription, TopicPartition
-    from kio.serial import entity_writer
-
-    buf = io.BytesIO()
-    buf.write((1).to_bytes(2, "big"))
-    entity_writer(ConsumerProtocolSubscription)(buf, ConsumerProtocolSubscription(
-        topics=("a", "b"), user_data=None, owned_partitions=(TopicPartition(topic="a", partitions=(0, 2)),)))
+    metadata = subscription({"a": [0, 2]}, topics=("a", "b"))
     codec = ConsumerProtocolCodec()
-    sub = codec.subscription(buf.getvalue())
+    sub = codec.subscription(metadata)
     assert sub is not None and sub.topics == ("a", "b") and sub.owned == {"a": frozenset({0, 2})}
     assert sub.rack_id is None
-    data = codec.encode_assignment({"a": [1, 0], "b": [3]}, buf.getvalue())
+    data = codec.encode_assignment({"a": [1, 0], "b": [3]}, metadata)
     assert data[:2] == b"\x00\x01"
     assert codec.assignment(data) == {"a": frozenset({0, 1}), "b": frozenset({3})}
     assert codec.assignment(b"") == {}
@@ -68,11 +61,11 @@ T1 = uuid.UUID(int=1)
 TOPICS = {"t1": (T1, 6)}
 
 
-def subscription(owned: dict[str, list[int]] | None = None) -> bytes:
+def subscription(owned: dict[str, list[int]] | None = None, topics: tuple[str, ...] = ("t1",)) -> bytes:
     buf = io.BytesIO()
     buf.write((1).to_bytes(2, "big"))
-    entity_writer(SubscriptionV1)(buf, SubscriptionV1(topics=("t1",), user_data=None, owned_partitions=tuple(
-        TopicPartitionV1(topic=t, partitions=tuple(i32(p) for p in ps)) for t, ps in (owned or {}).items())))
+    entity_writer(SubscriptionV1)(buf, SubscriptionV1(topics=topics, user_data=None, owned_partitions=tuple(
+        TopicPartitionV1(topic=TopicName(t), partitions=tuple(i32(p) for p in ps)) for t, ps in (owned or {}).items())))
     return buf.getvalue()
 
 
