@@ -165,3 +165,40 @@ def test_upgrade_serve_classic_member_then_downgrade() -> None:
         groups = load_records(store.replay(), clock.wall_clock_ms(), loaded)
         assert not loaded and list(groups["g"].members) == [c]
     asyncio.run(body())
+
+
+def test_regex_resolution_is_stored_as_kafka_4_does() -> None:
+    async def body() -> None:
+        store = MemoryGroupStore()
+        coord, clock = coordinator(store=store)
+        topics = dict(TOPICS)
+        coord.consumer.topics = lambda: topics
+        await coord.start()
+
+        def regex_records() -> list[tuple[bytes, bytes | None]]:
+            return [(k, v) for k, v, _ in store.replay() if k[:2] == b"\x00\x10"]
+
+        joined = await coord.consumer_group_heartbeat(HeartbeatRequest(
+            group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=30_000, subscribed_topic_regex="t.*",
+            owned={}))
+        assert joined.assignment == {T1: frozenset(range(6))}
+        [(key, value)] = regex_records()
+        assert key == records.encode_key(records.REGULAR_EXPRESSION, "g", "t.*")
+        assert value is not None and records.decode_resolved_regex(value).topics == {"t1"}
+        # a new matching topic: resolved again, and the member gets its partitions
+        topics["t2"] = (uuid.UUID(int=2), 2)
+        again = await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m",
+                                                                      member_epoch=joined.member_epoch))
+        assert again.assignment is not None and again.assignment[uuid.UUID(int=2)] == frozenset({0, 1})
+        latest = regex_records()[-1][1]
+        assert latest is not None and records.decode_resolved_regex(latest).topics == {"t1", "t2"}
+        loaded: dict = {}
+        load_records(store.replay(), clock.wall_clock_ms(), loaded)
+        assert loaded["g"].resolved_regexes["t.*"].topics == {"t1", "t2"}
+        # the only member leaves: nobody uses the regex any more, its record is deleted
+        await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m", member_epoch=-1))
+        assert regex_records()[-1] == (key, None)
+        loaded = {}
+        load_records(store.replay(), clock.wall_clock_ms(), loaded)
+        assert loaded["g"].resolved_regexes == {}
+    asyncio.run(body())

@@ -113,6 +113,8 @@ def _consumer_groups(latest: dict[consumer_records.ConsumerKey, bytes | None]) -
                 group.subscription_metadata = consumer_records.decode_partition_metadata(value)
             elif rtype == consumer_records.TARGET_ASSIGNMENT_METADATA:
                 group.assignment_epoch = consumer_records.decode_epoch(value)
+            elif rtype == consumer_records.REGULAR_EXPRESSION:
+                group.resolved_regexes[key.member_id or ""] = consumer_records.decode_resolved_regex(value)
             elif rtype == consumer_records.TARGET_ASSIGNMENT_MEMBER:
                 group.target[key.member_id or ""] = consumer_records.decode_target_member(value)
             elif rtype == consumer_records.MEMBER_METADATA:

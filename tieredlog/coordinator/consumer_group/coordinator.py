@@ -331,8 +331,9 @@ class ConsumerGroupCoordinator:
         names: set[str] = set()
         for m in group.members.values():
             names.update(m.subscribed_topic_names)
-            if m.subscribed_topic_regex:
-                names.update(matching_topics(m.subscribed_topic_regex, topics))
+        self._resolve_regexes(group, topics, out)
+        for resolved in group.resolved_regexes.values():
+            names.update(resolved.topics)
         metadata = {topics[n][0]: (n, topics[n][1]) for n in names if n in topics}
         if metadata == group.subscription_metadata:
             return False
@@ -341,11 +342,29 @@ class ConsumerGroupCoordinator:
                     records.encode_partition_metadata(metadata)))
         return True
 
+    def _resolve_regexes(self, group: ConsumerGroup, topics: Mapping[str, object], out: list[Record]) -> None:
+        """Each regex a member subscribes with, resolved against the topics now; a changed resolution (and a
+        regex nobody uses any more, as a tombstone) is written as Kafka 4's ConsumerGroupRegularExpression."""
+        used = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        for regex in used:
+            matched = frozenset(matching_topics(regex, topics))
+            previous = group.resolved_regexes.get(regex)
+            if previous is not None and previous.topics == matched:
+                continue
+            resolved = records.ResolvedRegex(matched, group.group_epoch, self.state.scheduler.wall_clock_ms())
+            group.resolved_regexes[regex] = resolved
+            out.append((records.encode_key(records.REGULAR_EXPRESSION, group.group_id, regex),
+                        records.encode_resolved_regex(resolved)))
+        for regex in set(group.resolved_regexes) - used:
+            del group.resolved_regexes[regex]
+            out.append((records.encode_key(records.REGULAR_EXPRESSION, group.group_id, regex), None))
+
     def _member_topics(self, group: ConsumerGroup, member: ConsumerMember) -> frozenset[uuid.UUID]:
         ids = {name: topic_id for topic_id, (name, _) in group.subscription_metadata.items()}
         names = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex:
-            names |= matching_topics(member.subscribed_topic_regex, ids)
+            resolved = group.resolved_regexes.get(member.subscribed_topic_regex)
+            names |= resolved.topics if resolved is not None else matching_topics(member.subscribed_topic_regex, ids)
         return frozenset(ids[n] for n in names if n in ids)
 
     def assignor_for(self, group: ConsumerGroup) -> str:
@@ -523,6 +542,8 @@ class ConsumerGroupCoordinator:
         out: list[Record] = []
         for m in list(group.members.values()):
             self.forget(group, m, out)
+        for regex in group.resolved_regexes:
+            out.append((records.encode_key(records.REGULAR_EXPRESSION, group.group_id, regex), None))
         for record_type in (records.TARGET_ASSIGNMENT_METADATA, records.PARTITION_METADATA, records.GROUP_METADATA):
             out.append((records.encode_key(record_type, group.group_id), None))
         return out

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tieredlog.coordinator.consumer_group.assignors import Partitions
 from tieredlog.coordinator.consumer_group.member import ConsumerMember, MemberState
+from tieredlog.coordinator.consumer_group.records import ResolvedRegex
 
 
 class ConsumerGroupState(enum.Enum):
@@ -33,6 +34,8 @@ class ConsumerGroup:
     target: dict[str, Partitions] = field(default_factory=dict)
     # topic id -> (name, partition count) of every topic some member subscribes to
     subscription_metadata: dict[uuid.UUID, tuple[str, int]] = field(default_factory=dict)
+    # the topics each subscribed regex matches (ConsumerGroupRegularExpression records)
+    resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
     dead: bool = False
 
     @property

@@ -14,6 +14,8 @@ field and skip those we read (e.g. MetadataHash of a 4.1 ConsumerGroupMetadataVa
 - 7 ConsumerGroupTargetAssignmentMember (group, member) -> TopicPartitions [TopicId, Partitions]
 - 8 ConsumerGroupCurrentMemberAssignment (group, member) -> MemberEpoch, PreviousMemberEpoch, State,
   AssignedPartitions, PartitionsPendingRevocation
+- 16 ConsumerGroupRegularExpression (group, regex) -> Topics, Version, Timestamp: a subscribed regex's
+  resolution (Kafka 4). Version is the group epoch it was resolved at (Kafka: its metadata image's offset).
 A null value is a tombstone.
 """
 
@@ -33,8 +35,10 @@ MEMBER_METADATA = 5
 TARGET_ASSIGNMENT_METADATA = 6
 TARGET_ASSIGNMENT_MEMBER = 7
 CURRENT_MEMBER_ASSIGNMENT = 8
-RECORD_TYPES = frozenset(range(GROUP_METADATA, CURRENT_MEMBER_ASSIGNMENT + 1))
-_PER_MEMBER = frozenset({MEMBER_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT})
+REGULAR_EXPRESSION = 16
+RECORD_TYPES = frozenset(range(GROUP_METADATA, CURRENT_MEMBER_ASSIGNMENT + 1)) | {REGULAR_EXPRESSION}
+# keys with a second string after the group id: the member id, or the regex of a type-16 key
+_PER_MEMBER = frozenset({MEMBER_METADATA, TARGET_ASSIGNMENT_MEMBER, CURRENT_MEMBER_ASSIGNMENT, REGULAR_EXPRESSION})
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,9 @@ class _Writer:
 
     def int32(self, v: int) -> None:
         self.parts.append(struct.pack(">i", v))
+
+    def int64(self, v: int) -> None:
+        self.parts.append(struct.pack(">q", v))
 
     def string(self, v: str | None) -> None:
         if v is None:
@@ -153,6 +160,9 @@ class _Reader:
 
     def int32(self) -> int:
         return int(struct.unpack(">i", self._take(4))[0])
+
+    def int64(self) -> int:
+        return int(struct.unpack(">q", self._take(8))[0])
 
     def legacy_string(self) -> str:
         n = self.int16()
@@ -366,3 +376,27 @@ def decode_current_assignment(data: bytes) -> StoredCurrentAssignment:
     r.version()
     epoch, previous, state = r.int32(), r.int32(), r.int8()
     return StoredCurrentAssignment(epoch, previous, state, r.partitions(), r.partitions())
+
+
+@dataclass(frozen=True)
+class ResolvedRegex:
+    topics: frozenset[str]
+    version: int
+    timestamp_ms: int
+
+
+def encode_resolved_regex(r: ResolvedRegex) -> bytes:
+    w = _Writer()
+    w.array_len(len(r.topics))
+    for name in sorted(r.topics):
+        w.string(name)
+    w.int64(r.version)
+    w.int64(r.timestamp_ms)
+    return w.done()
+
+
+def decode_resolved_regex(data: bytes) -> ResolvedRegex:
+    r = _Reader(data)
+    r.version()
+    topics = frozenset(r.string() or "" for _ in range(r.array_len()))
+    return ResolvedRegex(topics, r.int64(), r.int64())
