@@ -4,9 +4,10 @@ The driver asks the brokers (confluent-kafka's AdminClient: Metadata and ListOff
 topic has and where each one starts and ends, the end being the high watermark, or the last stable
 offset with ``kafka.isolation.level=read_committed``, as a consumer of that level sees it. Each executor
 task then reads one offset range of one partition with its own consumer: ``assign`` at the first offset,
-``consume`` until the range's end. With read_committed the consumer drops aborted records and markers
-itself, so a range may end on offsets that never come; the partition-EOF event (raised at the high
-watermark, or at the last stable offset for read_committed) at or past the range's end says it is done.
+``consume`` until the range's end, one Arrow batch per ``consume`` call. With read_committed the
+consumer drops aborted records and markers itself, so a range may end on offsets that never come; the
+partition-EOF event (raised at the high watermark, or at the last stable offset for read_committed) at
+or past the range's end says it is done.
 
 ``kafka.*`` options (prefix removed) configure both clients, in librdkafka's names; the consumer's group
 is never joined nor committed to (``assign``, ``enable.auto.commit=false``), as Spark's Kafka source
@@ -18,7 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import pyarrow as pa
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
@@ -98,44 +99,36 @@ def consumer_config(config: Mapping[str, str], read_committed: bool) -> dict[str
             "isolation.level": "read_committed" if read_committed else "read_uncommitted"}
 
 
-def read_tail(config: Mapping[str, str], task: TailTask, include_headers: bool, timeout_ms: int) -> pa.RecordBatch:
-    """The records of ``task``'s range, as the consumer returns them, in the data source's schema."""
+def read_tail(config: Mapping[str, str], task: TailTask, include_headers: bool,
+              timeout_ms: int) -> Iterator[pa.RecordBatch]:
+    """The records of ``task``'s range as the consumer returns them, in the data source's schema, one
+    Arrow batch per ``consume`` call. Fails when ``timeout_ms`` pass without the range moving on."""
     name = f"{task.topic}-{task.partition}"
     consumer = Consumer(dict(config))
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    timestamps: list[int] = []
-    types: list[int] = []
-    header_lists: list[list[tuple[str, bytes | None]] | None] = []
     try:
         consumer.assign([TopicPartition(task.topic, task.partition, task.from_offset)])
+        position = task.from_offset
         deadline = time.monotonic() + timeout_ms / 1000
         done = task.from_offset >= task.to_offset
         while not done:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BrokerError(f"{name}: offsets {task.from_offset}..{task.to_offset - 1} not read from the "
-                                  f"brokers within kafkaConsumer.pollTimeoutMs={timeout_ms} (read up to "
-                                  f"{offsets[-1] + 1 if offsets else task.from_offset})")
+                raise BrokerError(f"{name}: offsets {position}..{task.to_offset - 1} not read from the brokers "
+                                  f"within kafkaConsumer.pollTimeoutMs={timeout_ms}")
+            records: list[Message] = []
             for m in consumer.consume(_BATCH, min(remaining, 1.0)):
                 done = _take(m, task, name)
                 if done:
                     break
-                if m.error() is not None:
-                    continue  # an EOF below the range's end: more is coming
-                offsets.append(_offset(m))
-                keys.append(m.key())
-                values.append(m.value())
-                ts_type, ts = m.timestamp()
-                timestamps.append(ts * 1000)
-                types.append(ts_type - 1)  # librdkafka's CreateTime is 1, Kafka's TimestampType.id 0
-                if include_headers:
-                    # librdkafka returns headers as a list of (str, bytes | None) pairs
-                    header_lists.append(list(m.headers() or []) or None)  # type: ignore[arg-type]
+                if m.error() is None:
+                    records.append(m)
+                # else an EOF below the range's end: more is coming
+            if records:
+                position = _offset(records[-1]) + 1
+                deadline = time.monotonic() + timeout_ms / 1000
+                yield _batch(task, records, include_headers)
     finally:
         consumer.close()
-    return _batch(task, keys, values, offsets, timestamps, types, header_lists if include_headers else None)
 
 
 def _take(m: Message, task: TailTask, name: str) -> bool:
@@ -147,6 +140,11 @@ def _take(m: Message, task: TailTask, name: str) -> bool:
                       f"{err.str()}")
 
 
+def _headers(m: Message) -> list[tuple[str, bytes | None]]:
+    # librdkafka hands headers over as a list of (name, value) pairs, or None
+    return list(m.headers() or [])  # type: ignore[arg-type]
+
+
 def _offset(m: Message) -> int:
     offset = m.offset()
     if offset is None:  # only a message that is not a record or an EOF has none
@@ -154,20 +152,21 @@ def _offset(m: Message) -> int:
     return offset
 
 
-def _batch(task: TailTask, keys: list[bytes | None], values: list[bytes | None], offsets: list[int],
-           timestamps: list[int], types: list[int],
-           headers: list[list[tuple[str, bytes | None]] | None] | None) -> pa.RecordBatch:
-    count = len(offsets)
+def _batch(task: TailTask, records: list[Message], include_headers: bool) -> pa.RecordBatch:
+    count = len(records)
+    stamps = [m.timestamp() for m in records]
     columns = [
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        pa.array([m.key() for m in records], pa.binary()),
+        pa.array([m.value() for m in records], pa.binary()),
         pa.repeat(pa.scalar(task.topic, pa.string()), count),
         pa.repeat(pa.scalar(task.partition, pa.int32()), count),
-        pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.int64()).cast(TIMESTAMP_TYPE),
-        pa.array(types, pa.int32()),
+        pa.array([_offset(m) for m in records], pa.int64()),
+        pa.array([ts * 1000 for _, ts in stamps], pa.int64()).cast(TIMESTAMP_TYPE),
+        # librdkafka's CreateTime is 1, Kafka's TimestampType.id 0
+        pa.array([ts_type - 1 for ts_type, _ in stamps], pa.int32()),
     ]
-    if headers is not None:
-        items = [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers]
+    if include_headers:
+        # null, not [], for a record without headers, as the remote tier's rows
+        items = [[{"key": k, "value": v} for k, v in _headers(m)] or None for m in records]
         columns.append(pa.array(items, pa.list_(pa.field("element", HEADER_TYPE))).cast(HEADERS_TYPE))
-    return pa.RecordBatch.from_arrays(columns, schema=kafka_schema(headers is not None))
+    return pa.RecordBatch.from_arrays(columns, schema=kafka_schema(include_headers))

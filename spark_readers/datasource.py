@@ -67,8 +67,8 @@ def read_partition(spec: StorageSpec, options: ReaderOptions, partition: InputPa
     if isinstance(partition, ReadTaskPartition):
         return read_task_batches(open_storage(spec), partition.task, options.include_headers)
     if isinstance(partition, TailPartition):
-        return iter([read_tail(consumer_config(options.kafka, options.read_committed), partition.task,
-                               options.include_headers, options.poll_timeout_ms)])
+        return read_tail(consumer_config(options.kafka, options.read_committed), partition.task,
+                         options.include_headers, options.poll_timeout_ms)
     raise TypeError(f"not a tieredlog input partition: {partition!r}")
 
 

@@ -117,8 +117,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         produce(b.bootstrap, 0, 1200)
         produce_transactions(b.bootstrap)
         # every rolled segment tiered; the active ones (and all of partition 2's) stay local-only
-        wait_for(lambda: (lambda t: t.get(0, -1) > 300 and t.get(1, -1) > 300)(list_offsets(b.bootstrap, LATEST_TIERED)),
-                 "segments of partitions 0 and 1 tiered", 60)
+        active = {p: max(int(f.name[:20]) for f in (Path(b.data_dir) / f"{TOPIC}-{p}").glob("*.log")) for p in (0, 1)}
+        assert min(active.values()) > 300
+        wait_for(lambda: (lambda t: all(t.get(p, -1) + 1 == active[p] for p in active))(
+            list_offsets(b.bootstrap, LATEST_TIERED)), "the rolled segments of partitions 0 and 1 tiered", 60)
         yield b
     finally:
         b.stop()
