@@ -340,3 +340,19 @@ def test_reader_options_of_the_tail_and_the_splits() -> None:
         parse_options({"path": "file:///x", "assign": "a:0"})
     with pytest.raises(OptionError, match="'group.id' is not supported"):
         parse_options({"path": "file:///x", "topic": "a", "kafka.group.id": "g"})
+
+
+def test_brokers_that_do_not_answer_fail_the_plan_in_one_line(tmp_path: Path) -> None:
+    from spark_readers.brokers import BrokerError
+    from spark_readers.datasource import TieredLogReader
+    from spark_readers.options import parse_options
+    from spark_readers.storage import storage_spec
+    from tests.helpers import free_port
+
+    (tmp_path / "empty").mkdir()
+    options = parse_options({"path": (tmp_path / "empty").as_uri(), "topic": TOPIC,
+                             "kafka.bootstrap.servers": f"127.0.0.1:{free_port()}",
+                             "kafkaConsumer.pollTimeoutMs": "1500"})
+    reader = TieredLogReader(options, storage_spec(options.path, options.storage))
+    with pytest.raises(BrokerError, match=r"^cannot reach the brokers \(kafka.bootstrap.servers\)"):
+        reader.partitions()
