@@ -90,7 +90,8 @@ class BrokerView(Protocol):
 @dataclass(frozen=True, slots=True)
 class PartitionRange:
     """Offsets ``[start, end)`` of one partition to read: from the remote tier below ``boundary``,
-    from the brokers from it."""
+    from the brokers from ``tail_from`` (``boundary``, or the brokers' log start when retention there
+    went past the tier's end and ``failOnDataLoss=false`` lets the hole be skipped)."""
 
     topic: str
     partition: int
@@ -98,6 +99,7 @@ class PartitionRange:
     start: int
     end: int
     boundary: int
+    tail_from: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +129,8 @@ def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
         if start >= end:
             continue
         pieces.extend(_tiered_pieces(rsm, r, start, min(end, r.boundary), options, pushed))
-        if end > r.boundary:
-            pieces.append(_Piece(r, None, max(start, r.boundary), end))
+        if end > r.tail_from:
+            pieces.append(_Piece(r, None, max(start, r.tail_from), end))
     tasks: list[Task] = []
     indexes: dict[uuid.UUID, list[tuple[int, int]]] = {}
     for piece in _split(pieces, options.max_records_per_partition, options.min_partitions):
@@ -253,7 +255,14 @@ def _range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, sli
         start = earliest
     if start > end:
         raise OptionError(f"{name}: starting offset {start} is after ending offset {end}")
-    return PartitionRange(topic, partition, slices, start, end, boundary)
+    tail_from = boundary
+    if on_brokers is not None and on_brokers[0] > boundary:
+        # the brokers' log starts past the tier's end (DeleteRecords or retention there): a hole
+        if options.fail_on_data_loss and start < on_brokers[0] and end > boundary:
+            raise PlanError(f"{name}: offsets {max(start, boundary)}..{on_brokers[0] - 1} are neither in the remote "
+                            "tier nor on the brokers; set failOnDataLoss=false to skip them")
+        tail_from = on_brokers[0]
+    return PartitionRange(topic, partition, slices, start, end, boundary, tail_from)
 
 
 def _offset_for_timestamp(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int,

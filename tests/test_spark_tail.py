@@ -356,3 +356,67 @@ def test_brokers_that_do_not_answer_fail_the_plan_in_one_line(tmp_path: Path) ->
     reader = TieredLogReader(options, storage_spec(options.path, options.storage))
     with pytest.raises(BrokerError, match=r"^cannot reach the brokers \(kafka.bootstrap.servers\)"):
         reader.partitions()
+
+
+class FixedBrokers:
+    """The brokers' answers the planner asks for, fixed: a unit test of the planner's boundary alone."""
+
+    def __init__(self, topic: str, bounds: dict[int, tuple[int, int]]) -> None:
+        self.topic, self._bounds = topic, bounds
+
+    def topics(self) -> list[str]:
+        return [self.topic]
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(self._bounds) if topic == self.topic else []
+
+    def bounds(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        return {p: self._bounds[p] for p in partitions}
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        return None
+
+
+def test_the_tail_starts_where_the_tier_ends_and_a_hole_on_the_brokers_is_data_loss(tmp_path: Path) -> None:
+    import uuid
+
+    from spark_readers.brokers import TailTask
+    from spark_readers.filters import PushedFilters
+    from spark_readers.options import parse_options
+    from spark_readers.planner import PlanError, ReadTask, plan
+    from spark_readers.storage import open_storage, storage_spec
+    from tests.test_spark_core import TOPIC as CORE_TOPIC
+    from tests.test_spark_core import write_segment
+    from tieredlog.rsm.api import TopicIdPartition
+    from tieredlog.rsm.local import LocalTieredStorage
+
+    folder = tmp_path / "remote"
+    tp = TopicIdPartition(uuid.uuid4(), CORE_TOPIC, 0)
+    write_segment(tmp_path, LocalTieredStorage(folder), tp, [(0, 0)], 0, 40)
+    write_segment(tmp_path, LocalTieredStorage(folder), tp, [(0, 0)], 40, 80)
+
+    def tasks(bounds: dict[int, tuple[int, int]], **extra: str) -> list[tuple[str, int, int, int]]:
+        o = parse_options({"path": folder.as_uri(), "topic": CORE_TOPIC, "kafka.bootstrap.servers": "unused:1",
+                           **extra})
+        planned = plan(open_storage(storage_spec(o.path, o.storage)), o, brokers=FixedBrokers(CORE_TOPIC, bounds),
+                       pushed=PushedFilters(offset_low=10))
+        return [("tier" if isinstance(t, ReadTask) else "brokers", t.partition, t.from_offset, t.to_offset)
+                for t in planned if isinstance(t, (ReadTask, TailTask))]
+
+    # partition 0: offsets 0..79 tiered, the brokers up to 120; partition 1: nothing tiered
+    assert tasks({0: (0, 120), 1: (5, 30)}) == [
+        ("tier", 0, 10, 40), ("tier", 0, 40, 80), ("brokers", 0, 80, 120), ("brokers", 1, 10, 30)]
+    planned = tasks({0: (0, 120), 1: (5, 30)}, maxRecordsPerPartition="25")
+    assert planned == [("tier", 0, 10, 25), ("tier", 0, 25, 40), ("tier", 0, 40, 60), ("tier", 0, 60, 80),
+                       ("brokers", 0, 80, 100), ("brokers", 0, 100, 120), ("brokers", 1, 10, 30)]
+    # minPartitions=8 over 130 offsets in 4 ranges: each cut in proportion (2, 2, 2, 1 pieces), no offset lost
+    spread = tasks({0: (0, 120), 1: (5, 30)}, minPartitions="8")
+    assert len(spread) == 7 and sum(hi - lo for *_, lo, hi in spread) == 130
+    assert [(lo, hi) for _, p, lo, hi in spread if p == 0] == [(10, 25), (25, 40), (40, 60), (60, 80), (80, 100),
+                                                               (100, 120)]
+    # the brokers' log starts past the tier's end (DeleteRecords there): offsets 80..89 are nowhere
+    with pytest.raises(PlanError, match=f"{CORE_TOPIC}-0: offsets 80..89 are neither in the remote tier nor on the"):
+        tasks({0: (90, 120)})
+    assert tasks({0: (90, 120)}, failOnDataLoss="false")[-1] == ("brokers", 0, 90, 120)
+    with pytest.raises(PlanError, match="endingOffsets 200 is past the end of the partition on the brokers"):
+        tasks({0: (0, 120)}, endingOffsets=f'{{"{CORE_TOPIC}":{{"0":200}}}}')
