@@ -9,7 +9,10 @@ B is elected uncleanly in epoch 1 and writes b3 at offset 3, so its lineage is {
   at offset 3 it is not (epoch 0 ends exactly there) and gets b3; an epoch B never heard of past its
   latest is OFFSET_OUT_OF_RANGE; a librdkafka consumer reads the whole log across the two epochs;
 - A restarts as B's follower and truncates a3 and a4 on that answer alone (Kafka's truncation on
-  fetch), then replicates b3 and rejoins the ISR.
+  fetch), then replicates b3 and rejoins the ISR;
+- A then leads epoch 2 without writing in it and B takes over in epoch 3 while A is paused: A's epoch
+  2 starts at its log end and B never had it, so A's fetch diverges with nothing to cut; the empty
+  epoch leaves A's cache (as Kafka's truncateTo does) and A rejoins the ISR instead of diverging forever.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def wait_state(c: BrokerProcess, leader: int, epoch: int, isr: list[int]) -> Non
                and s[0][3] == sorted(isr), timeout=40, message=f"leader {leader} at epoch {epoch} with ISR {isr}")
 
 
-def fetch(b: BrokerProcess, version: int, offset: int, last_fetched_epoch: int, topic_id: Any = None) -> Any:
+def fetch(b: BrokerProcess, version: int, offset: int, last_fetched_epoch: int, topic_id: Any = None,
+          leader_epoch: int = 1) -> Any:
     """One consumer Fetch of partition 0 naming ``last_fetched_epoch``; the answer's partition."""
     topic: dict[str, Any] = {"topic_id": topic_id} if version >= 13 else {"topic": TOPIC}
     with KafkaClient(b.bootstrap, timeout=10) as c:
@@ -54,7 +58,7 @@ def fetch(b: BrokerProcess, version: int, offset: int, last_fetched_epoch: int, 
             "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
             "session_id": 0, "session_epoch": -1, "rack_id": "",
             "topics": [{**topic, "partitions": [{
-                "partition": 0, "current_leader_epoch": 1, "fetch_offset": offset,
+                "partition": 0, "current_leader_epoch": leader_epoch, "fetch_offset": offset,
                 "last_fetched_epoch": last_fetched_epoch, "log_start_offset": -1,
                 "partition_max_bytes": 1 << 20}]}]}, version=version)
     return r.responses[0].partitions[0]
@@ -130,3 +134,27 @@ def test_a_fetch_naming_an_epoch_that_ends_before_its_offset_gets_the_diverging_
     assert local_records(a, TOPIC) == [(0, b"m0", 0), (1, b"m1", 0), (2, b"m2", 0),
                                                                   (3, b"b3", 1)]
     assert epoch_checkpoint(a, TOPIC) == [(0, 0), (1, 3)]
+
+    # A leads epoch 2 and writes nothing in it (B stops, then rejoins); then B leads epoch 3 while A,
+    # paused past its ZooKeeper session, keeps its state in memory (a restart would reload its log and
+    # drop the empty epoch at the log end)
+    b.stop()
+    wait_state(c, A, 2, [A])
+    b.start()
+    wait_state(c, A, 2, [A, B])
+    assert a.proc is not None
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    try:
+        wait_state(c, B, 3, [B])
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    assert epoch_checkpoint(a, TOPIC) == [(0, 0), (1, 3), (2, 4)]  # epoch 2 starts at A's end, empty
+    # epoch 2 is one B never had: it answers with its largest epoch below, 1, which ends at 4
+    p = fetch(b, 12, 4, 2, topic_id, leader_epoch=3)
+    assert (p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (0, 1, 4)
+    # A follows B: nothing to cut, but its empty epoch 2 goes, so its next fetch no longer diverges
+    wait_state(c, B, 3, [A, B])
+    produce_values(b.bootstrap, TOPIC, [b"b4"])
+    wait_until(lambda: len(local_records(a, TOPIC)) == 5, timeout=20, message="A replicates b4")
+    assert local_records(a, TOPIC)[4] == (4, b"b4", 3)
+    assert epoch_checkpoint(a, TOPIC) == [(0, 0), (1, 3), (3, 4)]

@@ -281,9 +281,11 @@ class ReplicaFetcher:
         if target < plog.log_end_offset:
             log.info("%s: truncating %s from %d to %d (%s: leader epoch %d ends at %d)", self.name,
                      s.partition.tp, plog.log_end_offset, target, cause, leader_epoch, leader_end_offset)
-            await loop.run_in_executor(None, plog.truncate_to, target)
         elif not done:
             done = True  # nothing left to cut: fetch from here
+        # also when no record goes: an epoch this broker began at its log end as leader and never wrote
+        # in goes from its cache, or every fetch naming it would diverge again (Kafka's truncateTo)
+        await loop.run_in_executor(None, plog.truncate_to, target)
         if done:
             s.state = FetchState.FETCHING
 
