@@ -23,8 +23,10 @@ from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster import znodes
 from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS, BrokerConfig, BrokerConfigError
 from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
+from tieredlog.log.cleaner.log_cleaner import LogCleaner
 from tieredlog.log.types import TopicPartition
 from tieredlog.server.dynamic_threads import THREAD_DYNAMIC, check_thread_counts, resize_thread_pools
+from tieredlog.server.log_cleaner_config import cleaner_config_of
 
 if TYPE_CHECKING:
     from tieredlog.cluster.zk import ZkClient
@@ -42,7 +44,10 @@ FILE_NAME = "dynamic-broker-configs.json"
 _LOG_DYNAMIC = frozenset(BROKER_SYNONYMS) | {
     "log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.roll.jitter.hours",
 }
-_CLEANER_DYNAMIC = frozenset({"log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms"})
+# Kafka's LogCleaner.ReconfigurableConfigs (a new thread count or buffer size restarts the cleaner threads)
+_CLEANER_DYNAMIC = frozenset({"log.cleaner.io.max.bytes.per.second", "log.cleaner.backoff.ms", "log.cleaner.threads",
+                              "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
+                              "log.cleaner.io.buffer.load.factor"})
 _REMOTE_DYNAMIC = frozenset({"remote.log.manager.copy.max.bytes.per.second",
                              "remote.log.manager.fetch.max.bytes.per.second",
                              "remote.log.index.file.cache.total.size.bytes"}) | THREAD_DYNAMIC
@@ -195,12 +200,8 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
             plog = lm.get_log(TopicPartition(t.name, p))
             if plog is not None:
                 plog.config = log_config
-    cleaner = lm.cleaner
-    if cleaner is not None:
-        rate = float(cfg["log.cleaner.io.max.bytes.per.second"])
-        cleaner.config = dataclasses.replace(cleaner.config, max_io_bytes_per_second=rate,
-                                             backoff_ms=int(cfg["log.cleaner.backoff.ms"]))
-        cleaner.throttler.rate = rate
+    if lm.cleaner is not None:
+        lm.cleaner.reconfigure(cleaner_config_of(cfg))
     if broker.replica_manager is not None:
         broker.replica_manager.update_replication_throttles(int(cfg["leader.replication.throttled.rate"]),
                                                             int(cfg["follower.replication.throttled.rate"]))
@@ -253,11 +254,24 @@ def on_change(broker: Broker, loop: asyncio.AbstractEventLoop, entity: str) -> N
         loop.call_soon_threadsafe(on_loop)
 
 
+def check_cleaner(broker: Broker, new: BrokerConfig) -> None:
+    """Kafka's LogCleaner.validateReconfiguration: INVALID_REQUEST with its message."""
+    cleaner = broker.log_manager.cleaner if broker.log_manager is not None else None
+    if cleaner is None:
+        return
+    try:
+        LogCleaner.validate_reconfiguration(cleaner.config, cleaner_config_of(new))
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
+
+
 async def alter_broker_configs(broker: Broker, entity: str, configs: Mapping[str, str], validate_only: bool) -> None:
     """Replace the level ``entity`` with ``configs`` (names already checked): stored (ZooKeeper or the
     file) before it is applied, so an answered change survives a restart."""
     dyn = broker.dynamic_config
-    check_thread_counts(broker.config, validate_values(dyn, entity, configs))
+    new = validate_values(dyn, entity, configs)
+    check_thread_counts(broker.config, new)
+    check_cleaner(broker, new)
     if validate_only:
         return
     configs = dict(configs)

@@ -3,6 +3,10 @@
 Each of ``log.cleaner.threads`` threads loops: take the filthiest compacted log, clean it, write the
 checkpoint; with nothing to do it sleeps ``log.cleaner.backoff.ms``. A round that fails on bad data
 marks the partition uncleanable (one line, the broker and the other partitions carry on), as Kafka.
+
+Reconfigurable as Kafka's (`reconfigure`): the throttle and the backoff apply at once; a new thread count
+or buffer size replaces the threads with new ones built from the new settings. The replaced threads
+finish the round they are in (the manager never gives a partition to two cleaners) and exit.
 """
 
 from __future__ import annotations
@@ -56,34 +60,87 @@ class LogCleaner:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.manager = LogCleanerManager(log_dirs, logs)
         self.throttler = Throttler(config.max_io_bytes_per_second)
-        per_thread = max(config.dedupe_buffer_size // max(config.num_threads, 1), 1024 * 1024)
-        self.cleaners = [
-            Cleaner(i, per_thread, io_buffer_size=config.io_buffer_size // 2 or 1,
-                    load_factor=config.io_buffer_load_factor, throttler=self.throttler, clock=self._clock,
-                    check_done=self.manager.check_done)
-            for i in range(max(config.num_threads, 1))
-        ]
+        self.cleaners = self._make_cleaners(config, first_id=0)
         self._stop = threading.Event()
+        # set when the current threads are replaced by a reconfiguration
+        self._retire = threading.Event()
         self._wake = threading.Event()
+        self._started = False
         self._threads: list[threading.Thread] = []
+        # threads of an earlier configuration finishing their round
+        self._retiring: list[threading.Thread] = []
         self._last_stats: dict[int, CleanerStats] = {}
         self._last_run_ms = self._clock()
         self.rounds = 0
 
+    def _make_cleaners(self, config: CleanerConfig, first_id: int) -> list[Cleaner]:
+        # a cleaner's key map is allocated on its first round, in its own thread
+        per_thread = max(config.dedupe_buffer_size // max(config.num_threads, 1), 1024 * 1024)
+        return [
+            Cleaner(first_id + i, per_thread, io_buffer_size=config.io_buffer_size // 2 or 1,
+                    load_factor=config.io_buffer_load_factor, throttler=self.throttler, clock=self._clock,
+                    check_done=self.manager.check_done)
+            for i in range(max(config.num_threads, 1))
+        ]
+
     def startup(self) -> None:
+        self._started = True
         if not self.config.enable:
             return
+        self._start_threads()
+
+    def _start_threads(self) -> None:
+        retire = self._retire
         for cleaner in self.cleaners:
-            t = threading.Thread(target=self._run, args=(cleaner,), name=f"kafka-log-cleaner-thread-{cleaner.id}",
-                                 daemon=True)
+            t = threading.Thread(target=self._run, args=(cleaner, retire),
+                                 name=f"kafka-log-cleaner-thread-{cleaner.id}", daemon=True)
             t.start()
             self._threads.append(t)
+
+    @staticmethod
+    def validate_reconfiguration(current: CleanerConfig, new: CleanerConfig) -> None:
+        """Kafka's LogCleaner.validateReconfiguration: ValueError with Kafka's message for a thread count
+        below 1, below half the current one or above double it."""
+        threads, now = new.num_threads, current.num_threads
+        if threads < 1:
+            raise ValueError("Log cleaner threads should be at least 1")
+        if threads < now // 2:
+            raise ValueError(f"Log cleaner threads cannot be reduced to less than half the current value {now}")
+        if threads > now * 2:
+            raise ValueError(f"Log cleaner threads cannot be increased to more than double the current value {now}")
+
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """Apply new settings without blocking (an event loop calls this): the throttle and the backoff at
+        once, new threads for a new thread count or buffer size."""
+        old, self.config = self.config, config
+        self.throttler.rate = config.max_io_bytes_per_second
+        if (old.num_threads, old.dedupe_buffer_size, old.io_buffer_size, old.io_buffer_load_factor) == \
+                (config.num_threads, config.dedupe_buffer_size, config.io_buffer_size, config.io_buffer_load_factor):
+            self._wake.set()  # a sleeping thread picks up the new backoff now
+            return
+        self._retire.set()
+        self._retire = threading.Event()
+        self._retiring = [t for t in self._retiring + self._threads if t.is_alive()]
+        self._threads = []
+        next_id = max((c.id for c in self.cleaners), default=-1) + 1
+        self.cleaners = self._make_cleaners(config, first_id=next_id)
+        log.info("log cleaner reconfigured: %d thread(s), dedupe buffer %d bytes, I/O buffer %d bytes, "
+                 "load factor %s", config.num_threads, config.dedupe_buffer_size, config.io_buffer_size,
+                 config.io_buffer_load_factor)
+        self._wake.set()
+        if self._started and config.enable and not self._stop.is_set():
+            self._start_threads()
+
+    @property
+    def live_threads(self) -> int:
+        """Threads of the current configuration that are running."""
+        return sum(1 for t in self._threads if t.is_alive())
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         self._stop.set()
         self.manager.abort_all()
         self._wake.set()
-        for t in self._threads:
+        for t in self._retiring + self._threads:
             t.join(timeout_s)
 
     def wake(self) -> None:
@@ -93,14 +150,14 @@ class LogCleaner:
     def abort_cleaning(self, tp: TopicPartition) -> None:
         self.manager.abort_cleaning(tp)
 
-    def _run(self, cleaner: Cleaner) -> None:
-        while not self._stop.is_set():
+    def _run(self, cleaner: Cleaner, retire: threading.Event) -> None:
+        while not self._stop.is_set() and not retire.is_set():
             try:
                 worked = self.clean_once(cleaner)
             except Exception:  # noqa: BLE001 - a cleaner thread must not die of one bad round
                 log.exception("Cleaner %d: unexpected failure", cleaner.id)
                 worked = False
-            if not worked:
+            if not worked and not retire.is_set():
                 self._wake.wait(self.config.backoff_ms / 1000)
                 self._wake.clear()
 
