@@ -5,11 +5,15 @@ records in 2 partitions into a remote folder (LocalTieredStorage, the layout eve
 Then, over the same tiered offsets:
 
 1. ``spark.read.format("tieredlog")`` (``local[2]``, path ``file://`` of the folder): the time of
-   ``sum(length(value))`` over the DataFrame, which decodes every row; best of 2 (the first run also
-   starts Spark's Python workers). Broker CPU seconds meanwhile (the broker is idle: 0 is the point).
-2. The broker path: a confluent-kafka consumer reading the same offsets through the broker, which
-   serves them from the remote tier; broker CPU seconds meanwhile.
-3. Raw reads: every ``.log`` object read whole with plain file reads (the ceiling of any reader of
+   ``sum(length(value))`` over the DataFrame, which decodes every row; best of ``SPARK_BENCH_RUNS``
+   (default 3; the first run also starts Spark's Python workers). Broker CPU seconds meanwhile (the
+   broker is idle: 0 is the point), and the CPU seconds of Spark's JVM and Python workers, to show
+   where the reader's time goes.
+2. The reader's executor side without Spark: every planned read task read and decoded to Arrow in
+   this process, one after another (one core): the decoder's own throughput.
+3. The broker path: a confluent-kafka consumer reading the same offsets through the broker, which
+   serves them from the remote tier; best of 2; broker CPU seconds meanwhile.
+4. Raw reads: every ``.log`` object read whole with plain file reads (the ceiling of any reader of
    these objects).
 
     .venv/bin/python -m bench bench_spark_reader      # or: make bench-spark
@@ -24,8 +28,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 MB = int(os.environ.get("SPARK_BENCH_MB", "1024"))
+RUNS = int(os.environ.get("SPARK_BENCH_RUNS", "3"))
 VALUE_SIZE = 1024
 PARTITIONS = 2
 TOPIC = "history"
@@ -34,6 +40,34 @@ TOPIC = "history"
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def spark_cpu_seconds(exclude: int) -> dict[str, float]:
+    """CPU seconds of this process's descendants but ``exclude`` (the broker): Spark's JVM and its
+    Python workers (the daemon forks them; they live as long as the session)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+    out = {"jvm": 0.0, "python workers": 0.0}
+    for pid in parents:
+        p, inside = pid, False
+        while p in parents and p != exclude:
+            p = parents[p]
+            if p == os.getpid():
+                inside = True
+                break
+        if not inside or pid == exclude:
+            continue
+        try:
+            java = b"java" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            out["jvm" if java else "python workers"] += cpu_seconds(pid)
+        except (OSError, IndexError):
+            continue
+    return out
 
 
 def produce(bootstrap: str, total: int) -> None:
@@ -85,8 +119,9 @@ def broker_path(bootstrap: str, ends: dict[int, int]) -> tuple[float, int, int]:
     return dt, rows, size
 
 
-def spark_path(remote: Path, ends: dict[int, int]) -> tuple[float, float, int, int]:
-    """(best seconds, first run seconds, rows, value bytes) of sum(length(value)) over the reader."""
+def spark_path(remote: Path, ends: dict[int, int], broker_pid: int) -> tuple[float, float, int, int, dict[str, float]]:
+    """(best seconds, first run seconds, rows, value bytes, CPU seconds of Spark's processes in the
+    best run) of sum(length(value)) over the reader."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -97,16 +132,48 @@ def spark_path(remote: Path, ends: dict[int, int]) -> tuple[float, float, int, i
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(TieredLogDataSource)
     try:
-        times = []
-        for _ in range(2):
+        runs = []
+        for _ in range(max(RUNS, 1)):
             df = (spark.read.format("tieredlog").option("path", remote.as_uri()).option("topic", TOPIC)
                   .option("endingOffsets", json.dumps({TOPIC: {str(p): e for p, e in ends.items()}})).load())
+            cpu0 = spark_cpu_seconds(broker_pid)
             t0 = time.perf_counter()
             row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
-            times.append(time.perf_counter() - t0)
-        return min(times), times[0], int(row["n"]), int(row["b"])
+            dt = time.perf_counter() - t0
+            cpu1 = spark_cpu_seconds(broker_pid)
+            runs.append((dt, {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}))
+        best, cpu = min(runs, key=lambda r: r[0])
+        return best, runs[0][0], int(row["n"]), int(row["b"]), cpu
     finally:
         spark.stop()
+
+
+def decoder_alone(remote: Path, ends: dict[int, int]) -> tuple[float, int, int]:
+    """(seconds, rows, value bytes) of every read task of the reader's plan read and decoded here."""
+    import pyarrow.compute as pc
+
+    from spark_readers.read import read_task_batches
+
+    rsm, tasks = reader_plan(remote, ends)
+    rows = size = 0
+    t0 = time.perf_counter()
+    for task in tasks:
+        for batch in read_task_batches(rsm, task, False):
+            rows += batch.num_rows
+            size += pc.sum(pc.binary_length(batch.column("value"))).as_py() or 0
+    return time.perf_counter() - t0, rows, size
+
+
+def reader_plan(remote: Path, ends: dict[int, int]) -> tuple[Any, list[Any]]:
+    """The reader's store and read tasks (its input partitions) for the bench's offsets."""
+    from spark_readers.options import parse_options
+    from spark_readers.planner import plan
+    from spark_readers.storage import open_storage, storage_spec
+
+    options = parse_options({"path": remote.as_uri(), "topic": TOPIC,
+                             "endingOffsets": json.dumps({TOPIC: {str(p): e for p, e in ends.items()}})})
+    rsm = open_storage(storage_spec(options.path, options.storage))
+    return rsm, plan(rsm, options)
 
 
 def raw_reads(remote: Path) -> tuple[float, int]:
@@ -152,30 +219,40 @@ def main() -> None:
             rows = sum(ends.values())
             pid = broker.proc.pid if broker.proc else 0
             print(f"\ntiered: {rows} rows ({rows * VALUE_SIZE / (1 << 20):.0f} MiB of values) in "
-                  f"{len(list(remote.glob(f'{TOPIC}-*/*/*.log')))} segments\n")
+                  f"{len(list(remote.glob(f'{TOPIC}-*/*/*.log')))} segments, read by the reader as "
+                  f"{len(reader_plan(remote, ends)[1])} input partitions (local[2] runs 2 at a time)\n")
 
             cpu0 = cpu_seconds(pid)
-            best, first, n, size = spark_path(remote, ends)
+            best, first, n, size, spark_cpus = spark_path(remote, ends, pid)
             spark_cpu = cpu_seconds(pid) - cpu0
             assert n == rows, (n, rows)
-            cpu0 = cpu_seconds(pid)
-            b_s, b_rows, b_size = broker_path(broker.bootstrap, ends)
-            broker_cpu = cpu_seconds(pid) - cpu0
-            assert b_rows == rows and b_size == size, (b_rows, b_size, rows, size)
+            alone_s, a_rows, a_size = decoder_alone(remote, ends)
+            assert (a_rows, a_size) == (rows, size), (a_rows, a_size, rows, size)
+            broker_runs = []
+            for _ in range(2):
+                cpu0 = cpu_seconds(pid)
+                b_s, b_rows, b_size = broker_path(broker.bootstrap, ends)
+                broker_runs.append((b_s, cpu_seconds(pid) - cpu0))
+                assert b_rows == rows and b_size == size, (b_rows, b_size, rows, size)
+            b_s, broker_cpu = min(broker_runs)
             raw_s, raw_bytes = raw_reads(remote)
 
             def line(name: str, seconds: float, cpu: float | None) -> str:
                 cpu_s = "" if cpu is None else f"{cpu:16.1f}"
-                return (f"  {name:<40}{seconds:9.2f}{rows / seconds:12.0f}{size / seconds / (1 << 20):9.1f}{cpu_s}")
+                return (f"  {name:<52}{seconds:9.2f}{rows / seconds:12.0f}{size / seconds / (1 << 20):9.1f}{cpu_s}")
 
-            print(f"  {'path':<40}{'seconds':>9}{'rows/s':>12}{'MiB/s':>9}{'broker CPU s':>16}")
-            print(line("Spark reader (best of 2)", best, spark_cpu))
-            print(f"  {'  (first run, workers starting)':<40}{first:9.2f}")
-            print(line("broker path (confluent-kafka consumer)", b_s, broker_cpu))
-            print(f"  {'raw file reads of the .log objects':<40}{raw_s:9.2f}{'':>12}{raw_bytes / raw_s / (1 << 20):9.1f}")
+            print(f"  {'path':<52}{'seconds':>9}{'rows/s':>12}{'MiB/s':>9}{'broker CPU s':>16}")
+            print(line(f"Spark reader (best of {max(RUNS, 1)})", best, spark_cpu))
+            print(f"  {'  first run (Python workers starting)':<52}{first:9.2f}")
+            print(f"  {'  CPU s in the best run: Spark JVM':<52}{spark_cpus['jvm']:9.2f}")
+            print(f"  {'  CPU s in the best run: Python workers':<52}{spark_cpus['python workers']:9.2f}")
+            print(line("reader's read tasks without Spark (1 core)", alone_s, None))
+            print(line("broker path (confluent-kafka consumer, best of 2)", b_s, broker_cpu))
+            print(f"  {'raw file reads of the .log objects':<52}{raw_s:9.2f}{'':>12}{raw_bytes / raw_s / (1 << 20):9.1f}")
             print(f"\n  Spark reader / broker path: {b_s / best:.2f}x faster; broker CPU {spark_cpu:.1f} s vs "
                   f"{broker_cpu:.1f} s; reader MiB/s (values) / raw MiB/s (objects): "
-                  f"{(size / best) / (raw_bytes / raw_s):.3f}")
+                  f"{(size / best) / (raw_bytes / raw_s):.3f}; without Spark, on one core: "
+                  f"{(size / alone_s) / (raw_bytes / raw_s):.3f}")
         finally:
             broker.stop()
 

@@ -8,8 +8,9 @@ large-binary array of fragments, and a ``take`` of every fourth fragment is the 
 fragments two further on the value column. Offsets and timestamps go into ``array`` columns, null
 keys and values into short lists of rows.
 
-Varints take the one-byte fast path inline (record length, timestamp delta, offset delta and key
-length are that small for most records) and :func:`tieredlog.records.record.read_varint` otherwise.
+Varints of one or two bytes (record and value lengths up to 8 KiB, offset and timestamp deltas up to
+8191) are looked up in tables of :func:`tieredlog.records.record.zigzag_decode`; longer ones go
+through :func:`tieredlog.records.record.read_varint`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from array import array
 
 from tieredlog.records.batch import MIN_RECORD_BODY, MIN_RECORD_SIZE, BytesLike
 from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_varint
+from tieredlog.records.record import read_varint, zigzag_decode
+
+# Zigzag varints of one byte, and of two bytes indexed by ``second << 8 | first``: in the walk's hot
+# loop a list lookup costs less than the shifts and masks.
+_ONE_BYTE = [zigzag_decode(b) for b in range(0x80)]
+_TWO_BYTES = [zigzag_decode((c << 7) | (b & 0x7F)) if b >= 0x80 and c < 0x80 else 0
+              for c in range(0x100) for b in range(0x100)]
 
 
 class RecordColumns:
@@ -45,11 +52,11 @@ class RecordColumns:
 
     def add_records(self, d: BytesLike, p: int, end: int, count: int, base_offset: int, base_timestamp: int,
                     log_append_time: int | None, timestamp_type: int, lo: int, hi: int) -> None:
-        """Walk the ``count`` records that fill ``d[p:end]`` exactly; keep those with offsets in
-        ``[lo, hi)``. ``d`` is the arena. Malformed records raise
-        CorruptRecordError with a position in ``d``."""
+        """Walk the ``count`` records that fill ``d[p:end]`` exactly (``d`` is the arena); keep those with
+        offsets in ``[lo, hi)``. Malformed records raise CorruptRecordError with a position in ``d``."""
         if count > (end - p) // MIN_RECORD_SIZE:
             raise CorruptRecordError(f"record count {count} cannot fit in {end - p} bytes", position=p)
+        one_byte, two_bytes = _ONE_BYTE, _TWO_BYTES
         offsets_append = self.offsets.append
         timestamps_append = self.timestamps.append
         cuts_extend = self.cuts.extend
@@ -62,15 +69,14 @@ class RecordColumns:
         try:
             for _ in range(count):
                 rec = p
-                # Inline one-byte zigzag varints: the walk's hot spot.
+                # Varints of one and two bytes inline: the walk's hot spot.
                 b = d[p]
                 if b < 0x80:
-                    length = (b >> 1) ^ -(b & 1)
-                    p = p + 1
+                    length = one_byte[b]
+                    p += 1
                 elif (c := d[p + 1]) < 0x80:  # two bytes: lengths of 64 B .. 8 KiB, deltas up to 8191
-                    u = (b & 0x7F) | (c << 7)
-                    length = (u >> 1) ^ -(u & 1)
-                    p = p + 2
+                    length = two_bytes[(c << 8) | b]
+                    p += 2
                 else:
                     length, p = read_varint(d, p)
                 rec_end = p + length
@@ -79,34 +85,31 @@ class RecordColumns:
                 p += 1  # the attributes byte, unused
                 b = d[p]
                 if b < 0x80:
-                    timestamp_delta = (b >> 1) ^ -(b & 1)
-                    p = p + 1
+                    timestamp_delta = one_byte[b]
+                    p += 1
                 elif (c := d[p + 1]) < 0x80:
-                    u = (b & 0x7F) | (c << 7)
-                    timestamp_delta = (u >> 1) ^ -(u & 1)
-                    p = p + 2
+                    timestamp_delta = two_bytes[(c << 8) | b]
+                    p += 2
                 else:
                     timestamp_delta, p = read_varint(d, p)
                 b = d[p]
                 if b < 0x80:
-                    offset_delta = (b >> 1) ^ -(b & 1)
-                    p = p + 1
+                    offset_delta = one_byte[b]
+                    p += 1
                 elif (c := d[p + 1]) < 0x80:
-                    u = (b & 0x7F) | (c << 7)
-                    offset_delta = (u >> 1) ^ -(u & 1)
-                    p = p + 2
+                    offset_delta = two_bytes[(c << 8) | b]
+                    p += 2
                 else:
                     offset_delta, p = read_varint(d, p)
                 offset = base_offset + offset_delta
                 keep = lo <= offset < hi
                 b = d[p]
                 if b < 0x80:
-                    key_length = (b >> 1) ^ -(b & 1)
-                    p = p + 1
+                    key_length = one_byte[b]
+                    p += 1
                 elif (c := d[p + 1]) < 0x80:
-                    u = (b & 0x7F) | (c << 7)
-                    key_length = (u >> 1) ^ -(u & 1)
-                    p = p + 2
+                    key_length = two_bytes[(c << 8) | b]
+                    p += 2
                 else:
                     key_length, p = read_varint(d, p)
                 key_start = p
@@ -119,12 +122,11 @@ class RecordColumns:
                 key_end = p
                 b = d[p]
                 if b < 0x80:
-                    value_length = (b >> 1) ^ -(b & 1)
-                    p = p + 1
+                    value_length = one_byte[b]
+                    p += 1
                 elif (c := d[p + 1]) < 0x80:
-                    u = (b & 0x7F) | (c << 7)
-                    value_length = (u >> 1) ^ -(u & 1)
-                    p = p + 2
+                    value_length = two_bytes[(c << 8) | b]
+                    p += 2
                 else:
                     value_length, p = read_varint(d, p)
                 value_start = p
@@ -138,7 +140,7 @@ class RecordColumns:
                 value_end = p
                 b = d[p]
                 if b < 0x80:
-                    header_count = (b >> 1) ^ -(b & 1)
+                    header_count = one_byte[b]
                     p += 1
                 else:
                     header_count, p = read_varint(d, p)
