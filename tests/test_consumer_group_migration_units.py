@@ -142,6 +142,10 @@ def test_upgrade_serve_classic_member_then_downgrade() -> None:
         synced = await coord.sync_group("g", rejoined.generation_id, c, None, "consumer", "range", {})
         assert ConsumerProtocolCodec().assignment(synced.assignment) == mine
         assert coord.heartbeat("g", c, None, rejoined.generation_id) == ErrorCode.none
+        # DescribeGroups shows the classic member as a classic group would
+        described = {m.member_id: m for m in coord.describe_group("g").members}
+        assert described[c].assignment == synced.assignment and described[c].metadata
+        assert described["m"].metadata == b""
         m2 = await heartbeat(coord, "m", m.member_epoch)
         assert m2.assignment == {T1: frozenset(range(6)) - mine["t1"]}
         # a commit of c with its generation is taken, with an older one ILLEGAL_GENERATION

@@ -149,14 +149,17 @@ class GroupCoordinator:
         return ErrorCode.none, self.consumer.classic.leave(group, leaving)
 
     def describe_group(self, group_id: str) -> GroupSummary:
-        """DescribeGroups: a consumer group is shown with its KIP-848 state, its assignor as the protocol and
-        its members without classic metadata (ConsumerGroupDescribe has the details)."""
+        """DescribeGroups: a consumer group is shown with its KIP-848 state, its assignor as the protocol, its
+        classic members (online migration) with their subscription and assignment, the others without
+        (ConsumerGroupDescribe has the details)."""
         group = self._consumer_group(group_id)
         if group is None or self.state.ownership_error(group_id) is not None:
             return self.admin.describe_group(group_id)
+        classic = self.consumer.classic
         return GroupSummary(group_id, ErrorCode.none, group.state.value, CONSUMER_PROTOCOL_TYPE,
                             self.consumer.assignor_for(group),
-                            [MemberSummary(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
+                            [MemberSummary(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                           *(classic.described(group, m) if classic is not None else (b"", b"")))
                              for m in group.members.values()])
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:

@@ -179,6 +179,14 @@ class ClassicMembers:
         assignment = self.protocol.encode_assignment(ids_to_names(member.assigned, names), metadata)
         return SyncResult(ErrorCode.none, assignment, CONSUMER_PROTOCOL_TYPE, chosen)
 
+    def described(self, group: ConsumerGroup, member: ConsumerMember) -> tuple[bytes, bytes]:
+        """DescribeGroups: a classic member's subscription and its assignment, as a classic group shows them."""
+        if member.classic is None:
+            return b"", b""
+        metadata = member.classic.protocols[0][1]
+        names = self.coordinator.topic_names(group)
+        return metadata, self.protocol.encode_assignment(ids_to_names(member.assigned, names), metadata)
+
     # -- Heartbeat -----------------------------------------------------------------------------------------
     def heartbeat(self, group: ConsumerGroup, member_id: str, instance_id: str | None, generation_id: int
                   ) -> ErrorCode:

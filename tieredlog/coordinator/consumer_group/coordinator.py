@@ -559,6 +559,7 @@ class ConsumerGroupCoordinator:
         for member in group.members.values():
             cancel(member.session_handle)
             cancel(member.revocation_handle)
+            cancel(member.classic_handle)
         group.dead = True
 
     def shutdown(self) -> None:
@@ -566,6 +567,7 @@ class ConsumerGroupCoordinator:
             for member in group.members.values():
                 cancel(member.session_handle)
                 cancel(member.revocation_handle)
+                cancel(member.classic_handle)
 
     # -- ConsumerGroupDescribe / classic interplay ------------------------------------------------------
     def describe(self, group_id: str) -> DescribedGroup:
