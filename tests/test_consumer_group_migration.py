@@ -14,6 +14,9 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tieredlog.protocol.api import CONSUMER_GROUP_DESCRIBE
+from tieredlog.protocol.client import KafkaClient
+
 pytestmark = pytest.mark.integration
 
 OVERRIDES = {
@@ -136,6 +139,10 @@ def test_classic_group_upgraded_then_downgraded_while_consuming(broker_factory) 
     assert sorted(len(m.assignment.topic_partitions) for m in desc.members) == [2, 2]
     listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10).valid
     assert [g.group_id for g in listed] == [group]
+    with KafkaClient(bootstrap) as client:  # ConsumerGroupDescribe v1: which member speaks which protocol
+        described = client.request(CONSUMER_GROUP_DESCRIBE, {"group_ids": [group],
+                                                             "include_authorized_operations": False}, version=1)
+    assert sorted(m.member_type for m in described.groups[0].members) == [0, 1]  # classic, consumer
 
     # the consumer-protocol member leaves: only a classic member is left, the group is classic again
     modern.stop()
