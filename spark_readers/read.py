@@ -27,16 +27,17 @@ def read_task_batches(rsm: ObjectStoreRemoteStorageManager, task: ReadTask,
 
 
 def _fetch(rsm: ObjectStoreRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
+    # A whole segment is asked for as the range its metadata gives (Kafka's segmentSizeInBytes): a
+    # bounded range arrives in one read, an open one goes through a stream read 8 KiB at a time.
+    end = task.metadata.segment_size_in_bytes - 1 if task.end_position is None else task.end_position
     try:
-        with rsm.fetch_log_segment(task.metadata, task.start_position, task.end_position) as stream:
-            # the expected size in one read: a bare read() of a whole object goes 8 KiB at a time
-            end = task.metadata.segment_size_in_bytes - 1 if task.end_position is None else task.end_position
-            data = stream.read(max(end - task.start_position + 1, 0))
-            data += stream.read()  # an object longer than its metadata says is read whole, as before
+        with rsm.fetch_log_segment(task.metadata, task.start_position, end) as stream:
+            data = stream.read()
     except RemoteStorageException as exc:
-        raise RemoteStorageException(f"{task.object_name}: cannot read bytes {task.start_position}.."
-                                     f"{'' if task.end_position is None else task.end_position}: {exc}") from None
-    if task.end_position is not None and len(data) != task.end_position - task.start_position + 1:
+        raise RemoteStorageException(f"{task.object_name}: cannot read bytes {task.start_position}..{end}: "
+                                     f"{exc}") from None
+    if len(data) != end - task.start_position + 1:
+        points = "its offset index points to" if task.end_position is not None else "its metadata gives"
         raise CorruptSegmentError(f"{task.object_name}: object ends at byte {task.start_position + len(data)}, "
-                                  f"before byte {task.end_position} its offset index points to")
+                                  f"before byte {end} {points}")
     return data, Source(task.topic, task.partition, task.object_name, task.start_position)
