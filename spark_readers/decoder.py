@@ -203,16 +203,24 @@ def _fragments(cuts: array[int], arena: pa.Buffer) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), len(cuts) - 1, [None, pa.py_buffer(cuts), arena])
 
 
+# Fragment indices 0, 4, 8, ...: built once per process and sliced, as an executor decodes many batches.
+_every_fourth = pa.array([], pa.int64())
+
+
 def _gather(fragments: pa.Array, first: int, count: int, nulls: list[int]) -> pa.Array:
     """Fragments ``first, first + 4, ...`` (``count`` of them) as one binary array; ``nulls`` lists
     the items that are null."""
-    mask = None
+    global _every_fourth
+    if len(_every_fourth) < count:
+        _every_fourth = pa.array(range(0, 4 * max(count, 2 * len(_every_fourth)), 4), pa.int64())
+    indices = _every_fourth[:count] if first == 0 else pc.add(_every_fourth[:count], first)
     if nulls:
-        flags = [False] * count
+        valid = [True] * count
         for i in nulls:
-            flags[i] = True
-        mask = pa.array(flags, pa.bool_())
-    indices = pa.array(range(first, first + 4 * count, 4), pa.int64(), mask=mask)
+            valid[i] = False
+        # a null index takes a null
+        indices = pa.Array.from_buffers(pa.int64(), count, [pa.array(valid, pa.bool_()).buffers()[1],
+                                                            indices.buffers()[1]], offset=indices.offset)
     return fragments.take(indices).cast(pa.binary())
 
 
