@@ -43,18 +43,18 @@ class Worker(threading.Thread):
     served inside poll) resumes right after the last record processed."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, protocol: str, seen: Counter,
-                 lock: threading.Lock) -> None:
+                 lock: threading.Lock, strategy: str = "range") -> None:
         super().__init__(daemon=True)
         config = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": protocol,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False}
         if protocol == "classic":
             config.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300,
-                           "partition.assignment.strategy": "range"})
+                           "partition.assignment.strategy": strategy})
         self.consumer = Consumer(config)
         self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
         # the consumer's calls block while another thread polls: its assignment is followed here
         self.partitions: set[int] = set()
-        self.incremental = protocol == "consumer"  # the classic members use the eager range assignor
+        self.incremental = protocol == "consumer" or strategy == "cooperative-sticky"
         self.seen, self.lock = seen, lock
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -92,7 +92,10 @@ class Worker(threading.Thread):
         self.join(30)
 
 
-def test_classic_group_upgraded_then_downgraded_while_consuming(broker_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_classic_group_upgraded_then_downgraded_while_consuming(broker_factory, strategy: str) -> None:  # type: ignore[no-untyped-def]
+    """`range`: eager classic members (they give up everything and rejoin); `cooperative-sticky`: they
+    rejoin owning their partitions and give up only what moves."""
     broker = broker_factory(OVERRIDES)
     bootstrap, topic, group = broker.bootstrap, "migrating", "migrating-group"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -117,8 +120,12 @@ def test_classic_group_upgraded_then_downgraded_while_consuming(broker_factory) 
     def describe():  # type: ignore[no-untyped-def]
         return admin.describe_consumer_groups([group])[group].result(10)
 
-    classic_a = Worker(bootstrap, group, topic, "classic", seen, lock)
-    classic_b = Worker(bootstrap, group, topic, "classic", seen, lock)
+    def stable():  # type: ignore[no-untyped-def]
+        desc = describe()
+        return desc if str(desc.state).endswith("STABLE") else None
+
+    classic_a = Worker(bootstrap, group, topic, "classic", seen, lock, strategy)
+    classic_b = Worker(bootstrap, group, topic, "classic", seen, lock, strategy)
     classic_a.start()
     classic_b.start()
     produce(200)
@@ -134,8 +141,8 @@ def test_classic_group_upgraded_then_downgraded_while_consuming(broker_factory) 
     wait_for(lambda: describe().type == ConsumerGroupType.CONSUMER, "the group upgraded to a consumer group")
     wait_for(lambda: len(classic_a.assigned()) == len(modern.assigned()) == 2, "the partitions shared again")
     wait_for(lambda: consumed() == produced, "every record consumed after the upgrade")
-    desc = describe()
-    assert str(desc.state).endswith("STABLE")
+    # a cooperative member may still be finishing its revocation: the group is Reconciling until then
+    desc = wait_for(stable, "a stable group")
     assert sorted(len(m.assignment.topic_partitions) for m in desc.members) == [2, 2]
     listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(10).valid
     assert [g.group_id for g in listed] == [group]
@@ -150,9 +157,9 @@ def test_classic_group_upgraded_then_downgraded_while_consuming(broker_factory) 
     wait_for(lambda: describe().type == ConsumerGroupType.CLASSIC, "the group downgraded to a classic group")
     wait_for(lambda: len(classic_a.assigned()) == PARTITIONS, "the classic member with every partition")
     wait_for(lambda: consumed() == produced, "every record consumed after the downgrade")
-    desc = describe()
-    assert str(desc.state).endswith("STABLE") and len(desc.members) == 1
-    assert desc.partition_assignor == "range"
+    desc = wait_for(stable, "a stable group")
+    assert len(desc.members) == 1
+    assert desc.partition_assignor == strategy
     classic_a.stop()
 
     with lock:
@@ -162,4 +169,7 @@ def test_classic_group_upgraded_then_downgraded_while_consuming(broker_factory) 
     committed = check.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
     check.close()
     assert [tp.offset for tp in committed] == [produced // PARTITIONS] * PARTITIONS
-    assert not classic_a.errors + classic_b.errors + modern.errors
+    # a commit may cross a rejoin that moved the member's generation (a cooperative member keeps consuming
+    # while it rejoins): refused as Kafka refuses it, and the next commit covers the record
+    errors = classic_a.errors + classic_b.errors + modern.errors
+    assert not [e for e in errors if "ILLEGAL_GENERATION" not in e and "REBALANCE_IN_PROGRESS" not in e], errors
