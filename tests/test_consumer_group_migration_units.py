@@ -206,3 +206,47 @@ def test_regex_resolution_is_stored_as_kafka_4_does() -> None:
         load_records(store.replay(), clock.wall_clock_ms(), loaded)
         assert loaded["g"].resolved_regexes == {}
     asyncio.run(body())
+
+
+def test_static_members_swap_protocols_in_place() -> None:
+    async def body() -> None:
+        coord, clock = coordinator()
+        await coord.start()
+        codec = ConsumerProtocolCodec()
+        # a classic static member holding all of t1
+        joining = coord.join_group("g", "", "i1", "client", "/h", 10_000, 10_000, "consumer",
+                                   [("range", subscription())], True)
+        clock.advance(0)
+        joined = await joining
+        await coord.sync_group("g", joined.generation_id, joined.member_id, "i1", "consumer", "range",
+                               {joined.member_id: codec.encode_assignment({"t1": range(6)}, subscription())})
+        # restarted with the consumer protocol, same instance id: it takes the classic member's place at once
+        # (a classic member never says it left), with its partitions
+        m = await coord.consumer_group_heartbeat(HeartbeatRequest(
+            group_id="g", member_id="m", member_epoch=0, instance_id="i1", rebalance_timeout_ms=30_000,
+            subscribed_topic_names=("t1",), owned={}))
+        assert m.error == ErrorCode.none and m.assignment == {T1: frozenset(range(6))}
+        group = coord.state.consumer_groups["g"]
+        assert list(group.members) == ["m"] and group.members["m"].classic is None
+        # a classic static member joins; then m leaves as a static member and its instance comes back
+        # classic: the group is classic again at once, without a rebalance, the returning member with m's share
+        other = await coord.join_group("g", "", "i2", "client", "/h", 10_000, 10_000, "consumer",
+                                       [("range", subscription())], True)
+        assert other.error == ErrorCode.none
+        m2 = await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m",
+                                                                   member_epoch=m.member_epoch))
+        await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m",
+                                                              member_epoch=m2.member_epoch, instance_id="i1"))
+        m_target = group.target["m"]
+        await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m", member_epoch=-2,
+                                                              instance_id="i1"))
+        back = await coord.join_group("g", "", "i1", "client", "/h", 10_000, 10_000, "consumer",
+                                      [("range", subscription())], True)
+        assert back.error == ErrorCode.none and "g" not in coord.state.consumer_groups
+        classic = coord.groups["g"]
+        assert classic.state == GroupState.STABLE and back.generation_id == classic.generation_id
+        assert sorted(classic.members) == sorted([back.member_id, other.member_id])
+        synced = await coord.sync_group("g", back.generation_id, back.member_id, "i1", "consumer", "range", {})
+        assert synced.error == ErrorCode.none
+        assert codec.assignment(synced.assignment) == {"t1": m_target[T1]}
+    asyncio.run(body())

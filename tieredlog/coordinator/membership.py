@@ -106,12 +106,14 @@ class GroupMembership:
             _resolve(member.awaiting_sync, SyncResult(ErrorCode.rebalance_in_progress))
             member.awaiting_join = member.awaiting_sync = None
 
-    def take_over(self, group: GroupMetadata, reason: str) -> None:
+    def take_over(self, group: GroupMetadata, rebalance_reason: str | None) -> None:
         """A consumer group became this classic group again (KIP-848's online downgrade): its members get
-        sessions and a rebalance starts, as Kafka's convertToClassicGroup does."""
+        sessions and, unless a static member only took another's place, a rebalance starts, as Kafka's
+        convertToClassicGroup does."""
         for member in group.members.values():
             self.schedule_heartbeat(group, member)
-        self._prepare_rebalance(group, reason)
+        if rebalance_reason is not None:
+            self._prepare_rebalance(group, rebalance_reason)
 
     def validate_member(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> ErrorCode:
         """Kafka's validateCurrentMember: with an instance id, it must be mapped to this member id (another

@@ -25,12 +25,12 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.coordinator.consumer_group import records
 from tieredlog.coordinator.consumer_group.group import ConsumerGroup
-from tieredlog.coordinator.consumer_group.member import ClassicMemberMetadata, ConsumerMember, MemberState
+from tieredlog.coordinator.consumer_group.member import JOIN_EPOCH, ClassicMemberMetadata, ConsumerMember, MemberState
 from tieredlog.coordinator.consumer_group.migration import EmbeddedConsumerProtocol, ids_to_names, names_to_ids
 from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, UNKNOWN_MEMBER_ID, Protocols
 from tieredlog.coordinator.membership import JoinResult, SyncResult
 from tieredlog.coordinator.state import cancel
-from tieredlog.coordinator.storage import store_error_code
+from tieredlog.coordinator.storage import WaitForIsr, store_error_code
 
 if TYPE_CHECKING:
     from tieredlog.coordinator.consumer_group.coordinator import ConsumerGroupCoordinator, Record
@@ -89,6 +89,7 @@ class ClassicMembers:
         if subscription is None:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         out: list[Record] = []
+        replaced = group.member_by_instance_id(instance_id) if instance_id is not None and unknown else None
         member, code = self._member_to_join(group, member_id, instance_id, unknown, out)
         if member is None:
             return JoinResult(code, member_id)
@@ -115,17 +116,31 @@ class ClassicMembers:
         if group.group_epoch > group.assignment_epoch:
             c.compute_target(group, out)
         c.reconcile_member(group, member, names_to_ids(subscription.owned, topics), out)
+        if replaced is not None and replaced.classic is None and c.migration is not None \
+                and c.migration.can_downgrade(group, ""):
+            # it took the place of the last consumer-protocol member: the group is classic again, without a
+            # rebalance (Kafka's validateOnlineDowngradeWithReplacedMemberId)
+            classic = c.migration.downgrade(group, "", out, rebalance=False)
+            code = await self._stored(c.append(group.group_id, out, now))
+            return JoinResult(code, member.member_id, classic.generation_id, CONSUMER_PROTOCOL_TYPE,
+                              classic.protocol_name, "")
         cancel(member.classic_handle)
         c.schedule_session(group, member)
         self._deadline(group, member, member.rebalance_timeout_ms, "did not send SyncGroup")
-        wait = c.append(group.group_id, out, now)
+        code = await self._stored(c.append(group.group_id, out, now))
+        if code != ErrorCode.none:
+            return JoinResult(code, member.member_id)
+        return JoinResult(ErrorCode.none, member.member_id, member.member_epoch, CONSUMER_PROTOCOL_TYPE,
+                          protocols[0][0], "")
+
+    @staticmethod
+    async def _stored(wait: WaitForIsr | None) -> ErrorCode:
         if wait is not None:
             try:
                 await wait()
             except Exception as exc:  # noqa: BLE001 - the wait's failure is this join's answer
-                return JoinResult(store_error_code(exc), member.member_id)
-        return JoinResult(ErrorCode.none, member.member_id, member.member_epoch, CONSUMER_PROTOCOL_TYPE,
-                          protocols[0][0], "")
+                return store_error_code(exc)
+        return ErrorCode.none
 
     def _member_to_join(self, group: ConsumerGroup, member_id: str, instance_id: str | None, unknown: bool,
                         out: list[Record]) -> tuple[ConsumerMember | None, ErrorCode]:
@@ -146,7 +161,7 @@ class ClassicMembers:
         c = self.coordinator
         c.forget(group, existing, out)
         member = replace(existing, member_id=member_id, session_handle=None, revocation_handle=None,
-                         classic_handle=None)
+                         classic_handle=None, member_epoch=JOIN_EPOCH, previous_member_epoch=JOIN_EPOCH)
         group.members[member_id] = member
         if existing.member_id in group.target:
             group.target[member_id] = group.target.pop(existing.member_id)

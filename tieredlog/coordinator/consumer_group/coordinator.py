@@ -248,14 +248,16 @@ class ConsumerGroupCoordinator:
                     return member, None
                 if existing.member_id == req.member_id:
                     return existing, None
-                if existing.member_epoch != STATIC_LEAVE_EPOCH:
+                if existing.member_epoch != STATIC_LEAVE_EPOCH and existing.classic is None:
+                    # a classic member's instance is taken over at once (it never says it left)
                     return None, _fail(ErrorCode.unreleased_instance_id,
                                        f"Static member {existing.member_id} with instance id {req.instance_id} "
                                        "is not released yet.")
                 # the restarted instance takes over the assignment its previous incarnation left
                 self.forget(group, existing, out)
                 member = replace(existing, member_id=req.member_id, session_handle=None, revocation_handle=None,
-                                 member_epoch=JOIN_EPOCH, previous_member_epoch=JOIN_EPOCH)
+                                 classic_handle=None, classic=None, member_epoch=JOIN_EPOCH,
+                                 previous_member_epoch=JOIN_EPOCH)
                 group.members[member.member_id] = member
                 if member.member_id not in group.target and existing.member_id in group.target:
                     group.target[member.member_id] = group.target.pop(existing.member_id)

@@ -10,8 +10,8 @@ as its current and target assignment, at the classic generation as its member ep
 starts at that generation. Members parked in JoinGroup/SyncGroup get REBALANCE_IN_PROGRESS and rejoin.
 Written: a tombstone of the GroupMetadataValue, then the consumer group's records.
 
-Downgrade: the last consumer-protocol member leaves (or is fenced) while classic members remain. The group
-becomes a classic group of the remaining members at the group epoch as generation, each with its target
+Downgrade: the last consumer-protocol member leaves (or is fenced) while classic members remain, or a classic
+static member takes its place (then without a rebalance). The group becomes a classic group of the remaining members at the group epoch as generation, each with its target
 assignment as ConsumerProtocolAssignment bytes, and a rebalance starts. Written: tombstones of every
 consumer group record, then the GroupMetadataValue.
 
@@ -70,7 +70,7 @@ class ClassicRebalance(Protocol):
 
     def hand_over(self, group: GroupMetadata) -> None: ...
 
-    def take_over(self, group: GroupMetadata, reason: str) -> None: ...
+    def take_over(self, group: GroupMetadata, rebalance_reason: str | None) -> None: ...
 
 
 def names_to_ids(partitions: Mapping[str, frozenset[int]], topics: Mapping[str, tuple[uuid.UUID, int]]) -> Partitions:
@@ -171,7 +171,10 @@ class GroupMigration:
             return False
         return True
 
-    def downgrade(self, group: ConsumerGroup, leaving_member_id: str, out: list[Record]) -> GroupMetadata:
+    def downgrade(self, group: ConsumerGroup, leaving_member_id: str, out: list[Record], rebalance: bool = True
+                  ) -> GroupMetadata:
+        """``leaving_member_id``: the member whose departure triggers it ("" for none: a classic static member
+        took the last consumer-protocol member's place, and no rebalance follows)."""
         coordinator = self.coordinator
         now = self.state.scheduler.wall_clock_ms()
         names = coordinator.topic_names(group)
@@ -197,7 +200,8 @@ class GroupMigration:
         classic.state = GroupState.STABLE
         classic.state_timestamp_ms = now
         out.append(group_record(classic, assignments))
-        self.membership.take_over(classic, f"Downgrade group {group.group_id} from consumer to classic.")
+        self.membership.take_over(classic, f"Downgrade group {group.group_id} from consumer to classic."
+                                  if rebalance else None)
         log.info("group %s: downgraded from consumer to classic group at generation %d with %d member(s)",
                  group.group_id, classic.generation_id, len(classic.members))
         return classic
