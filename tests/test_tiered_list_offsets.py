@@ -79,8 +79,10 @@ def test_remote_list_offsets_honour_their_timeout_and_leave_local_lookups_alone(
     (control / "hang").touch()
     assert _by_timestamp(b.bootstrap, topic, TS0 + 10) == (7, -1)
     assert any(control.glob("hung-fetch_*"))
-    # ... while lookups the local log answers do not wait for it
-    assert _by_timestamp(b.bootstrap, topic, TS0 + local_start + 5) == (0, local_start + 5)
+    # ... while lookups the local log answers do not wait for it (the active segment's records: local
+    # retention may still be moving the local start on)
+    assert local_start < 1490
+    assert _by_timestamp(b.bootstrap, topic, TS0 + 1490) == (0, 1490)
     assert list_offset(b.bootstrap, topic, -1) == 1500
     (control / "hang").unlink()
     assert wait_for(lambda: _by_timestamp(b.bootstrap, topic, TS0 + 10) == (0, 10), what="the lookup after recovery")
