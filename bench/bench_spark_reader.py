@@ -6,18 +6,20 @@ Then, over the same tiered offsets:
 
 1. ``spark.read.format("tieredlog")`` (``local[2]``, path ``file://`` of the folder): the time of
    ``sum(length(value))`` over the DataFrame, which decodes every row; best of ``SPARK_BENCH_RUNS``
-   (default 3; the first run also starts Spark's Python workers). Broker CPU seconds meanwhile (the
+   (default 5, every run printed: the first also starts Spark's Python workers, and the JVM's JIT
+   takes a few runs to compile Spark's Arrow-to-row path). Broker CPU seconds meanwhile (the
    broker is idle: 0 is the point), and the CPU seconds of Spark's JVM and Python workers, to show
    where the reader's time goes.
 2. The reader's executor side without Spark: every planned read task read and decoded to Arrow in
    this process, one after another (one core): the decoder's own throughput.
 3. The broker path: a confluent-kafka consumer reading the same offsets through the broker, which
-   serves them from the remote tier; best of 2; broker CPU seconds meanwhile.
+   serves them from the remote tier; as many runs as 1., each right after a reader run (a burst of
+   load from elsewhere on the machine then weighs on both), best taken; broker CPU seconds meanwhile.
 4. Raw reads: every ``.log`` object read whole with plain file reads (the ceiling of any reader of
    these objects).
 
     .venv/bin/python -m bench bench_spark_reader      # or: make bench-spark
-    SPARK_BENCH_MB=256 .venv/bin/python -m bench bench_spark_reader
+    SPARK_BENCH_MB=256 SPARK_BENCH_RUNS=3 .venv/bin/python -m bench bench_spark_reader
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 MB = int(os.environ.get("SPARK_BENCH_MB", "1024"))
-RUNS = int(os.environ.get("SPARK_BENCH_RUNS", "3"))
+RUNS = int(os.environ.get("SPARK_BENCH_RUNS", "5"))
 VALUE_SIZE = 1024
 PARTITIONS = 2
 TOPIC = "history"
@@ -119,33 +121,35 @@ def broker_path(bootstrap: str, ends: dict[int, int]) -> tuple[float, int, int]:
     return dt, rows, size
 
 
-def spark_path(remote: Path, ends: dict[int, int], broker_pid: int) -> tuple[float, float, int, int, dict[str, float]]:
-    """(best seconds, first run seconds, rows, value bytes, CPU seconds of Spark's processes in the
-    best run) of sum(length(value)) over the reader."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+class SparkPath:
+    """``sum(length(value))`` over the reader in one ``local[2]`` session, run after run."""
 
-    from spark_readers import TieredLogDataSource
+    def __init__(self, remote: Path, ends: dict[int, int], broker_pid: int) -> None:
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("tieredlog-bench").config("spark.driver.memory", "1g")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(TieredLogDataSource)
-    try:
-        runs = []
-        for _ in range(max(RUNS, 1)):
-            df = (spark.read.format("tieredlog").option("path", remote.as_uri()).option("topic", TOPIC)
-                  .option("endingOffsets", json.dumps({TOPIC: {str(p): e for p, e in ends.items()}})).load())
-            cpu0 = spark_cpu_seconds(broker_pid)
-            t0 = time.perf_counter()
-            row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
-            dt = time.perf_counter() - t0
-            cpu1 = spark_cpu_seconds(broker_pid)
-            runs.append((dt, {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}))
-        best, cpu = min(runs, key=lambda r: r[0])
-        return best, runs[0][0], int(row["n"]), int(row["b"]), cpu
-    finally:
-        spark.stop()
+        from spark_readers import TieredLogDataSource
+
+        self.remote, self.ends, self.broker_pid = remote, ends, broker_pid
+        self.spark = (SparkSession.builder.master("local[2]").appName("tieredlog-bench")
+                      .config("spark.driver.memory", "1g").config("spark.ui.enabled", "false")
+                      .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.spark.dataSource.register(TieredLogDataSource)
+
+    def run(self) -> tuple[float, int, int, float, dict[str, float]]:
+        """(seconds, rows, value bytes, broker CPU seconds, CPU seconds of Spark's processes)."""
+        df = (self.spark.read.format("tieredlog").option("path", self.remote.as_uri()).option("topic", TOPIC)
+              .option("endingOffsets", json.dumps({TOPIC: {str(p): e for p, e in self.ends.items()}})).load())
+        cpu0, broker0 = spark_cpu_seconds(self.broker_pid), cpu_seconds(self.broker_pid)
+        t0 = time.perf_counter()
+        row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+        dt = time.perf_counter() - t0
+        cpu1, broker1 = spark_cpu_seconds(self.broker_pid), cpu_seconds(self.broker_pid)
+        return dt, int(row["n"]), int(row["b"]), broker1 - broker0, {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+
+    def stop(self) -> None:
+        self.spark.stop()
 
 
 def decoder_alone(remote: Path, ends: dict[int, int]) -> tuple[float, int, int]:
@@ -222,19 +226,24 @@ def main() -> None:
                   f"{len(list(remote.glob(f'{TOPIC}-*/*/*.log')))} segments, read by the reader as "
                   f"{len(reader_plan(remote, ends)[1])} input partitions (local[2] runs 2 at a time)\n")
 
-            cpu0 = cpu_seconds(pid)
-            best, first, n, size, spark_cpus = spark_path(remote, ends, pid)
-            spark_cpu = cpu_seconds(pid) - cpu0
-            assert n == rows, (n, rows)
+            # The two paths take turns, so a burst of load on the machine weighs on both alike.
+            reader_runs, broker_runs = [], []
+            spark = SparkPath(remote, ends, pid)
+            try:
+                for _ in range(max(RUNS, 1)):
+                    dt, n, size, spark_cpu, spark_cpus = spark.run()
+                    assert n == rows, (n, rows)
+                    reader_runs.append((dt, spark_cpu, spark_cpus))
+                    cpu0 = cpu_seconds(pid)
+                    b_s, b_rows, b_size = broker_path(broker.bootstrap, ends)
+                    broker_runs.append((b_s, cpu_seconds(pid) - cpu0))
+                    assert b_rows == rows and b_size == size, (b_rows, b_size, rows, size)
+            finally:
+                spark.stop()
+            best, spark_cpu, spark_cpus = min(reader_runs, key=lambda r: r[0])
+            b_s, broker_cpu = min(broker_runs)
             alone_s, a_rows, a_size = decoder_alone(remote, ends)
             assert (a_rows, a_size) == (rows, size), (a_rows, a_size, rows, size)
-            broker_runs = []
-            for _ in range(2):
-                cpu0 = cpu_seconds(pid)
-                b_s, b_rows, b_size = broker_path(broker.bootstrap, ends)
-                broker_runs.append((b_s, cpu_seconds(pid) - cpu0))
-                assert b_rows == rows and b_size == size, (b_rows, b_size, rows, size)
-            b_s, broker_cpu = min(broker_runs)
             raw_s, raw_bytes = raw_reads(remote)
 
             def line(name: str, seconds: float, cpu: float | None) -> str:
@@ -243,11 +252,12 @@ def main() -> None:
 
             print(f"  {'path':<52}{'seconds':>9}{'rows/s':>12}{'MiB/s':>9}{'broker CPU s':>16}")
             print(line(f"Spark reader (best of {max(RUNS, 1)})", best, spark_cpu))
-            print(f"  {'  first run (Python workers starting)':<52}{first:9.2f}")
+            print(f"  {'  every run, in order':<52}{', '.join(f'{r[0]:.2f}' for r in reader_runs)}")
             print(f"  {'  CPU s in the best run: Spark JVM':<52}{spark_cpus['jvm']:9.2f}")
             print(f"  {'  CPU s in the best run: Python workers':<52}{spark_cpus['python workers']:9.2f}")
             print(line("reader's read tasks without Spark (1 core)", alone_s, None))
-            print(line("broker path (confluent-kafka consumer, best of 2)", b_s, broker_cpu))
+            print(line(f"broker path (confluent-kafka consumer, best of {max(RUNS, 1)})", b_s, broker_cpu))
+            print(f"  {'  every run, in order':<52}{', '.join(f'{r[0]:.2f}' for r in broker_runs)}")
             print(f"  {'raw file reads of the .log objects':<52}{raw_s:9.2f}{'':>12}{raw_bytes / raw_s / (1 << 20):9.1f}")
             print(f"\n  Spark reader / broker path: {b_s / best:.2f}x faster; broker CPU {spark_cpu:.1f} s vs "
                   f"{broker_cpu:.1f} s; reader MiB/s (values) / raw MiB/s (objects): "
