@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-rebalance bench-tls fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-rebalance bench-tls bench-flood fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,10 @@ bench-cleaner: install-test system-deps
 # confluent-kafka produce and consume over SSL beside PLAINTEXT, one broker with both listeners.
 bench-tls: install-test system-deps
 	$(PY) -m bench bench_tls
+
+# A good producer's latency alone and during a flood of bad connections, one broker.
+bench-flood: install-test system-deps
+	$(PY) -m bench bench_flood
 
 # The long fuzz run: many more hostile frames than `make test` sends, and hypothesis over every schema.
 fuzz: install-test system-deps
