@@ -88,6 +88,11 @@ class ListenerTls:
     context: ssl.SSLContext
     mapper: SslPrincipalMapper
     client_auth: str
+    # the key store's own certificate, DER: a key store changed live is compared with it (ensure_compatible)
+    leaf: bytes | None = None
+    # (path, modification time, size) of the store files read: a file rewritten in place is reloaded
+    # by an AlterConfigs naming the same path again (Kafka's reload of updated files)
+    stamp: tuple[tuple[str, int, int], ...] = ()
 
     def principal(self, ssl_object: ssl.SSLObject | None) -> KafkaPrincipal:
         """The connection's principal from its client certificate (``User:ANONYMOUS`` without one).
@@ -105,10 +110,71 @@ def listener_tls(config: BrokerConfig) -> dict[str, ListenerTls]:
     for listener in config.listeners:
         if listener.security_protocol not in TLS_PROTOCOLS:
             continue
-        sc = SslConfig(config, listener.name, listener.security_protocol)
-        out[listener.name] = ListenerTls(listener.name, listener.security_protocol, server_context(sc),
-                                         SslPrincipalMapper(sc.get("ssl.principal.mapping.rules")), sc.client_auth)
+        out[listener.name] = build_listener_tls(config, listener.name, listener.security_protocol)
     return out
+
+
+def build_listener_tls(config: BrokerConfig, listener: str, security_protocol: str) -> ListenerTls:
+    """One listener's TLS side (blocking: it reads the stores). BrokerConfigError when a store cannot be used."""
+    sc = SslConfig(config, listener, security_protocol)
+    keystore = _keystore(sc)
+    return ListenerTls(listener, security_protocol, server_context(sc),
+                       SslPrincipalMapper(sc.get("ssl.principal.mapping.rules")), sc.client_auth,
+                       _leaf(keystore) if keystore is not None else None, store_stamp(config, listener))
+
+
+def store_stamp(config: BrokerConfig, listener: str) -> tuple[tuple[str, int, int], ...]:
+    """(path, modification time, size) of the listener's key and trust store files (blocking)."""
+    out = []
+    for name in ("ssl.keystore.location", "ssl.truststore.location"):
+        path = config.listener_value(listener, name)
+        if path:
+            try:
+                st = os.stat(str(path).strip())
+            except OSError:
+                continue
+            out.append((str(path), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def _leaf(store: _Store) -> bytes | None:
+    certs = [block for label, _, block in _blocks(store.pem, store.source) if label == "CERTIFICATE"]
+    if not certs:
+        return None
+    body = certs[0].split("-----")[2]
+    return base64.b64decode("".join(body.split()))
+
+
+def ensure_compatible(old: ListenerTls, new: ListenerTls, *, allow_dn_changes: bool, allow_san_changes: bool) -> None:
+    """Kafka's SslFactory checks of a key store changed live: its certificate keeps the subject and
+    every subject alternative name of the one in use, unless ssl.allow.dn.changes / ssl.allow.san.changes.
+    BrokerConfigError with Kafka's message (the alias of a PEM key store is ``kafka``)."""
+    if old.leaf is None and new.leaf is not None:
+        raise BrokerConfigError("Cannot add SSL keystore to an existing listener for which no keystore was configured.")
+    if old.leaf is None or new.leaf is None:
+        if old.leaf is not None:
+            raise BrokerConfigError("Cannot remove the SSL keystore from an existing listener for which a "
+                                    "keystore was configured.")
+        return
+    from cryptography import x509
+
+    def names(der: bytes) -> tuple[str, set[str]]:
+        cert = x509.load_der_x509_certificate(der)
+        try:
+            ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            sans = {f"{type(n).__name__}:{n.value}" for n in ext}
+        except x509.ExtensionNotFound:
+            sans = set()
+        return cert.subject.rfc4514_string(), sans
+
+    old_dn, old_san = names(old.leaf)
+    new_dn, new_san = names(new.leaf)
+    if not allow_dn_changes and old_dn != new_dn:
+        raise BrokerConfigError(f"Keystore DistinguishedName does not match:  existing={{alias=kafka, DN={old_dn}}}, "
+                                f"new={{alias=kafka, DN={new_dn}}}")
+    if not allow_san_changes and not old_san <= new_san:
+        raise BrokerConfigError(f"Keystore SubjectAltNames do not match:  existing={{alias=kafka, "
+                                f"SAN={sorted(old_san)}}}, new={{alias=kafka, SAN={sorted(new_san)}}}")
 
 
 def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:

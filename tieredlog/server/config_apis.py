@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS, is_sensitive_config
+from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS, LISTENER_PREFIX, is_sensitive_config
 from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from tieredlog.log.config import TOPIC_CONFIGS, TOPIC_CONFIGS_BY_NAME
 from tieredlog.protocol.api import (
@@ -26,7 +26,13 @@ from tieredlog.protocol.api import (
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
-from tieredlog.server.dynamic_config import DEFAULT_ENTITY, alter_broker_configs, check_names, is_dynamic
+from tieredlog.server.dynamic_config import (
+    DEFAULT_ENTITY,
+    alter_broker_configs,
+    check_names,
+    is_dynamic,
+    listener_config,
+)
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -152,12 +158,37 @@ def broker_config_entries(broker: Broker, keys: Any = None, synonyms: bool = Fal
             "config_type": _TYPES.get(d.kind, 2),
             "documentation": d.doc or None,
         })
+    out += _listener_entries(broker, keys, synonyms, default_only)
     if default_only:
         return out
     for name in sorted(cfg.passthrough):
         if keys is None or name in keys:
             out.append({"name": name, "value": None, "read_only": True, "config_source": STATIC_BROKER_CONFIG,
                         "is_default": False, "is_sensitive": True, "synonyms": [], "config_type": 2, "documentation": None})
+    return out
+
+
+def _listener_entries(broker: Broker, keys: Any, synonyms: bool, default_only: bool) -> list[dict]:
+    """``listener.name.<l>.<config>`` configs set statically or dynamically (Kafka lists them beside the others)."""
+    dyn = broker.dynamic_config
+    names = set(dyn.default) if default_only else set(dyn.default) | set(dyn.per_broker) | {
+        f"{LISTENER_PREFIX}{listener}.{c}" for listener, cs in dyn.static.listener_overrides.items() for c in cs}
+    out = []
+    for name in sorted(n for n in names if keys is None or n in keys):
+        prefixed = listener_config(name)
+        if prefixed is None:
+            continue
+        base = BROKER_CONFIG_DEFS.get(prefixed[1])
+        levels = [lv for lv in dyn.source_levels(name) if not (default_only and lv[2] == DYNAMIC_BROKER_CONFIG)]
+        source = levels[0][2]
+        sensitive = _is_sensitive(name)
+        out.append({"name": name, "value": None if sensitive else levels[0][1], "read_only": not is_dynamic(name),
+                    "config_source": source, "is_default": source == DEFAULT_CONFIG, "is_sensitive": sensitive,
+                    "synonyms": [{"name": n, "value": None if sensitive else v, "source": src} for n, v, src in levels]
+                    if synonyms else [],
+                    # Kafka's ConfigType PASSWORD is 9
+                    "config_type": {**_TYPES, "password": 9}.get(base.kind, 2) if base is not None else 2,
+                    "documentation": None})
     return out
 
 

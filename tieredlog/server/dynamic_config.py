@@ -17,15 +17,24 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster import znodes
-from tieredlog.config import BROKER_CONFIG_DEFS, BROKER_SYNONYMS, BrokerConfig, BrokerConfigError
+from tieredlog.config import (
+    BROKER_CONFIG_DEFS,
+    BROKER_SYNONYMS,
+    LISTENER_PREFIX,
+    BrokerConfig,
+    BrokerConfigError,
+    is_sensitive_config,
+)
 from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from tieredlog.log.cleaner.log_cleaner import LogCleaner
 from tieredlog.log.types import TopicPartition
+from tieredlog.security.password_encoder import PasswordEncoder, PasswordEncoderError
 from tieredlog.server.dynamic_threads import THREAD_DYNAMIC, check_thread_counts, resize_thread_pools
+from tieredlog.server.dynamic_tls import RECONFIGURABLE_SSL_CONFIGS
 from tieredlog.server.log_cleaner_config import cleaner_config_of
 
 if TYPE_CHECKING:
@@ -57,19 +66,42 @@ _REPLICATION_DYNAMIC = frozenset({"leader.replication.throttled.rate", "follower
 DYNAMIC_CONFIGS: frozenset[str] = frozenset(_REPLICATION_DYNAMIC | _LOG_DYNAMIC | _CLEANER_DYNAMIC | _REMOTE_DYNAMIC | _CONNECTION_DYNAMIC)
 
 
+def listener_config(name: str) -> tuple[str, str] | None:
+    """(listener, config) of a ``listener.name.<listener>.<config>`` name (listener in lower case, as
+    Kafka reads them), else None."""
+    if not name.startswith(LISTENER_PREFIX):
+        return None
+    listener, _, base = name[len(LISTENER_PREFIX):].partition(".")
+    return (listener, base) if listener and base and listener == listener.lower() else None
+
+
 def is_dynamic(name: str) -> bool:
-    return name in DYNAMIC_CONFIGS
+    # the key and trust stores change per listener only (Kafka's DynamicSecurityConfigs)
+    prefixed = listener_config(name)
+    return name in DYNAMIC_CONFIGS or (prefixed is not None and prefixed[1] in RECONFIGURABLE_SSL_CONFIGS)
 
 
 def entity_path(entity: str) -> str:
     return f"{CONFIG_BROKERS_PATH}/{entity}"
 
 
+def check_per_broker(entity: str, names: Any) -> None:
+    """Kafka refuses the listeners' key and trust stores at the cluster-wide default level."""
+    per_broker = sorted(n for n in names if listener_config(n) is not None and is_dynamic(n))
+    if entity == DEFAULT_ENTITY and per_broker:
+        raise InvalidRequestError("Cannot update these configs at default cluster level, broker id must be "
+                                  f"specified: Set({', '.join(per_broker)})")
+
+
 def check_names(names: Any) -> None:
     """Refuse names that cannot be set dynamically, with Kafka's words."""
-    unknown = sorted(n for n in names if n not in BROKER_CONFIG_DEFS)
+    unknown = sorted(n for n in names if n not in BROKER_CONFIG_DEFS and not is_dynamic(n))
     if unknown:
         raise InvalidConfigError(f"Unknown broker configs: {', '.join(unknown)}")
+    unprefixed = sorted(n for n in names if n in RECONFIGURABLE_SSL_CONFIGS)
+    if unprefixed:
+        raise InvalidRequestError("These security configs can be dynamically updated only per-listener using "
+                                  f"the listener prefix: Set({', '.join(unprefixed)})")
     static = sorted(n for n in names if not is_dynamic(n))
     if static:
         raise InvalidRequestError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
@@ -84,6 +116,9 @@ class DynamicBrokerConfig:
     # told the new effective config after each change, on the event loop (Kafka's Reconfigurable):
     # what holds a copy of a dynamic value, such as the network layer's connection limits
     reconfigurables: list[Callable[[BrokerConfig], None]] = dataclasses.field(default_factory=list)
+    # awaited with the would-be config before a change is stored (a new TLS key store is built and
+    # checked off the loop); a KafkaError refuses the change
+    validators: list[Callable[[BrokerConfig], Awaitable[None]]] = dataclasses.field(default_factory=list)
 
     def level(self, entity: str) -> dict[str, str]:
         return self.default if entity == DEFAULT_ENTITY else self.per_broker
@@ -98,8 +133,13 @@ class DynamicBrokerConfig:
         if not merged:
             return self.static
         parsed = BrokerConfig.from_props(merged, warn=False)
-        cfg = dataclasses.replace(self.static, values={**self.static.values, **{k: parsed.values[k] for k in merged}},
-                                  explicit=self.static.explicit | frozenset(merged))
+        listener_overrides = {name: dict(c) for name, c in self.static.listener_overrides.items()}
+        for name, c in parsed.listener_overrides.items():
+            listener_overrides.setdefault(name, {}).update(c)
+        named = [k for k in merged if k in BROKER_CONFIG_DEFS]
+        cfg = dataclasses.replace(self.static, values={**self.static.values, **{k: parsed.values[k] for k in named}},
+                                  explicit=self.static.explicit | frozenset(named),
+                                  listener_overrides=listener_overrides)
         cfg.default_log_config()  # cross-config checks (retention.bytes vs local.retention.bytes...)
         return cfg
 
@@ -118,6 +158,13 @@ class DynamicBrokerConfig:
             out.append((name, self.per_broker[name], DYNAMIC_BROKER_CONFIG))
         if name in self.default:
             out.append((name, self.default[name], DYNAMIC_DEFAULT_BROKER_CONFIG))
+        prefixed = listener_config(name)
+        if prefixed is not None:
+            # Kafka's synonyms of a listener's config: the prefixed name, then the base config's levels
+            static = self.static.listener_overrides.get(prefixed[0], {})
+            if prefixed[1] in static:
+                out.append((name, _fmt(static[prefixed[1]]), STATIC_BROKER_CONFIG))
+            return out + self.source_levels(prefixed[1])
         if name in self.static.explicit:
             out.append((name, _fmt(self.static.values.get(name)), STATIC_BROKER_CONFIG))
         d = BROKER_CONFIG_DEFS.get(name)
@@ -126,6 +173,28 @@ class DynamicBrokerConfig:
 
 
 # ---- persistence (blocking: executor threads only) --------------------------------------------------
+
+def encode_passwords(encoder: PasswordEncoder, configs: Mapping[str, str]) -> dict[str, str]:
+    """The level as stored: its password configs encrypted (Kafka's toPersistentProps)."""
+    try:
+        return {k: encoder.encode(v) if is_sensitive_config(k) else v for k, v in configs.items()}
+    except PasswordEncoderError as exc:
+        raise InvalidRequestError(str(exc)) from None
+
+
+def decode_passwords(encoder: PasswordEncoder, entity: str, configs: Mapping[str, str]) -> dict[str, str]:
+    """The level as stored, its passwords decrypted; one that cannot be is left out with one line, as Kafka."""
+    out = {}
+    for k, v in configs.items():
+        if is_sensitive_config(k):
+            try:
+                v = encoder.decode(v)
+            except PasswordEncoderError as exc:
+                log.error("dynamic password config %s of %s could not be decoded, ignoring: %s", k, entity, exc)
+                continue
+        out[k] = v
+    return out
+
 
 def load_file(log_dir: Path) -> dict[str, dict[str, str]]:
     path = log_dir / FILE_NAME
@@ -227,6 +296,9 @@ async def load(broker: Broker) -> None:
     else:
         levels = await loop.run_in_executor(None, load_file, broker.log_dirs[0])
         default, per_broker = levels.get(DEFAULT_ENTITY, {}), levels.get(own, {})
+    encoder = PasswordEncoder.of(broker.dynamic_config.static)
+    default = await loop.run_in_executor(None, decode_passwords, encoder, DEFAULT_ENTITY, default)
+    per_broker = await loop.run_in_executor(None, decode_passwords, encoder, own, per_broker)
     try:
         apply(broker, default, per_broker)
     except BrokerConfigError as exc:
@@ -237,7 +309,8 @@ def on_change(broker: Broker, loop: asyncio.AbstractEventLoop, entity: str) -> N
     """The config change listener's thread: a brokers/<entity> notification."""
     if entity not in (DEFAULT_ENTITY, str(broker.node_id)) or broker.cluster is None:
         return
-    configs = read_zk(broker.cluster.zk, entity)
+    configs = decode_passwords(PasswordEncoder.of(broker.dynamic_config.static), entity,
+                               read_zk(broker.cluster.zk, entity))
 
     def on_loop() -> None:
         dyn = broker.dynamic_config
@@ -269,18 +342,24 @@ async def alter_broker_configs(broker: Broker, entity: str, configs: Mapping[str
     """Replace the level ``entity`` with ``configs`` (names already checked): stored (ZooKeeper or the
     file) before it is applied, so an answered change survives a restart."""
     dyn = broker.dynamic_config
+    check_per_broker(entity, configs)
     new = validate_values(dyn, entity, configs)
     check_thread_counts(broker.config, new)
     check_cleaner(broker, new)
+    for validate in dyn.validators:
+        await validate(new)
     if validate_only:
         return
     configs = dict(configs)
     loop = asyncio.get_running_loop()
+    encoder = PasswordEncoder.of(dyn.static)
     if broker.cluster is not None:
-        await loop.run_in_executor(None, write_zk, broker.cluster.zk, entity, configs)
+        stored = await loop.run_in_executor(None, encode_passwords, encoder, configs)
+        await loop.run_in_executor(None, write_zk, broker.cluster.zk, entity, stored)
     else:
         levels = {DEFAULT_ENTITY: dyn.default, str(broker.node_id): dyn.per_broker, entity: configs}
-        await loop.run_in_executor(None, save_file, broker.log_dirs[0], levels)
+        stored_levels = {e: await loop.run_in_executor(None, encode_passwords, encoder, c) for e, c in levels.items()}
+        await loop.run_in_executor(None, save_file, broker.log_dirs[0], stored_levels)
     if entity == DEFAULT_ENTITY:
         apply(broker, configs, dyn.per_broker)
     else:

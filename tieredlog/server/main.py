@@ -54,6 +54,14 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
         except Exception:
             pass  # the start-up failure is the one to report
         return 1
+    if broker.config is not config:
+        try:
+            # stored dynamic configs (a listener's key store changed live) serve from the first connection
+            tls = await asyncio.get_running_loop().run_in_executor(None, listener_tls, broker.config)
+        except BrokerConfigError as exc:
+            log.error("cannot start: %s", exc)
+            await broker.shutdown()
+            return 1
     server = KafkaServer(broker, Dispatcher(broker), tls)
     try:
         bound = await server.start()

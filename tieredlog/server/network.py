@@ -33,6 +33,7 @@ from tieredlog.security.ssl_principal import NoMatchingRule
 from tieredlog.security.tls import ListenerTls, listener_tls
 from tieredlog.server.connection_quotas import ConnectionQuotas, normalize_ip
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
+from tieredlog.server.dynamic_tls import DynamicTls
 from tieredlog.server.sasl_apis import authenticator_answer, connection_authenticator, illegal_sasl_state_answer
 
 if TYPE_CHECKING:
@@ -612,6 +613,7 @@ class KafkaServer:
         config = broker.config
         self.quotas = ConnectionQuotas(config, [l.name for l in config.listeners], config.inter_broker_listener[0])
         broker.dynamic_config.reconfigurables.append(self.quotas.reconfigure)
+        DynamicTls(self.tls, config).register(broker.dynamic_config)  # key stores changed live
 
     def enable_request_processing(self) -> None:
         self._processing.set()
@@ -670,7 +672,9 @@ class KafkaServer:
             if not quotas.inc(listener, ip):
                 client.close()
                 continue
-            task = loop.create_task(self._connection(listener, security_protocol, tls, client, ip))
+            # self.tls, not the listener's TLS side at start: a key store changed live serves new connections
+            current = self.tls.get(listener, tls)
+            task = loop.create_task(self._connection(listener, security_protocol, current, client, ip))
             self._accepted.add(task)
             task.add_done_callback(self._accepted.discard)
 
