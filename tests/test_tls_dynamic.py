@@ -103,7 +103,10 @@ def test_keystore_changed_without_a_restart(broker_factory, tmp_path: Path) -> N
     # another subject, the unprefixed config, the cluster-wide level
     for configs, words in (({LOCATION: str(not_pem)}, "Validation of dynamic config update of SSLFactory failed"),
                            ({KEY_PW: "wrong-password"}, "cannot be decrypted"),
-                           ({LOCATION: str(c_pem)}, "is set but the private key")):
+                           ({LOCATION: str(c_pem)}, "is set but the private key"),
+                           ({"listener.name.ssl.ssl.truststore.type": "PEM",
+                             "listener.name.ssl.ssl.truststore.location": str(both_cas)},
+                            "Cannot add SSL truststore to an existing listener")):
         err = _refused(admin, "0", configs)
         assert err.code() == KafkaError.INVALID_REQUEST and words in err.str(), (configs, err)
     # C with its unencrypted key (the password removed): its subject differs from B's
@@ -125,6 +128,12 @@ def test_keystore_changed_without_a_restart(broker_factory, tmp_path: Path) -> N
     assert "Cannot update these configs at default cluster level, broker id must be specified" in r.error_message
     assert _peer_cert(address, both_cas) == b.public_bytes(der)
 
+    # the file rewritten in place (a renewed certificate) and named again: reloaded, as Kafka does
+    key_b2, b2 = pki.other_ca.issue(name_of("CN=broker,O=tieredlog"), server=True)
+    _write(b_pem, _key_pem(key_b2, KEY_PASSWORD) + _cert_pem(b2) + _cert_pem(pki.other_ca.cert))
+    _alter(admin, "0", {LOCATION: str(b_pem)})
+    assert _peer_cert(address, both_cas) == b2.public_bytes(der)
+
     (future,) = admin.describe_configs([ConfigResource(BROKER, "0")]).values()
     configs = future.result(30)
     assert configs[LOCATION].value == str(b_pem)
@@ -138,7 +147,7 @@ def test_keystore_changed_without_a_restart(broker_factory, tmp_path: Path) -> N
     del producer
 
     broker.restart()  # the stored key store, its password decrypted, serves from the first connection
-    assert _peer_cert(address, both_cas) == b.public_bytes(der)
+    assert _peer_cert(address, both_cas) == b2.public_bytes(der)
     log = broker.log_text()
     assert KEY_PASSWORD not in log and SECRET not in log
 

@@ -93,6 +93,7 @@ class ListenerTls:
     # (path, modification time, size) of the store files read: a file rewritten in place is reloaded
     # by an AlterConfigs naming the same path again (Kafka's reload of updated files)
     stamp: tuple[tuple[str, int, int], ...] = ()
+    has_truststore: bool = False
 
     def principal(self, ssl_object: ssl.SSLObject | None) -> KafkaPrincipal:
         """The connection's principal from its client certificate (``User:ANONYMOUS`` without one).
@@ -120,7 +121,8 @@ def build_listener_tls(config: BrokerConfig, listener: str, security_protocol: s
     keystore = _keystore(sc)
     return ListenerTls(listener, security_protocol, server_context(sc),
                        SslPrincipalMapper(sc.get("ssl.principal.mapping.rules")), sc.client_auth,
-                       _leaf(keystore) if keystore is not None else None, store_stamp(config, listener))
+                       _leaf(keystore) if keystore is not None else None, store_stamp(config, listener),
+                       _truststore(sc) is not None)
 
 
 def store_stamp(config: BrokerConfig, listener: str) -> tuple[tuple[str, int, int], ...]:
@@ -146,16 +148,26 @@ def _leaf(store: _Store) -> bytes | None:
 
 
 def ensure_compatible(old: ListenerTls, new: ListenerTls, *, allow_dn_changes: bool, allow_san_changes: bool) -> None:
-    """Kafka's SslFactory checks of a key store changed live: its certificate keeps the subject and
-    every subject alternative name of the one in use, unless ssl.allow.dn.changes / ssl.allow.san.changes.
-    BrokerConfigError with Kafka's message (the alias of a PEM key store is ``kafka``)."""
+    """Kafka's SslFactory checks of stores changed live: a key store or a trust store is neither added
+    nor removed, and the key store's certificate keeps the subject and every subject alternative name of
+    the one in use, unless ssl.allow.dn.changes / ssl.allow.san.changes. BrokerConfigError with Kafka's
+    message (the alias of a PEM key store is ``kafka``)."""
     if old.leaf is None and new.leaf is not None:
         raise BrokerConfigError("Cannot add SSL keystore to an existing listener for which no keystore was configured.")
-    if old.leaf is None or new.leaf is None:
-        if old.leaf is not None:
-            raise BrokerConfigError("Cannot remove the SSL keystore from an existing listener for which a "
-                                    "keystore was configured.")
-        return
+    if old.leaf is not None and new.leaf is None:
+        raise BrokerConfigError("Cannot remove the SSL keystore from an existing listener for which a "
+                                "keystore was configured.")
+    if old.leaf is not None and new.leaf is not None:
+        _same_names(old.leaf, new.leaf, allow_dn_changes, allow_san_changes)
+    if not old.has_truststore and new.has_truststore:
+        raise BrokerConfigError("Cannot add SSL truststore to an existing listener for which no truststore was "
+                                "configured.")
+    if old.has_truststore and not new.has_truststore:
+        raise BrokerConfigError("Cannot remove the SSL truststore from an existing listener for which a truststore "
+                                "was configured.")
+
+
+def _same_names(old: bytes, new: bytes, allow_dn_changes: bool, allow_san_changes: bool) -> None:
     from cryptography import x509
 
     def names(der: bytes) -> tuple[str, set[str]]:
@@ -167,8 +179,8 @@ def ensure_compatible(old: ListenerTls, new: ListenerTls, *, allow_dn_changes: b
             sans = set()
         return cert.subject.rfc4514_string(), sans
 
-    old_dn, old_san = names(old.leaf)
-    new_dn, new_san = names(new.leaf)
+    old_dn, old_san = names(old)
+    new_dn, new_san = names(new)
     if not allow_dn_changes and old_dn != new_dn:
         raise BrokerConfigError(f"Keystore DistinguishedName does not match:  existing={{alias=kafka, DN={old_dn}}}, "
                                 f"new={{alias=kafka, DN={new_dn}}}")

@@ -116,9 +116,10 @@ class DynamicBrokerConfig:
     # told the new effective config after each change, on the event loop (Kafka's Reconfigurable):
     # what holds a copy of a dynamic value, such as the network layer's connection limits
     reconfigurables: list[Callable[[BrokerConfig], None]] = dataclasses.field(default_factory=list)
-    # awaited with the would-be config before a change is stored (a new TLS key store is built and
+    # awaited with the would-be config and the level set before a change is stored (a new TLS key store is built and
     # checked off the loop); a KafkaError refuses the change
-    validators: list[Callable[[BrokerConfig], Awaitable[None]]] = dataclasses.field(default_factory=list)
+    validators: list[Callable[[BrokerConfig, Mapping[str, str]], Awaitable[None]]] = dataclasses.field(
+        default_factory=list)
 
     def level(self, entity: str) -> dict[str, str]:
         return self.default if entity == DEFAULT_ENTITY else self.per_broker
@@ -347,7 +348,7 @@ async def alter_broker_configs(broker: Broker, entity: str, configs: Mapping[str
     check_thread_counts(broker.config, new)
     check_cleaner(broker, new)
     for validate in dyn.validators:
-        await validate(new)
+        await validate(new, configs)
     if validate_only:
         return
     configs = dict(configs)

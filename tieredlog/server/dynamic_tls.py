@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
-from tieredlog.config import BrokerConfig, BrokerConfigError
+from tieredlog.config import LISTENER_PREFIX, BrokerConfig, BrokerConfigError
 from tieredlog.errors import InvalidRequestError
 from tieredlog.security.tls import ListenerTls, build_listener_tls, ensure_compatible, store_stamp
 
@@ -53,13 +53,18 @@ class DynamicTls:
         dynamic_config.validators.append(self.validate)
         dynamic_config.reconfigurables.append(self.reconfigure)
 
-    def _build(self, new: BrokerConfig) -> dict[str, tuple[tuple[Any, ...], ListenerTls]]:
-        """Blocking: the TLS side of every listener whose stores change (configs or files)."""
+    def _build(self, new: BrokerConfig, level: Mapping[str, str] | None = None
+               ) -> dict[str, tuple[tuple[Any, ...], ListenerTls]]:
+        """Blocking: the TLS side of every listener whose stores change: their configs, or (Kafka's
+        reload of updated files) a store file rewritten in place and named again in ``level``."""
         out = {}
         for name, current in self.tls.items():
             sig = signature(new, name)
-            if sig == self._signatures[name] and store_stamp(new, name) == current.stamp:
-                continue
+            if sig == self._signatures[name]:
+                named = level is not None and any(f"{LISTENER_PREFIX}{name.lower()}.{c}" in level
+                                                  for c in ("ssl.keystore.location", "ssl.truststore.location"))
+                if not named or store_stamp(new, name) == current.stamp:
+                    continue
             try:
                 built = build_listener_tls(new, name, current.security_protocol)
                 ensure_compatible(current, built, allow_dn_changes=bool(new.listener_value(name, "ssl.allow.dn.changes")),
@@ -69,9 +74,9 @@ class DynamicTls:
             out[name] = (sig, built)
         return out
 
-    async def validate(self, new: BrokerConfig) -> None:
-        """Before a change is stored: InvalidRequestError when a listener's new stores cannot be used."""
-        prepared = await asyncio.get_running_loop().run_in_executor(None, self._build, new)
+    async def validate(self, new: BrokerConfig, level: Mapping[str, str]) -> None:
+        """Before ``level`` is stored: InvalidRequestError when a listener's new stores cannot be used."""
+        prepared = await asyncio.get_running_loop().run_in_executor(None, self._build, new, level)
         self._prepared.update(prepared)
 
     def reconfigure(self, config: BrokerConfig) -> None:
