@@ -3,7 +3,8 @@ broker with an SSL listener serving certificate A; a confluent-kafka producer tr
 key store moved to certificate B (same subject, another CA, an encrypted key) with
 IncrementalAlterConfigs; new connections see B while the producer keeps producing; bad key stores and
 wrong levels refused with Kafka's messages and nothing changed; the password hidden by DescribeConfigs,
-stored encrypted with password.encoder.secret, and B still served after a restart."""
+stored encrypted with password.encoder.secret (in ZooKeeper in a cluster), and B still served after a
+restart."""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from cryptography.hazmat.primitives import serialization
 from helpers import free_port
+from test_cluster_replication import member
 from tls_certs import KEY_PASSWORD, Pki, _cert_pem, _key_pem, name_of
+from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import INCREMENTAL_ALTER_CONFIGS
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.security.password_encoder import PasswordEncoder, PasswordEncoderError
@@ -175,3 +179,30 @@ def test_password_encoder_round_trip_and_old_secret() -> None:
         PasswordEncoder("another").decode(stored_old)
     with pytest.raises(PasswordEncoderError, match="Password encoder secret not configured"):
         PasswordEncoder(None).encode("x")
+
+
+def test_in_a_cluster_the_password_is_stored_encrypted_in_zookeeper(broker_factory, zk_connect: str,
+                                                                    tmp_path: Path) -> None:  # noqa: F811
+    pki = Pki.create(tmp_path / "pki")
+    ssl_port = free_port()
+    broker = broker_factory({**member(zk_connect, 1), "password.encoder.secret": SECRET,
+                             "listener.name.ssl.ssl.keystore.type": "PEM", LOCATION: str(pki.broker_pem)},
+                            start=False, extra_listeners={"SSL": ssl_port})
+    broker.overrides["advertised.listeners"] = f"PLAINTEXT://{broker.bootstrap},SSL://{broker.address('SSL')}"
+    broker.start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    _alter(admin, "1", {LOCATION: str(pki.broker_encrypted_pem), KEY_PW: KEY_PASSWORD})
+    with ZkClient(zk_connect) as zk:
+        got = zk.get_data("/config/brokers/1")
+    assert got is not None
+    stored = json.loads(got[0])["config"]
+    assert stored[LOCATION] == str(pki.broker_encrypted_pem)
+    assert KEY_PASSWORD not in stored[KEY_PW] and PasswordEncoder(SECRET).decode(stored[KEY_PW]) == KEY_PASSWORD
+    # the broker's own change notification comes back to it: applied again, its password hidden in the log
+    wait_until(lambda: "dynamic broker configs of 1 are now" in broker.log_text(), timeout=20,
+               message="the change notification applied")
+    broker.restart()  # read back from ZooKeeper and decrypted
+    assert _peer_cert(broker.address("SSL"), pki.ca_pem) == pki.broker_cert.public_bytes(serialization.Encoding.DER)
+    (future,) = admin.describe_configs([ConfigResource(BROKER, "1")]).values()
+    assert future.result(30)[LOCATION].value == str(pki.broker_encrypted_pem)
+    assert KEY_PASSWORD not in broker.log_text() and SECRET not in broker.log_text()

@@ -322,7 +322,8 @@ def on_change(broker: Broker, loop: asyncio.AbstractEventLoop, entity: str) -> N
         except BrokerConfigError as exc:
             log.warning("dynamic broker configs of %s ignored: %s", entity, exc)
             return
-        log.info("dynamic broker configs of %s are now %s", entity, configs)
+        shown = {k: "[hidden]" if is_sensitive_config(k) else v for k, v in configs.items()}
+        log.info("dynamic broker configs of %s are now %s", entity, shown)
 
     if not loop.is_closed():
         loop.call_soon_threadsafe(on_loop)
