@@ -15,14 +15,15 @@ their header, without decompressing them.
 from __future__ import annotations
 
 import bisect
-from array import array
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_readers.columns import RecordColumns
+from spark_readers.columns import BatchRecords, RecordColumns, decode_columns
 from tieredlog.records.batch import (
     COMPRESSION_NONE,
     HEADER_SIZE,
@@ -124,21 +125,27 @@ def decode_record_batches(data: BytesLike, source: Source, from_offset: int, to_
 def _decode(data: BytesLike, source: Source, picked: list[tuple[int, BatchHeader]], from_offset: int,
             to_offset: int, include_headers: bool) -> pa.RecordBatch:
     arena, sections = _arena(data, source, picked)
-    columns = RecordColumns(include_headers)
-    for (pos, h), (start, end) in zip(picked, sections):
-        if start == end and h.records_count == 0:
-            continue  # a batch the cleaner emptied: no records section at all
-        try:
-            columns.add_records(arena, start, end, h.records_count, h.base_offset, h.base_timestamp,
-                                h.max_timestamp if h.timestamp_type == 1 else None, h.timestamp_type,
-                                from_offset, to_offset)
-        except CorruptRecordError as exc:
-            at = (exc.position if exc.position is not None else start) - start
-            where = (f"byte {source.base_position + pos + HEADER_SIZE + at}" if h.compression == COMPRESSION_NONE
-                     else f"byte {at} of its decompressed records")
-            raise CorruptSegmentError(f"{source.object_name}: corrupt batch at byte {source.base_position + pos}: "
-                                      f"{exc} at {where}") from None
+    batches = [BatchRecords(start, end, h.records_count, h.base_offset, h.base_timestamp,
+                            h.max_timestamp if h.timestamp_type == 1 else None, h.timestamp_type)
+               # a batch the cleaner emptied has no records section at all
+               for (_, h), (start, end) in zip(picked, sections) if not (start == end and h.records_count == 0)]
+    try:
+        columns = decode_columns(arena, batches, from_offset, to_offset, include_headers)
+    except CorruptRecordError as exc:
+        raise _corrupt_record(source, picked, sections, exc) from None
     return _to_arrow(columns, pa.py_buffer(arena), source, picked)
+
+
+def _corrupt_record(source: Source, picked: list[tuple[int, BatchHeader]], sections: list[tuple[int, int]],
+                    exc: CorruptRecordError) -> CorruptSegmentError:
+    """``exc`` (at a position in the arena) named by its batch's byte in the object."""
+    at = exc.position if exc.position is not None else sections[0][0]
+    i = max(bisect.bisect_right([start for start, _ in sections], at) - 1, 0)
+    (pos, h), (start, _) = picked[i], sections[i]
+    where = (f"byte {source.base_position + pos + HEADER_SIZE + at - start}" if h.compression == COMPRESSION_NONE
+             else f"byte {at - start} of its decompressed records")
+    return CorruptSegmentError(f"{source.object_name}: corrupt batch at byte {source.base_position + pos}: "
+                               f"{exc} at {where}")
 
 
 def _arena(data: BytesLike, source: Source, picked: list[tuple[int, BatchHeader]]) -> tuple[BytesLike, list[tuple[int, int]]]:
@@ -196,31 +203,18 @@ def _corrupt(source: Source, pos: int, exc: RecordError) -> CorruptSegmentError:
     return CorruptSegmentError(f"{source.object_name}: corrupt batch at byte {at}: {exc}")
 
 
-def _fragments(cuts: array[int], arena: pa.Buffer) -> pa.Array:
+def _fragments(cuts: npt.NDArray[np.int64], arena: pa.Buffer) -> pa.Array:
     """The arena cut at ``cuts``: fragment ``4i`` is the ``i``th key (or header key), ``4i + 2`` its value."""
-    if not cuts:
+    if not len(cuts):
         return pa.array([], pa.large_binary())
     return pa.Array.from_buffers(pa.large_binary(), len(cuts) - 1, [None, pa.py_buffer(cuts), arena])
 
 
-# Fragment indices 0, 4, 8, ...: built once per process and sliced, as an executor decodes many batches.
-_every_fourth = pa.array([], pa.int64())
-
-
-def _gather(fragments: pa.Array, first: int, count: int, nulls: list[int]) -> pa.Array:
-    """Fragments ``first, first + 4, ...`` (``count`` of them) as one binary array; ``nulls`` lists
-    the items that are null."""
-    global _every_fourth
-    if len(_every_fourth) < count:
-        _every_fourth = pa.array(range(0, 4 * max(count, 2 * len(_every_fourth)), 4), pa.int64())
-    indices = _every_fourth[:count] if first == 0 else pc.add(_every_fourth[:count], first)
-    if nulls:
-        valid = [True] * count
-        for i in nulls:
-            valid[i] = False
-        # a null index takes a null
-        indices = pa.Array.from_buffers(pa.int64(), count, [pa.array(valid, pa.bool_()).buffers()[1],
-                                                            indices.buffers()[1]], offset=indices.offset)
+def _gather(fragments: pa.Array, first: int, count: int, valid: npt.NDArray[np.bool_] | None) -> pa.Array:
+    """Fragments ``first, first + 4, ...`` (``count`` of them) as one binary array, null where
+    ``valid`` is false."""
+    indices = pa.array(np.arange(first, first + 4 * count, 4, dtype=np.int64),
+                       mask=None if valid is None else ~valid)  # a null index takes a null
     return fragments.take(indices).cast(pa.binary())
 
 
@@ -228,16 +222,15 @@ def _to_arrow(columns: RecordColumns, arena: pa.Buffer, source: Source,
               picked: list[tuple[int, BatchHeader]]) -> pa.RecordBatch:
     count = len(columns)
     fragments = _fragments(columns.cuts, arena)
-    milliseconds = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(columns.timestamps)])
     arrays = [
-        _gather(fragments, 0, count, columns.null_keys),
-        _gather(fragments, 2, count, columns.null_values),
+        _gather(fragments, 0, count, columns.key_valid),
+        _gather(fragments, 2, count, columns.value_valid),
         pa.repeat(pa.scalar(source.topic, pa.string()), count),
         pa.repeat(pa.scalar(source.partition, pa.int32()), count),
-        pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(columns.offsets)]),
+        pa.array(columns.offsets),
         # Kafka timestamps are epoch milliseconds, Spark's microseconds
-        pc.multiply_checked(milliseconds, 1000).cast(TIMESTAMP_TYPE),
-        pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(columns.timestamp_types)]),
+        pc.multiply_checked(pa.array(columns.timestamps), 1000).cast(TIMESTAMP_TYPE),
+        pa.array(columns.timestamp_types),
     ]
     if columns.include_headers:
         arrays.append(_headers(columns, arena, source, picked))
@@ -246,17 +239,16 @@ def _to_arrow(columns: RecordColumns, arena: pa.Buffer, source: Source,
 
 def _headers(columns: RecordColumns, arena: pa.Buffer, source: Source,
              picked: list[tuple[int, BatchHeader]]) -> pa.Array:
-    count = len(columns)
     header_count = len(columns.header_cuts) >> 2
     fragments = _fragments(columns.header_cuts, arena)
-    keys = _gather(fragments, 0, header_count, [])
+    keys = _gather(fragments, 0, header_count, None)
     try:
         text = keys.cast(pa.string())
     except pa.ArrowInvalid:
         raise _bad_header_key(columns, keys, source, picked) from None
     items = pa.StructArray.from_arrays(
-        [text, _gather(fragments, 2, header_count, columns.null_header_values)], fields=list(HEADER_TYPE))
-    list_offsets = pa.Array.from_buffers(pa.int32(), count + 1, [None, pa.py_buffer(columns.header_offsets)])
+        [text, _gather(fragments, 2, header_count, columns.header_value_valid)], fields=list(HEADER_TYPE))
+    list_offsets = pa.array(columns.header_offsets)
     # null, not [], for a record without headers: Spark's Kafka source does the same
     mask = pc.equal(list_offsets[1:], list_offsets[:-1])
     return pa.ListArray.from_arrays(list_offsets, items, type=HEADERS_TYPE, mask=mask)
@@ -266,7 +258,7 @@ def _bad_header_key(columns: RecordColumns, keys: pa.Array, source: Source,
                     picked: list[tuple[int, BatchHeader]]) -> CorruptSegmentError:
     """Which record's header key is not UTF-8, by its batch's position: found only on this path."""
     bad = next(i for i, k in enumerate(keys.to_pylist()) if not _is_utf8(k))
-    offset = columns.offsets[bisect.bisect_right(columns.header_offsets, bad) - 1]
+    offset = int(columns.offsets[int(np.searchsorted(columns.header_offsets, bad, side="right")) - 1])
     pos = next(p for p, h in picked if h.base_offset <= offset <= h.last_offset)
     return CorruptSegmentError(f"{source.object_name}: corrupt batch at byte {source.base_position + pos}: "
                                f"a header key of the record at offset {offset} is not valid UTF-8")

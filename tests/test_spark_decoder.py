@@ -20,6 +20,7 @@ from tieredlog.records.record import (
     build_control_batch,
     build_empty_batch,
     decode_batch,
+    read_varint,
 )
 
 TOPIC = "orders"
@@ -160,3 +161,29 @@ def test_corrupt_records_name_the_object_and_byte() -> None:
     short[CRC_OFFSET:CRC_OFFSET + 4] = compute_crc(short, 0, len(short)).to_bytes(4, "big")
     with pytest.raises(CorruptSegmentError, match=r"abc.log: corrupt batch at byte 4096: .* at byte 4157"):
         decode_records(bytes(short), source, 0, 100, False)
+
+
+def test_runs_of_records_of_one_size() -> None:
+    """Records of one size but where the offset delta's varint grows (at 64 and 8192) or a value
+    differs: the record starts guessed for runs of one size, then checked, give the same rows."""
+    batches = [build_batch([(b"k", b"v" * 100, [], TS0) for _ in range(9000)], base_offset=0)]
+    batches.append(build_batch([(b"k", b"v" * (5 if i == 150 else 100), [], TS0 + i) for i in range(300)],
+                               base_offset=9000))
+    batches.append(build_batch([(b"k", b"v" * 100, [], TS0)], base_offset=9300))
+    data = b"".join(batches)
+    want = [row[:7] for row in expected(data, 0, 1 << 62, [])]
+    assert len(want) == 9301
+    assert rows(decode_records(data, Source(TOPIC, 3, "x.log", 0), 0, 1 << 62, False)) == want
+
+
+def test_a_wrong_length_among_records_of_one_size_is_named() -> None:
+    batch = bytearray(build_batch([(b"k", b"v" * 10, [], TS0) for _ in range(100)], base_offset=0))
+    at, p = 0, 61  # the records section starts after the 61-byte batch header
+    for _ in range(70):
+        at = p
+        length, p = read_varint(batch, p)
+        p += length
+    batch[at] += 2  # record 70 declares one byte more (zigzag)
+    batch[CRC_OFFSET:CRC_OFFSET + 4] = compute_crc(batch, 0, len(batch)).to_bytes(4, "big")
+    with pytest.raises(CorruptSegmentError, match=rf"x.log: corrupt batch at byte 0: .* at byte {at}$"):
+        decode_records(bytes(batch), Source(TOPIC, 3, "x.log", 0), 0, 1 << 62, False)
