@@ -213,10 +213,10 @@ def _record_starts(d: BytesLike, buf: npt.NDArray[np.uint8],
         elif p != end:
             failed[i] = True
     walks: list[tuple[int, int, int]] = []
-    for _ in range(_GUESSES):
+    for round_ in range(_GUESSES):
         if not pending:
             break
-        pending = _guess(buf, batches, pending, runs, walks)
+        pending = _guess(buf, batches, pending, 64 << 2 * round_, runs, walks)
     for i, p, k in walks + pending:
         tail = _walk(d, p, batches[i].end, batches[i].count - k)
         if tail is None:
@@ -234,14 +234,16 @@ def _record_starts(d: BytesLike, buf: npt.NDArray[np.uint8],
 
 
 def _guess(buf: npt.NDArray[np.uint8], batches: Sequence[BatchRecords], pending: list[tuple[int, int, int]],
-           runs: list[list[Int64s]], walks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """One round of guesses for the ``pending`` batches, all at once: the rest of a batch's records
-    guessed of the size of its next one, each guess's length varint decoded and its size compared.
+           window: int, runs: list[list[Int64s]], walks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """One round of guesses for the ``pending`` batches, all at once: the next ``window`` records of
+    a batch guessed of the size of the first of them, each guess's length varint decoded and its
+    size compared (the window grows round after round: the first size change comes early, where
+    the offset delta's varint grows, the later ones far apart).
     The records up to the first of another size are found (a run, to ``runs``); that one is where
     the next round starts, or the Python walk (``walks``) when the run was short: sizes that vary
     from record to record make guessing a waste. Returns what the next round has to do."""
     at = np.array([p for _, p, _ in pending], np.int64)
-    left = np.array([batches[i].count - k for i, _, k in pending], np.int64)
+    left = np.array([min(batches[i].count - k, window) for i, _, k in pending], np.int64)
     length, body = _varints(buf, at)
     size = body + length - at
     groups = np.cumsum(left) - left
@@ -257,10 +259,12 @@ def _guess(buf: npt.NDArray[np.uint8], batches: Sequence[BatchRecords], pending:
             walks.append((i, p, k))  # corrupt: the walk finds where
             continue
         if m == n:
-            if p + n * step != batches[i].end:
-                walks.append((i, p, k))
-                continue
             runs[i].append(guessed[g:g + n])
+            if k + n < batches[i].count:
+                out.append((i, p + n * step, k + n))
+            elif p + n * step != batches[i].end:
+                runs[i].pop()
+                walks.append((i, p, k))
             continue
         runs[i].append(guessed[g:g + m])
         (walks if m < _SHORT_RUN else out).append((i, p + m * step, k + m))

@@ -5,8 +5,8 @@ offset long, timestamp timestamp, timestampType int`` and, with ``includeHeaders
 array<struct<key string, value binary>>``, null (not empty) for a record without headers.
 
 Batches are checked (sizes, CRC-32C) and decompressed, once each, by ``tieredlog.records``; their
-records are walked into column buffers by :mod:`spark_readers.columns` (no object per record) and the
-binary columns gathered from the records' bytes by Arrow. Control batches (transaction markers) are
+records are decoded into column arrays by :mod:`spark_readers.columns` (numpy, no object per record)
+and the binary columns gathered from the records' bytes by Arrow. Control batches (transaction markers) are
 skipped, as are records outside ``[from_offset, to_offset)`` and the batches of aborted transactions
 (read_committed: the planner lists them, see :mod:`spark_readers.transactions`), which are dropped by
 their header, without decompressing them.
