@@ -12,10 +12,14 @@ Then, over the same tiered offsets:
    where the reader's time goes.
 2. The reader's executor side without Spark: every planned read task read and decoded to Arrow in
    this process, one after another (one core): the decoder's own throughput.
-3. The broker path: a confluent-kafka consumer reading the same offsets through the broker, which
+3. The same DataFrame built through the brokers, the issue's baseline: the reader with ``path`` at an
+   empty folder and ``kafka.bootstrap.servers``, so every offset is read by confluent-kafka inside
+   the executors from the broker (which serves it from the remote tier); right after each reader run,
+   best taken; broker CPU seconds meanwhile.
+4. The broker path without Spark: a confluent-kafka consumer reading the same offsets through the broker, which
    serves them from the remote tier; as many runs as 1., each right after a reader run (a burst of
    load from elsewhere on the machine then weighs on both), best taken; broker CPU seconds meanwhile.
-4. Raw reads: every ``.log`` object read whole with plain file reads (the ceiling of any reader of
+5. Raw reads: every ``.log`` object read whole with plain file reads (the ceiling of any reader of
    these objects).
 
     .venv/bin/python -m bench bench_spark_reader      # or: make bench-spark
@@ -148,6 +152,19 @@ class SparkPath:
         cpu1, broker1 = spark_cpu_seconds(self.broker_pid), cpu_seconds(self.broker_pid)
         return dt, int(row["n"]), int(row["b"]), broker1 - broker0, {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
 
+    def run_brokers(self, bootstrap: str, empty: Path) -> tuple[float, int, int, float]:
+        """(seconds, rows, value bytes, broker CPU seconds) of the same DataFrame built through the
+        brokers: ``path`` at an empty folder and ``kafka.bootstrap.servers``, so every partition is one
+        tail read by confluent-kafka in the executors, the broker serving it from the remote tier."""
+        df = (self.spark.read.format("tieredlog").option("path", empty.as_uri()).option("topic", TOPIC)
+              .option("kafka.bootstrap.servers", bootstrap).option("startingOffsets", "earliest")
+              .option("endingOffsets", json.dumps({TOPIC: {str(p): e for p, e in self.ends.items()}})).load())
+        broker0 = cpu_seconds(self.broker_pid)
+        t0 = time.perf_counter()
+        row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
+        dt = time.perf_counter() - t0
+        return dt, int(row["n"]), int(row["b"]), cpu_seconds(self.broker_pid) - broker0
+
     def stop(self) -> None:
         self.spark.stop()
 
@@ -227,13 +244,18 @@ def main() -> None:
                   f"{len(reader_plan(remote, ends)[1])} input partitions (local[2] runs 2 at a time)\n")
 
             # The two paths take turns, so a burst of load on the machine weighs on both alike.
-            reader_runs, broker_runs = [], []
+            reader_runs, broker_runs, df_broker_runs = [], [], []
+            empty = tmp / "empty"
+            empty.mkdir()
             spark = SparkPath(remote, ends, pid)
             try:
                 for _ in range(max(RUNS, 1)):
                     dt, n, size, spark_cpu, spark_cpus = spark.run()
                     assert n == rows, (n, rows)
                     reader_runs.append((dt, spark_cpu, spark_cpus))
+                    d_s, d_rows, d_size, d_cpu = spark.run_brokers(broker.bootstrap, empty)
+                    assert (d_rows, d_size) == (rows, size), (d_rows, d_size, rows, size)
+                    df_broker_runs.append((d_s, d_cpu))
                     cpu0 = cpu_seconds(pid)
                     b_s, b_rows, b_size = broker_path(broker.bootstrap, ends)
                     broker_runs.append((b_s, cpu_seconds(pid) - cpu0))
@@ -242,6 +264,7 @@ def main() -> None:
                 spark.stop()
             best, spark_cpu, spark_cpus = min(reader_runs, key=lambda r: r[0])
             b_s, broker_cpu = min(broker_runs)
+            d_s, df_broker_cpu = min(df_broker_runs)
             alone_s, a_rows, a_size = decoder_alone(remote, ends)
             assert (a_rows, a_size) == (rows, size), (a_rows, a_size, rows, size)
             raw_s, raw_bytes = raw_reads(remote)
@@ -256,10 +279,14 @@ def main() -> None:
             print(f"  {'  CPU s in the best run: Spark JVM':<52}{spark_cpus['jvm']:9.2f}")
             print(f"  {'  CPU s in the best run: Python workers':<52}{spark_cpus['python workers']:9.2f}")
             print(line("reader's read tasks without Spark (1 core)", alone_s, None))
+            print(line(f"DataFrame through the brokers (best of {max(RUNS, 1)})", d_s, df_broker_cpu))
+            print(f"  {'  every run, in order':<52}{', '.join(f'{r[0]:.2f}' for r in df_broker_runs)}")
             print(line(f"broker path (confluent-kafka consumer, best of {max(RUNS, 1)})", b_s, broker_cpu))
             print(f"  {'  every run, in order':<52}{', '.join(f'{r[0]:.2f}' for r in broker_runs)}")
             print(f"  {'raw file reads of the .log objects':<52}{raw_s:9.2f}{'':>12}{raw_bytes / raw_s / (1 << 20):9.1f}")
-            print(f"\n  Spark reader / broker path: {b_s / best:.2f}x faster; broker CPU {spark_cpu:.1f} s vs "
+            print(f"\n  Spark reader / the DataFrame through the brokers: {d_s / best:.2f}x faster; broker CPU "
+                  f"{spark_cpu:.1f} s vs {df_broker_cpu:.1f} s")
+            print(f"  Spark reader / broker path: {b_s / best:.2f}x faster; broker CPU {spark_cpu:.1f} s vs "
                   f"{broker_cpu:.1f} s; reader MiB/s (values) / raw MiB/s (objects): "
                   f"{(size / best) / (raw_bytes / raw_s):.3f}; without Spark, on one core: "
                   f"{(size / alone_s) / (raw_bytes / raw_s):.3f}")
