@@ -18,12 +18,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tieredlog.cluster import znodes
 from tieredlog.cluster.config_changes import notify_topic_config_change
 from tieredlog.cluster.membership import ZkClusterMembership
 from tieredlog.cluster.znodes import ReplicaAssignment, TopicAssignment
 from tieredlog.config import BrokerConfig
 from tieredlog.controller.channel import inter_broker_endpoint
-from tieredlog.errors import InvalidReplicationFactorError
+from tieredlog.errors import InvalidReplicationFactorError, TopicAlreadyExistsError
 from tieredlog.replication.metadata_cache import MetadataCache
 from tieredlog.security.sasl.client import SaslClientCredentials
 from tieredlog.security.sasl.config import inter_broker_credentials
@@ -155,6 +156,10 @@ class ClusterNode:
         zk = self.membership.zk
 
         def write() -> None:
+            # Kafka's check before the config write: a topic created meanwhile through another broker (an
+            # auto-creating Metadata racing a CreateTopics) must not have its configs overwritten
+            if zk.exists(znodes.topic_path(name)) is not None:
+                raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
             # configs first: the brokers read them when the controller announces the topic
             zk.set_topic_config(name, configs)
             zk.create_topic_assignment(name, TopicAssignment.of(assignment, topic_id))

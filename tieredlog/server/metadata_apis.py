@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.errors import KafkaError
+from tieredlog.errors import KafkaError, TopicAlreadyExistsError
 from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
 from tieredlog.security.authorizer.acl import CLUSTER_NAME, AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names, authorized_operations
@@ -135,7 +135,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
     # the principal may not describe (named only when the request named them)
     create_denied: list[dict] = []
     describe_denied: list[dict] = []
-    created = False
+    auto_created: list[TopicMetadata] = []
     # v0: an empty list means all topics; v1+: null means all, empty means none
     if req.topics is None or (ctx.api_version == 0 and not req.topics):
         # topics the principal may not describe are left out, without a word
@@ -174,13 +174,20 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
                     t = broker.create_topic(
                         name, broker.config["num.partitions"], broker.config["default.replication.factor"]
                     )
-                    created = True
+                    auto_created.append(t)
                 except KafkaError as exc:
                     topics_out.append(_error_topic(name, exc.code))
                     continue
             topics_out.append(topic_entry(broker, t) if t else _error_topic(name, ErrorCode.unknown_topic_or_partition))
-    if created:
-        await broker.topics_durable()
+    if auto_created:
+        try:
+            await broker.topics_durable()
+        except TopicAlreadyExistsError:
+            # created meanwhile through another broker: until this broker's metadata has it, Kafka's answer
+            # for a topic being created, which the client retries
+            created_names = {t.name for t in auto_created}
+            topics_out = [_error_topic(e["name"], ErrorCode.leader_not_available) if e["name"] in created_names
+                          else e for e in topics_out]
     # v8+ (the cluster's only up to v10): Kafka sets it on every topic of the answer, errors included,
     # except the refused ones
     topic_ops = getattr(req, "include_topic_authorized_operations", False)
