@@ -107,15 +107,7 @@ class ClassicMembers:
         member.classic = ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
         group.members[member.member_id] = member
         out.append(c.member_metadata_record(group, member))
-        if c.refresh_subscription_metadata(group, out):
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            out.append((records.encode_key(records.GROUP_METADATA, group.group_id),
-                        records.encode_epoch(group.group_epoch)))
-        if group.group_epoch > group.assignment_epoch:
-            c.compute_target(group, out)
-        c.reconcile_member(group, member, names_to_ids(subscription.owned, topics), out)
+        c.advance_member(group, member, bump, names_to_ids(subscription.owned, topics), out)
         if replaced is not None and replaced.classic is None and c.migration is not None \
                 and c.migration.can_downgrade(group, ""):
             # it took the place of the last consumer-protocol member: the group is classic again, without a

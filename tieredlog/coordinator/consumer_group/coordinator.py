@@ -180,15 +180,7 @@ class ConsumerGroupCoordinator:
         before = MemberAssignment(member.member_epoch, member.previous_member_epoch, member.state,
                                   member.assigned, member.pending_revocation)
         bump = self._apply_subscription(group, member, req, out)
-        if self.refresh_subscription_metadata(group, out):
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            out.append((records.encode_key(records.GROUP_METADATA, group.group_id),
-                        records.encode_epoch(group.group_epoch)))
-        if group.group_epoch > group.assignment_epoch:
-            self.compute_target(group, out)
-        self.reconcile_member(group, member, req.owned, out)
+        self.advance_member(group, member, bump, req.owned, out)
         self.schedule_session(group, member)
         after = MemberAssignment(member.member_epoch, member.previous_member_epoch, member.state,
                                  member.assigned, member.pending_revocation)
@@ -327,6 +319,23 @@ class ConsumerGroupCoordinator:
         if changed or new:
             out.append(self.member_metadata_record(group, member))
         return subscription_changed or (new and member.member_id not in group.target)
+
+    def bump_group_epoch(self, group: ConsumerGroup, out: list[Record]) -> None:
+        group.group_epoch += 1
+        out.append((records.encode_key(records.GROUP_METADATA, group.group_id), records.encode_epoch(group.group_epoch)))
+
+    def advance_member(self, group: ConsumerGroup, member: ConsumerMember, bump: bool, owned: Partitions | None,
+                       out: list[Record]) -> None:
+        """After a member's subscription is recorded (``bump``: it changed the group's target): a new group
+        epoch when it or the subscribed topics changed, the target computed again when behind, and the
+        member reconciled against what it owns. Shared by both protocols' members."""
+        if self.refresh_subscription_metadata(group, out):
+            bump = True
+        if bump:
+            self.bump_group_epoch(group, out)
+        if group.group_epoch > group.assignment_epoch:
+            self.compute_target(group, out)
+        self.reconcile_member(group, member, owned, out)
 
     def refresh_subscription_metadata(self, group: ConsumerGroup, out: list[Record]) -> bool:
         topics = self.topics()
@@ -468,8 +477,7 @@ class ConsumerGroupCoordinator:
         self.forget(group, member, out)
         group.target.pop(member.member_id, None)
         self.refresh_subscription_metadata(group, out)
-        group.group_epoch += 1
-        out.append((records.encode_key(records.GROUP_METADATA, group.group_id), records.encode_epoch(group.group_epoch)))
+        self.bump_group_epoch(group, out)
         if not group.members:
             shell = self.state.groups.get(group.group_id)
             if shell is not None:
