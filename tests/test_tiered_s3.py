@@ -329,6 +329,9 @@ def test_restarts_keep_remote_data_and_copying_continues(any_s3, brokers):
     with TierWatcher(b.data_dir, topic, bucket) as watcher:
         produce(b.bootstrap, topic, 0, 1500)
         first = wait_for(lambda: list_offset(b.bootstrap, topic, -4), "the first segments to be tiered")
+        # their files are renamed off the event loop just after the local start moves; killed before
+        # that, the broker would find them again at start-up
+        wait_for(lambda: local_bases(b.data_dir, topic)[0] >= first, "the deleted segments' files renamed")
 
         b.kill9()  # before any log-start checkpoint was written
         b.start()
