@@ -1,0 +1,212 @@
+"""Every config name the user docs quote exists, and every default docs/configuration.md gives is the one
+the broker uses.
+
+A config name in the docs is a backticked token shaped like a Kafka key (``log.retention.ms``). It must be
+one of the broker's configs (``tieredlog.config``), a topic config (``tieredlog.log.config``), a key a
+remote storage / metadata manager / plugin reads (``rsm.config.<key>``, ``rlmm.config.<key>`` or the key
+alone in those sections: a string literal in their sources), or one of the short lists below, each with
+its reason. Dotted names that are not configs (file and module names, code) are told apart by rule where
+possible (a file extension, a ``tieredlog`` module path) and listed otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from tieredlog.config import BROKER_CONFIG_DEFS, PASSTHROUGH_PREFIXES
+from tieredlog.log.config import LONG_MAX, TOPIC_CONFIGS_BY_NAME
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_FILES = sorted(
+    [ROOT / "README.md", ROOT / "localstack" / "README.md", *(ROOT / "docs").glob("*.md"),
+     *(ROOT / "plugins").glob("*/README.md")]
+)
+# sources whose string literals are the keys the remote storage/metadata managers and plugins read
+PLUGIN_SOURCES = sorted(
+    [*(ROOT / "tieredlog" / "rsm").glob("*.py"), *(ROOT / "tieredlog" / "rlmm").glob("*.py"),
+     *(ROOT / "plugins").glob("*/*/*.py")]
+)
+
+CONFIG_SHAPE = re.compile(r"^[a-z][a-z0-9]*(\.[a-z0-9-]+)+$")
+BACKTICKED = re.compile(r"`([^`\n]+)`")
+# a dotted token ending like this is a file name, not a config
+FILE_SUFFIXES = (".py", ".toml", ".properties", ".cfg", ".json", ".md", ".yml", ".yaml", ".sh", ".txt")
+
+# Kafka client configs (producer, consumer, admin; librdkafka's where it differs): the docs tell users to
+# set them in their clients, the broker does not read them.
+CLIENT_CONFIGS = frozenset({
+    "bootstrap.servers", "client.rack", "group.id", "group.instance.id", "group.remote.assignor", "group.protocol",
+    "auto.offset.reset", "enable.auto.commit", "session.timeout.ms", "isolation.level", "transactional.id",
+    "transaction.timeout.ms", "enable.idempotence", "message.timeout.ms", "partitioner", "security.protocol",
+    "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password", "sasl.jaas.config", "ssl.ca.location",
+    "ssl.certificate.location", "ssl.key.location", "fetch.max.bytes", "max.partition.fetch.bytes",
+    "request.timeout.ms", "linger.ms", "acks", "retries", "max.poll.interval.ms", "heartbeat.interval.ms",
+    "partition.assignment.strategy", "enable.auto.offset.store", "auto.commit.interval.ms",
+})
+# Spark's Kafka source passes ``kafka.<client config>`` options to its clients, and so does the reader.
+SPARK_CLIENT_PREFIX = "kafka."
+# Kafka configs the docs name as not built: they must stay out of the registry until the docs change.
+NOT_BUILT = frozenset({
+    "max.connection.creation.rate",  # KIP-612 connection creation rate limit
+    "listener.name.internal.max.connection.creation.rate",
+})
+# dotted names that are neither configs nor caught by the rules above
+NOT_CONFIGS = {
+    "meta.properties": "the log dir's identity file, as Kafka's",
+    "partition.metadata": "a partition folder's topic id file, as Kafka's",
+    "kafka.authorizer.logger": "Kafka's log4j logger name of authorization decisions",
+    "os.pathsep": "Python constant",
+    "os.sendfile": "Python function",
+    "loop.sendfile": "asyncio method",
+    "inspect.signature": "Python function",
+    "cfg.get": "code in an example",
+    "df.write": "Spark DataFrame API",
+    "consumer.topics": "code in an example",
+    "broker.topics": "an attribute in internals.md",
+    "broker.cluster": "an attribute in internals.md",
+    "broker.cluster.brokers": "an attribute in internals.md",
+    "broker.cluster.register": "an attribute in internals.md",
+    "zoo.cfg": "ZooKeeper's config file",
+    "rsm.stats": "the chunked plugin RSM's statistics attribute",
+    "replication.factor": "CreateTopics' field (kafka-topics --replication-factor), not a config",
+    "spark.sql.python.filterpushdown.enabled": "a Spark session setting",
+}
+
+
+def _quoted_names() -> dict[str, set[str]]:
+    """Config-shaped backticked tokens per doc file (relative path -> names)."""
+    out: dict[str, set[str]] = {}
+    for path in DOC_FILES:
+        names = set()
+        for match in BACKTICKED.finditer(path.read_text()):
+            token = match.group(1).strip()
+            key, _, _ = token.partition("=")  # `key=value` quotes the key
+            if CONFIG_SHAPE.match(key) and not key.endswith(FILE_SUFFIXES) and not key.startswith("tieredlog."):
+                names.add(key)
+        out[str(path.relative_to(ROOT))] = names
+    return out
+
+
+def _plugin_keys() -> set[str]:
+    literals: set[str] = set()
+    for path in PLUGIN_SOURCES:
+        literals.update(re.findall(r"[\"']([a-z][a-z0-9.<>_-]*)[\"']", path.read_text()))
+    return literals
+
+
+def _unknown(name: str, plugin_keys: set[str]) -> bool:
+    if name in BROKER_CONFIG_DEFS or name in TOPIC_CONFIGS_BY_NAME or name in NOT_CONFIGS:
+        return False
+    if name in CLIENT_CONFIGS or name in NOT_BUILT:
+        return False
+    if name.startswith(SPARK_CLIENT_PREFIX) and name[len(SPARK_CLIENT_PREFIX):] in CLIENT_CONFIGS:
+        return False
+    for prefix in PASSTHROUGH_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):] not in plugin_keys
+    return name not in plugin_keys
+
+
+def test_every_quoted_config_name_exists():
+    plugin_keys = _plugin_keys()
+    quoted = _quoted_names()
+    assert sum(len(v) for v in quoted.values()) > 300, "the extraction found too few names to be working"
+    unknown = {f: sorted(n for n in names if _unknown(n, plugin_keys)) for f, names in quoted.items()}
+    unknown = {f: names for f, names in unknown.items() if names}
+    assert not unknown, f"config names quoted in the docs that no registry or plugin knows: {unknown}"
+
+
+def test_allow_lists_are_not_configs():
+    # an entry that became a real config must leave the lists, so the docs are checked against it
+    for name in (*NOT_CONFIGS, *NOT_BUILT, *CLIENT_CONFIGS):
+        assert name not in TOPIC_CONFIGS_BY_NAME, name
+    for name in (*NOT_CONFIGS, *NOT_BUILT):
+        assert name not in BROKER_CONFIG_DEFS, name
+
+
+def _doc_value(text: str) -> object:
+    """A default as configuration.md writes it, as the registry holds it."""
+    text = text.strip().strip("`")
+    if text == "(unset)":
+        return None
+    if text in ("(empty)", '""'):
+        return ""
+    if text == "Long.MAX":
+        return LONG_MAX
+    if text == "Double.MAX":
+        return 1.7976931348623157e308
+    return text
+
+
+def _registry_value(default: object) -> object:
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if default is None or default == "" or default == LONG_MAX:
+        return default
+    if isinstance(default, float) and math.isclose(default, 1.7976931348623157e308):
+        return default
+    return str(default)
+
+
+def _table_rows(heading: str) -> list[list[str]]:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_broker_table_defaults_match_the_registry():
+    rows = _table_rows("Broker configs")
+    assert len(rows) > 150
+    wrong = []
+    for name_cell, _kind, default, minimum, *_ in rows:
+        name = name_cell.strip("`")
+        if "<" in name:  # listener.name.<listener>.<config>: a pattern, not one config
+            continue
+        d = BROKER_CONFIG_DEFS.get(name)
+        if d is None:
+            wrong.append(f"{name}: not a broker config")
+            continue
+        if _doc_value(default) != _registry_value(d.default):
+            wrong.append(f"{name}: docs say {default}, the registry {d.default!r}")
+        if minimum and (d.minimum is None or float(minimum) != d.minimum):
+            wrong.append(f"{name}: docs say min {minimum}, the registry {d.minimum!r}")
+    assert not wrong, wrong
+
+
+def test_every_broker_config_is_in_the_table():
+    documented = {row[0].strip("`") for row in _table_rows("Broker configs")}
+    topic_synonyms = {d.broker_synonym for d in TOPIC_CONFIGS_BY_NAME.values()}
+    missing = sorted(n for n in BROKER_CONFIG_DEFS if n not in documented and n not in topic_synonyms)
+    assert not missing, f"broker configs missing from docs/configuration.md: {missing}"
+
+
+def test_topic_table_defaults_match_the_registry():
+    rows = _table_rows("Topic configs")
+    assert {row[0].strip("`") for row in rows} == set(TOPIC_CONFIGS_BY_NAME)
+    wrong = []
+    for name_cell, synonym, default, *_ in rows:
+        d = TOPIC_CONFIGS_BY_NAME[name_cell.strip("`")]
+        expected_synonym = f"`{d.broker_synonym}`" if d.broker_synonym else "—"
+        if synonym != expected_synonym:
+            wrong.append(f"{d.name}: docs give synonym {synonym}, the registry {d.broker_synonym!r}")
+        if _doc_value(default) != _registry_value(d.default):
+            wrong.append(f"{d.name}: docs say {default}, the registry {d.default!r}")
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("name", ["remote.log.manager.task.interval.ms", "remote.fetch.max.wait.ms",
+                                  "remote.log.reader.threads"])
+def test_prose_defaults_match(name):
+    # the sentence after the "defaults differ" table quotes these with their defaults
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    match = re.search(rf"`{re.escape(name)}`\s+(\d+)", text)
+    assert match, name
+    assert int(match.group(1)) == BROKER_CONFIG_DEFS[name].default
