@@ -53,6 +53,7 @@ SPARK_CLIENT_PREFIX = "kafka."
 NOT_BUILT = frozenset({
     "max.connection.creation.rate",  # KIP-612 connection creation rate limit
     "listener.name.internal.max.connection.creation.rate",
+    "process.roles",  # KRaft
 })
 # dotted names that are neither configs nor caught by the rules above
 NOT_CONFIGS = {
