@@ -211,3 +211,27 @@ def test_prose_defaults_match(name):
     match = re.search(rf"`{re.escape(name)}`\s+(\d+)", text)
     assert match, name
     assert int(match.group(1)) == BROKER_CONFIG_DEFS[name].default
+
+
+def test_rlmm_table_defaults_match_the_metadata_manager():
+    from dataclasses import asdict
+
+    from tieredlog.rlmm.topic_based import TopicBasedRlmmConfig
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text.split("\n## `rlmm.config.*`: the metadata manager\n", 1)[1]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| `")]
+    assert len(rows) >= 9
+    defaults = asdict(TopicBasedRlmmConfig.from_configs({}))
+    wrong = []
+    for name_cell, default, *_ in rows:
+        name = name_cell.strip("`")
+        # the field a key sets is the one that changes when the key is given another value
+        other = "false" if default == "true" else str(int(default) + 7)
+        changed = [f for f, v in asdict(TopicBasedRlmmConfig.from_configs({name: other})).items() if v != defaults[f]]
+        if len(changed) != 1:
+            wrong.append(f"{name}: not read by the metadata manager")
+        elif str(defaults[changed[0]]).lower() != default:
+            wrong.append(f"{name}: docs say {default}, the metadata manager {defaults[changed[0]]!r}")
+    assert not wrong, wrong
