@@ -1,5 +1,5 @@
-"""Every config name the user docs quote exists, and every default docs/configuration.md gives is the one
-the broker uses.
+"""Every config name the user docs quote exists, and every default docs/configuration.md (and the chunked
+plugin's README) gives is the one the broker, the metadata manager or the storage backend uses.
 
 A config name in the docs is a backticked token shaped like a Kafka key (``log.retention.ms``). It must be
 one of the broker's configs (``tieredlog.config``), a topic config (``tieredlog.log.config``), a key a
@@ -235,3 +235,56 @@ def test_rlmm_table_defaults_match_the_metadata_manager():
         elif str(defaults[changed[0]]).lower() != default:
             wrong.append(f"{name}: docs say {default}, the metadata manager {defaults[changed[0]]!r}")
     assert not wrong, wrong
+
+
+MIB = 1024 * 1024
+CONFIG_READS = ("string", "integer", "boolean", "choice")
+
+
+def _read_defaults(path: Path) -> dict[str, object]:
+    """Key -> default of every ``reader.<kind>("key", default)`` call in a backend's source ("required"
+    when the call names no default)."""
+    import ast
+
+    out: dict[str, object] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CONFIG_READS
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            default = node.args[1] if len(node.args) > 1 else None
+            out[node.args[0].value] = ("required" if default is None else
+                                       eval(compile(ast.Expression(default), str(path), "eval"), {"MIB": MIB}))
+    return out
+
+
+def _doc_default(cell: str) -> object:
+    """A backend table's default cell: `required`, a number (with MiB), true/false; else not comparable."""
+    match = re.match(r"^`?(required|true|false|-?\d+)`?(?:\s*(MiB))?(?:\s|$)", cell)
+    if not match:
+        return NotImplemented
+    word, unit = match.groups()
+    if word in ("required", "true", "false"):
+        return {"required": "required", "true": True, "false": False}[word]
+    return int(word) * (MIB if unit else 1)
+
+
+@pytest.mark.parametrize("doc, heading, source", [
+    ("docs/configuration.md", "### `s3`", "tieredlog/rsm/s3.py"),
+    ("docs/configuration.md", "### `fsspec`", "tieredlog/rsm/fsspec_rsm.py"),
+    ("plugins/tieredlog-chunked/README.md", "## Use it", "plugins/tieredlog-chunked/tieredlog_chunked/rsm.py"),
+])
+def test_backend_table_defaults_match_their_source(doc, heading, source):
+    section = re.split(r"\n#{2,3} ", (ROOT / doc).read_text().split(f"\n{heading}", 1)[1], maxsplit=1)[0]
+    defaults = _read_defaults(ROOT / source)
+    compared, wrong = 0, []
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        name_cell, default_cell = [c.strip() for c in line.strip().strip("|").split("|")][:2]
+        name = name_cell.split("`")[1]
+        documented = _doc_default(default_cell)
+        if documented is NotImplemented or name not in defaults:
+            continue
+        compared += 1
+        if documented != defaults[name] and not (documented is False and defaults[name] is None):
+            wrong.append(f"{name}: {doc} says {default_cell}, {source} {defaults[name]!r}")
+    assert compared >= 1 and not wrong, (compared, wrong)
