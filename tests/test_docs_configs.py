@@ -193,8 +193,13 @@ def test_topic_table_defaults_match_the_registry():
     rows = _table_rows("Topic configs")
     assert {row[0].strip("`") for row in rows} == set(TOPIC_CONFIGS_BY_NAME)
     wrong = []
-    for name_cell, synonym, default, *_ in rows:
+    for name_cell, synonym, default, value_range, *_ in rows:
         d = TOPIC_CONFIGS_BY_NAME[name_cell.strip("`")]
+        at_least = re.fullmatch(r"≥ (-?\d+)", value_range)
+        if (float(at_least.group(1)) if at_least else None) != d.minimum:
+            wrong.append(f"{d.name}: docs give range {value_range!r}, the registry minimum {d.minimum!r}")
+        if d.choices and value_range != " / ".join(f"`{c}`" for c in d.choices):
+            wrong.append(f"{d.name}: docs give range {value_range!r}, the registry {d.choices}")
         expected_synonym = f"`{d.broker_synonym}`" if d.broker_synonym else "—"
         if synonym != expected_synonym:
             wrong.append(f"{d.name}: docs give synonym {synonym}, the registry {d.broker_synonym!r}")
