@@ -140,6 +140,11 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
         items = [(t.name, t.topic_id) for t in req.topics]
     else:
         items = [(n, None) for n in req.topic_names]
+    if not broker.config["delete.topic.enable"]:
+        # Kafka refuses the whole request before any authorization; v0-2 have no code for it
+        code = ErrorCode.topic_deletion_disabled if ctx.api_version >= 3 else ErrorCode.invalid_request
+        return {"throttle_time": 0, "responses": [
+            {"name": name, "topic_id": tid, "error_code": code, "error_message": None} for name, tid in items]}
     for name, tid in items:
         entry: dict[str, Any] = {"name": name, "topic_id": tid, "error_code": 0, "error_message": None}
         by_id = name is None and tid is not None
