@@ -1,7 +1,8 @@
 """Committed offsets: OffsetCommit, OffsetFetch and OffsetDelete of a group.
 
 A commit from a group member must come from the current generation (and counts as a heartbeat); a
-commit with a negative generation to an Empty group is a standalone consumer's. Every accepted
+commit with a negative generation to an Empty group (or to no group: the "simple" group is created) is
+a standalone consumer's or an admin's, whatever member id it carries. Every accepted
 commit is one OffsetCommitValue record in the group's `__consumer_offsets` partition, a deletion a
 tombstone.
 
@@ -15,8 +16,9 @@ cluster only the groups of the partitions led here are looked at, and the tombst
 for: a leader that loses them expires the offsets again (Kafka appends them with acks=0).
 
 A KIP-848 consumer group's commits carry the member epoch where classic ones carry the generation:
-a member's commit must come with its current epoch (STALE_MEMBER_EPOCH otherwise), one without member
-(an admin's) is taken only while the group has no member. Its offsets live in the GroupMetadata of its
+a member's commit must come with its current epoch (STALE_MEMBER_EPOCH otherwise), one with a negative
+epoch (an admin's, or a consumer's that assigned its partitions itself) is taken only while the group has
+no member, and refused with UNKNOWN_MEMBER_ID (STALE_MEMBER_EPOCH if its member id is a member's) otherwise. Its offsets live in the GroupMetadata of its
 id like a classic group's; while it has members, only offsets of topics none of them subscribes to
 expire (by commit time), and OffsetDelete refuses the subscribed ones.
 
@@ -163,12 +165,14 @@ class CommittedOffsets:
         if group is None:
             if generation_id >= 0:
                 return all_(ErrorCode.illegal_generation)
-            if member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
-                return all_(ErrorCode.unknown_member_id)  # Kafka's answer, without leaving an empty group behind
+            # Kafka creates the "simple" group for a negative generation whatever member id comes with it:
+            # a consumer that assigned its partitions itself may send the id it made up (librdkafka does)
             group = self.state.new_group(group_id)
         if group.is_state(GroupState.DEAD):
             return all_(ErrorCode.coordinator_not_available)
-        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+        if generation_id < 0 and group.is_state(GroupState.EMPTY):
+            pass  # a standalone consumer's or an admin's commit, member id or not (Kafka's ClassicGroup)
+        elif generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
             # A commit from a group member (Kafka's validateOffsetCommit): it must be current, and a
             # static member replaced by a newer instance is fenced.
             code = self.membership.validate_member(group, member_id, group_instance_id)
@@ -331,12 +335,15 @@ class CommittedOffsets:
 
 def validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: str | None,
                              member_epoch: int, transactional: bool = False) -> ErrorCode:
-    """Kafka's ConsumerGroup.validateOffsetCommit. Outside a transaction a commit without member is an
-    admin's, taken only while the group has no member; a transactional one without member is a producer's
-    that does not name its consumer (as for classic groups, taken). A member's must carry its current epoch:
+    """Kafka's ConsumerGroup.validateOffsetCommit. A commit with a negative epoch is an admin's or a
+    standalone consumer's, taken only while the group has no member (whatever member id it carries);
+    otherwise its member id must be a member's (UNKNOWN_MEMBER_ID). A transactional one without member
+    is a producer's that does not name its consumer (as for classic groups, taken). A member's must carry its current epoch:
     STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION in a transaction (what TxnOffsetCommit clients expect)."""
-    if member_epoch < 0 and member_id == UNKNOWN_MEMBER_ID and instance_id is None:
-        return ErrorCode.none if transactional or not group.members else ErrorCode.unknown_member_id
+    if member_epoch < 0 and not group.members:
+        return ErrorCode.none  # whatever member id: a consumer that assigned its partitions itself may send one
+    if transactional and member_epoch == -1 and member_id == UNKNOWN_MEMBER_ID and instance_id is None:
+        return ErrorCode.none
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
