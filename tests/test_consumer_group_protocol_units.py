@@ -16,6 +16,7 @@ from tieredlog.coordinator.consumer_group.assignors import RangeAssignor, Unifor
 from tieredlog.coordinator.consumer_group.member import MemberState
 from tieredlog.coordinator.consumer_group.reconciliation import MemberAssignment, reconcile
 from tieredlog.coordinator.consumer_group.regex import InvalidRegex, compile_topic_regex
+from tieredlog.coordinator.consumer_group.regex_refresh import RESOLVE_SLICE, RegexResolution
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.coordinator.storage import MemoryGroupStore
 from tieredlog.coordinator.timer import ManualScheduler
@@ -312,3 +313,33 @@ def test_transactional_commit_of_a_member() -> None:
         assert (await txn("g", Producer(7, 0), "b", None, 1, {("t1", 0): (4, -1, "")})) == \
             {("t1", 0): ErrorCode.unknown_member_id}
     run(body())
+
+
+def test_regex_resolution_runs_a_slice_of_topics_per_loop_turn() -> None:
+    turns: list = []
+
+    class Loop(ManualScheduler):
+        """Each callback handed over is one later turn of the loop, run when the test says."""
+
+        def call_later(self, delay_ms, callback):  # type: ignore[no-untyped-def]
+            turns.append(callback)
+            return super().call_later(delay_ms, lambda: None)
+
+    names = [f"t{i}" for i in range(2 * RESOLVE_SLICE + 5)] + ["__internal1"]
+    results: list = []
+    RegexResolution(Loop(), ["t1.*", "__.*"], names, lambda: True, results.append).start()
+    steps = 0
+    while turns:
+        turns.pop(0)()
+        steps += 1
+        assert not results or not turns  # delivered once, after the last slice
+    assert steps == 3
+    assert results == [{"t1.*": frozenset(n for n in names if n.startswith("t1")), "__.*": frozenset()}]
+    # a group no longer served here (or a cancelled resolution) gets nothing
+    RegexResolution(Loop(), ["t1.*"], names, lambda: False, results.append).start()
+    cancelled = RegexResolution(Loop(), ["t1.*"], names, lambda: True, results.append)
+    cancelled.start()
+    cancelled.cancel()
+    while turns:
+        turns.pop(0)()
+    assert len(results) == 1

@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 from kio.schema.errors import ErrorCode
 
 from tieredlog.coordinator import schema
-from tieredlog.coordinator.consumer_group import records
+from tieredlog.coordinator.consumer_group import records, regex_refresh
 from tieredlog.coordinator.consumer_group.assignors import ASSIGNORS, Partitions
 from tieredlog.coordinator.consumer_group.classic_members import ClassicMembers
 from tieredlog.coordinator.consumer_group.group import ConsumerGroup, ConsumerGroupState
@@ -41,7 +41,7 @@ from tieredlog.coordinator.consumer_group.member import (
 )
 from tieredlog.coordinator.consumer_group.migration import ClassicRebalance, EmbeddedConsumerProtocol, GroupMigration
 from tieredlog.coordinator.consumer_group.reconciliation import MemberAssignment, reconcile
-from tieredlog.coordinator.consumer_group.regex import InvalidRegex, compile_topic_regex, matching_topics
+from tieredlog.coordinator.consumer_group.regex import InvalidRegex, compile_topic_regex
 from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState
 from tieredlog.coordinator.state import CoordinatorState, cancel
 from tieredlog.coordinator.storage import WaitForIsr, store_error_code
@@ -51,13 +51,6 @@ log = logging.getLogger(__name__)
 # topic name -> (topic id, partition count) of every topic the broker has
 TopicsView = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
 Record = tuple[bytes, "bytes | None"]
-# Kafka's GroupMetadataManager.REGEX_BATCH_REFRESH_INTERVAL_MS: a group's regexes are resolved again at
-# most this often
-REGEX_BATCH_REFRESH_INTERVAL_MS = 10_000
-
-
-def _fingerprint(topics: Mapping[str, object]) -> int:
-    return hash(frozenset(topics))
 
 
 @dataclass
@@ -345,50 +338,51 @@ class ConsumerGroupCoordinator:
         return bump
 
     def _maybe_refresh_regexes(self, group: ConsumerGroup, require: bool) -> None:
-        """Schedule a resolution of every regex of the group (Kafka's conditions): one at a time, at most
-        one per REGEX_BATCH_REFRESH_INTERVAL_MS, and only for a regex not resolved yet or new topics."""
-        used = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
-        if not used or group.regex_refresh is not None:
-            return
-        last = max((r.timestamp_ms for r in group.resolved_regexes.values()), default=None)
-        if last is not None and self.state.scheduler.wall_clock_ms() <= last + REGEX_BATCH_REFRESH_INTERVAL_MS:
-            return
-        if not (require or not used <= group.resolved_regexes.keys()
-                or group.regex_topics_fingerprint != _fingerprint(self.topics())):
-            return
-        group.regex_refresh = self.state.scheduler.call_later(0, lambda: self._refresh_regexes(group))
-
-    def _refresh_regexes(self, group: ConsumerGroup) -> None:
-        """Kafka's refreshRegularExpressions and handleRegularExpressionsResult, in one later loop turn:
-        each regex resolved against the topics now and written (ConsumerGroupRegularExpression); a changed
-        resolution, or subscribed topics that changed with it, bumps the group epoch."""
-        group.regex_refresh = None
-        if (group.dead or self.groups.get(group.group_id) is not group
-                or self.state.ownership_error(group.group_id) is not None):
+        if not regex_refresh.needs_refresh(group, require, self.state.scheduler.wall_clock_ms(), self.topics):
             return
         started = self.state.scheduler.wall_clock_ms()
-        topics = self.topics()
-        used = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        names = list(self.topics())
+        regexes = sorted(regex_refresh.subscribed_regexes(group))
+
+        def wanted() -> bool:
+            return (not group.dead and self.groups.get(group.group_id) is group
+                    and self.state.ownership_error(group.group_id) is None)
+
+        def done(matched: dict[str, frozenset[str]]) -> None:
+            group.regex_refresh = None
+            group.regex_topics_fingerprint = regex_refresh.fingerprint(names)
+            self._regexes_resolved(group, matched, started, len(names))
+
+        resolution = regex_refresh.RegexResolution(self.state.scheduler, regexes, names, wanted, done)
+        group.regex_refresh = resolution
+        resolution.start()
+
+    def _regexes_resolved(self, group: ConsumerGroup, matched: Mapping[str, frozenset[str]], started: int,
+                          scanned: int) -> None:
+        """Kafka's handleRegularExpressionsResult: each regex still subscribed gets its resolution written
+        (ConsumerGroupRegularExpression); a changed one, or subscribed topics that changed with it, bumps
+        the group epoch (the members get the new target on their next heartbeat)."""
+        used = regex_refresh.subscribed_regexes(group)
         out: list[Record] = []
         bump = False
-        for regex in sorted(used):
-            matched = frozenset(matching_topics(regex, topics))
+        for regex, topics in matched.items():
+            if regex not in used:
+                continue
             previous = group.resolved_regexes.get(regex)
-            bump |= matched != (previous.topics if previous is not None else frozenset())
-            resolved = records.ResolvedRegex(matched, group.group_epoch, started)
+            bump |= topics != (previous.topics if previous is not None else frozenset())
+            resolved = records.ResolvedRegex(topics, group.group_epoch, started)
             group.resolved_regexes[regex] = resolved
             out.append((records.encode_key(records.REGULAR_EXPRESSION, group.group_id, regex),
                         records.encode_resolved_regex(resolved)))
-        group.regex_topics_fingerprint = _fingerprint(topics)
         if self.refresh_subscription_metadata(group, out):
             bump = True
         if bump:
             self.bump_group_epoch(group, out)
+        now = self.state.scheduler.wall_clock_ms()
         log.info("group %s: scanned %d topics to refresh regular expressions %s in %d ms%s", group.group_id,
-                 len(topics), sorted(used), self.state.scheduler.wall_clock_ms() - started,
-                 f": group epoch {group.group_epoch}" if bump else "")
+                 scanned, sorted(matched), now - started, f": group epoch {group.group_epoch}" if bump else "")
         try:
-            self.append(group.group_id, out, self.state.scheduler.wall_clock_ms())
+            self.append(group.group_id, out, now)
         except Exception as exc:  # noqa: BLE001 - the state has moved; the records follow with the next change
             log.error("group %s: writing the resolution of its regular expressions failed: %s", group.group_id, exc)
 

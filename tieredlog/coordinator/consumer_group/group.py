@@ -41,6 +41,8 @@ class ConsumerGroup:
     regex_refresh: Cancellable | None = None
     # the topic names the regexes were last resolved against, as a hash: new topics ask for a refresh
     regex_topics_fingerprint: int | None = None
+    # when a heartbeat last looked for new topics (wall clock ms): at most once an interval
+    regex_checked_ms: int = 0
     dead: bool = False
 
     @property
