@@ -97,12 +97,12 @@ class CommittedOffsets:
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
-        offsets: dict[TopicPartition, OffsetCommit],
+        offsets: dict[TopicPartition, OffsetCommit],        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit (offset, leader epoch, metadata) per partition; returns the error code per partition.
         Answers at once, so the store must commit inline (one broker); in a cluster the server awaits
         `handle_commit_offsets`."""
-        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets)
+        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets, api_version)
         if isinstance(outcome, _PendingCommit):
             raise TypeError("the store replicates its appends: await handle_commit_offsets")
         return outcome
@@ -113,11 +113,11 @@ class CommittedOffsets:
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
-        offsets: dict[TopicPartition, OffsetCommit],
+        offsets: dict[TopicPartition, OffsetCommit],        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode]:
         """`commit_offsets` for any store: in a cluster, answered once the ISR has the commit (or its
         wait failed: COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR as Kafka maps them)."""
-        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets)
+        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets, api_version)
         if not isinstance(outcome, _PendingCommit):
             return outcome
         pending = outcome
@@ -144,7 +144,7 @@ class CommittedOffsets:
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
-        offsets: dict[TopicPartition, OffsetCommit],
+        offsets: dict[TopicPartition, OffsetCommit],        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode] | _PendingCommit:
         def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return {tp: code for tp in offsets}
@@ -158,13 +158,15 @@ class CommittedOffsets:
         group = self.state.groups.get(group_id)
         consumer_group = self.state.consumer_groups.get(group_id)
         if consumer_group is not None and group is not None:
-            code = validate_consumer_commit(consumer_group, member_id, group_instance_id, generation_id)
+            code = validate_consumer_commit(consumer_group, member_id, group_instance_id, generation_id,
+                                            api_version=api_version)
             if code != ErrorCode.none:
                 return all_(code)
             return self._store_offsets(group, offsets)
         if group is None:
             if generation_id >= 0:
-                return all_(ErrorCode.illegal_generation)
+                # v9 (KIP-848) answers GROUP_ID_NOT_FOUND for both protocols; older versions keep their answer
+                return all_(ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation)
             # Kafka creates the "simple" group for a negative generation whatever member id comes with it:
             # a consumer that assigned its partitions itself may send the id it made up (librdkafka does)
             group = self.state.new_group(group_id)
@@ -334,11 +336,12 @@ class CommittedOffsets:
 
 
 def validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: str | None,
-                             member_epoch: int, transactional: bool = False) -> ErrorCode:
+                             member_epoch: int, transactional: bool = False, api_version: int = 9) -> ErrorCode:
     """Kafka's ConsumerGroup.validateOffsetCommit. A commit with a negative epoch is an admin's or a
     standalone consumer's, taken only while the group has no member (whatever member id it carries);
     otherwise its member id must be a member's (UNKNOWN_MEMBER_ID). A transactional one without member
-    is a producer's that does not name its consumer (as for classic groups, taken). A member's must carry its current epoch:
+    is a producer's that does not name its consumer (as for classic groups, taken). A consumer-protocol
+    member's own commit must come as OffsetCommit v9 or later (UNSUPPORTED_VERSION). A member's must carry its current epoch:
     STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION in a transaction (what TxnOffsetCommit clients expect)."""
     if member_epoch < 0 and not group.members:
         return ErrorCode.none  # whatever member id: a consumer that assigned its partitions itself may send one
@@ -347,6 +350,8 @@ def validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: 
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
+    if not transactional and member.classic is None and api_version < 9:
+        return ErrorCode.unsupported_version  # a consumer-protocol member commits with v9 or later
     if member_epoch != member.member_epoch:
         # a classic member (online migration) commits with its generation: ILLEGAL_GENERATION, as for classic groups
         return ErrorCode.illegal_generation if transactional or member.classic is not None \
