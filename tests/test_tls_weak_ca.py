@@ -10,17 +10,19 @@ import ipaddress
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import NameOID
 from helpers import free_port
 
-pytestmark = pytest.mark.integration
+from tieredlog.config import BrokerConfig, BrokerConfigError
+from tieredlog.security.tls import listener_tls
 
 # sha256WithRSAEncryption and the algorithms swapped in for it, DER-encoded OIDs of the same length
 _SHA256_RSA = bytes.fromhex("06092a864886f70d01010b")
@@ -35,10 +37,11 @@ def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def weak_pki(folder: Path, digest: hashes.HashAlgorithm) -> tuple[Path, Path]:
-    """(CA file, key store file) where the broker certificate is signed with ``digest`` by a private CA.
-    cryptography no longer signs certificates with SHA-1 or MD5, so one is signed with SHA-256 and its
-    signature replaced: the algorithm identifiers swapped and the to-be-signed part signed again."""
+def weak_pki(folder: Path, digest: hashes.HashAlgorithm, key: Any = None) -> tuple[Path, Path]:
+    """(CA file, key store file) where the broker certificate (of ``key``, a 2048-bit RSA key by default)
+    is signed with ``digest`` by a private CA. cryptography no longer signs certificates with SHA-1 or
+    MD5, so one is signed with SHA-256 and its signature replaced: the algorithm identifiers swapped and
+    the to-be-signed part signed again."""
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = rsa.generate_private_key(65537, 2048)
     ca = (x509.CertificateBuilder().subject_name(_name("weak test CA")).issuer_name(_name("weak test CA"))
@@ -46,19 +49,22 @@ def weak_pki(folder: Path, digest: hashes.HashAlgorithm) -> tuple[Path, Path]:
           .not_valid_after(now + datetime.timedelta(days=30))
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
           .sign(ca_key, hashes.SHA256()))
-    key = rsa.generate_private_key(65537, 2048)
+    key = key or rsa.generate_private_key(65537, 2048)
     cert = (x509.CertificateBuilder().subject_name(_name("broker")).issuer_name(_name("weak test CA"))
             .public_key(key.public_key()).serial_number(2).not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.SubjectAlternativeName(
                 [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
             .sign(ca_key, hashes.SHA256()))
-    oid = _OIDS[digest.name]
+    if digest.name == "sha256":
+        oid = _SHA256_RSA
+    else:
+        oid = _OIDS[digest.name]
     tbs = cert.tbs_certificate_bytes.replace(_SHA256_RSA, oid)
     der = cert.public_bytes(serialization.Encoding.DER).replace(cert.signature,
                                                                 ca_key.sign(tbs, padding.PKCS1v15(), digest))
     weak = x509.load_der_x509_certificate(der.replace(_SHA256_RSA, oid))
-    assert weak.signature_algorithm_oid.dotted_string.endswith(".5" if digest.name == "sha1" else ".4")
+    assert weak.signature_algorithm_oid.dotted_string.endswith({"sha1": ".5", "md5": ".4", "sha256": ".11"}[digest.name])
     folder.mkdir(parents=True, exist_ok=True)
     ca_file, store = folder / "ca.pem", folder / "broker.pem"
     ca_file.write_bytes(_pem(ca))
@@ -67,6 +73,7 @@ def weak_pki(folder: Path, digest: hashes.HashAlgorithm) -> tuple[Path, Path]:
     return ca_file, store
 
 
+@pytest.mark.integration
 def test_a_private_ca_sha1_key_store_is_served_with_one_warning(tmp_path: Path) -> None:
     ca, store = weak_pki(tmp_path / "pki", hashes.SHA1())
     broker = BrokerProcess(tmp_path / "data", {
@@ -96,6 +103,7 @@ def test_a_private_ca_sha1_key_store_is_served_with_one_warning(tmp_path: Path) 
         broker.stop()
 
 
+@pytest.mark.integration
 def test_an_md5_signed_key_store_still_stops_the_broker_with_one_line(tmp_path: Path) -> None:
     _, store = weak_pki(tmp_path / "pki", hashes.MD5())
     r = subprocess.run(
@@ -108,3 +116,25 @@ def test_an_md5_signed_key_store_still_stops_the_broker_with_one_line(tmp_path: 
     assert len(lines) == 1, r.stderr
     assert f"ssl.keystore.location {store}: the certificate CN=broker is signed with MD5withRSA" in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def ssl_listener_tls(ca: Path, store: Path) -> Any:
+    return listener_tls(BrokerConfig.from_props({
+        "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093", "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(store), "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca)},
+        warn=False))["SSL"]
+
+
+def test_each_key_store_gets_the_level_it_needs_and_no_lower(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    strong = ssl_listener_tls(*weak_pki(tmp_path / "strong", hashes.SHA256()))
+    default_level = strong.context.security_level
+    assert default_level >= 2 and not caplog.records
+    # a 1024-bit RSA key: Kafka's JVM takes it (RSA keySize < 1024 is what it refuses), OpenSSL wants level 1
+    rsa1024 = ssl_listener_tls(*weak_pki(tmp_path / "rsa1024", hashes.SHA256(), rsa.generate_private_key(65537, 1024)))
+    assert rsa1024.context.security_level == 1
+    assert "CN=broker has a 1024-bit RSA key" in caplog.text and "security level 1" in caplog.text
+    sha1 = ssl_listener_tls(*weak_pki(tmp_path / "sha1", hashes.SHA1()))
+    assert sha1.context.security_level == 0
+    # an EC key under 224 bits: refused by the JVM too
+    with pytest.raises(BrokerConfigError, match="CN=broker has a 192-bit EC key, which Kafka's JVM refuses too"):
+        ssl_listener_tls(*weak_pki(tmp_path / "p192", hashes.SHA256(), ec.generate_private_key(ec.SECP192R1())))
