@@ -350,7 +350,7 @@ class ConsumerGroupCoordinator:
 
         def done(matched: dict[str, frozenset[str]]) -> None:
             group.regex_refresh = None
-            group.regex_topics_fingerprint = regex_refresh.fingerprint(names)
+            group.regex_topics_fingerprint = resolution.fingerprint
             self._regexes_resolved(group, matched, started, len(names))
 
         resolution = regex_refresh.RegexResolution(self.state.scheduler, regexes, names, wanted, done)

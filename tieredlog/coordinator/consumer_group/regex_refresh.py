@@ -10,6 +10,8 @@ REGEX_BATCH_REFRESH_INTERVAL_MS, when a regex is unresolved or topics changed.
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Callable, Iterable, Mapping
 
 from tieredlog.coordinator.consumer_group.group import ConsumerGroup
@@ -23,7 +25,8 @@ RESOLVE_SLICE = 20_000
 
 
 def fingerprint(names: Iterable[str]) -> int:
-    return hash(frozenset(names))
+    """Of a set of topic names, in any order and any number of slices (XOR the slices' fingerprints)."""
+    return functools.reduce(operator.xor, map(hash, names), 0)
 
 
 def subscribed_regexes(group: ConsumerGroup) -> set[str]:
@@ -61,6 +64,8 @@ class RegexResolution:
         self.wanted = wanted
         self.done = done
         self.matched: dict[str, set[str]] = {r: set() for r in regexes}
+        # the names' fingerprint, built a slice at a time too: what the regexes were resolved against
+        self.fingerprint = 0
         self._next: Cancellable | None = None
         self._cancelled = False
 
@@ -81,6 +86,7 @@ class RegexResolution:
         names = self.names[start:start + RESOLVE_SLICE]
         for regex in self.regexes:
             self.matched[regex] |= matching_topics(regex, names)
+        self.fingerprint ^= fingerprint(names)
         if start + RESOLVE_SLICE < len(self.names):
             self._schedule(start + RESOLVE_SLICE)
             return
