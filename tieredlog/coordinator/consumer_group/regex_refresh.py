@@ -21,7 +21,7 @@ from tieredlog.coordinator.timer import Cancellable, Scheduler
 # Kafka's GroupMetadataManager.REGEX_BATCH_REFRESH_INTERVAL_MS
 REGEX_BATCH_REFRESH_INTERVAL_MS = 10_000
 # topic names matched per loop turn: a few milliseconds of the loop each
-RESOLVE_SLICE = 20_000
+RESOLVE_SLICE = 5_000
 
 
 def fingerprint(names: Iterable[str]) -> int:
