@@ -185,14 +185,29 @@ def test_regex_resolution_is_stored_as_kafka_4_does() -> None:
         joined = await coord.consumer_group_heartbeat(HeartbeatRequest(
             group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=30_000, subscribed_topic_regex="t.*",
             owned={}))
-        assert joined.assignment == {T1: frozenset(range(6))}
+        # resolved in a later turn, as Kafka's executor does: nothing yet, then a new group epoch
+        assert joined.assignment == {} and not regex_records()
+        clock.advance(0)
         [(key, value)] = regex_records()
         assert key == records.encode_key(records.REGULAR_EXPRESSION, "g", "t.*")
         assert value is not None and records.decode_resolved_regex(value).topics == {"t1"}
-        # a new matching topic: resolved again, and the member gets its partitions
+        joined = await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m",
+                                                                       member_epoch=joined.member_epoch))
+        assert joined.assignment == {T1: frozenset(range(6))}
+        # a new matching topic: resolved again once the last resolution is 10 s old, then the member gets it
         topics["t2"] = (uuid.UUID(int=2), 2)
+        clock.advance(5_000)
+        soon = await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m",
+                                                                     member_epoch=joined.member_epoch))
+        clock.advance(0)
+        assert soon.member_epoch == joined.member_epoch and len(regex_records()) == 1
+        clock.advance(5_001)
+        await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m",
+                                                              member_epoch=joined.member_epoch))
+        clock.advance(0)
         again = await coord.consumer_group_heartbeat(HeartbeatRequest(group_id="g", member_id="m",
                                                                       member_epoch=joined.member_epoch))
+        assert again.member_epoch == joined.member_epoch + 1
         assert again.assignment is not None and again.assignment[uuid.UUID(int=2)] == frozenset({0, 1})
         latest = regex_records()[-1][1]
         assert latest is not None and records.decode_resolved_regex(latest).topics == {"t1", "t2"}

@@ -16,6 +16,7 @@ from tieredlog.coordinator.consumer_group.assignors import RangeAssignor, Unifor
 from tieredlog.coordinator.consumer_group.member import MemberState
 from tieredlog.coordinator.consumer_group.reconciliation import MemberAssignment, reconcile
 from tieredlog.coordinator.consumer_group.regex import InvalidRegex, compile_topic_regex
+from tieredlog.coordinator.consumer_group.regex_refresh import RESOLVE_SLICE, RegexResolution
 from tieredlog.coordinator.group_coordinator import GroupCoordinator
 from tieredlog.coordinator.storage import MemoryGroupStore
 from tieredlog.coordinator.timer import ManualScheduler
@@ -232,9 +233,12 @@ def test_records_rebuild_the_group_after_a_restart() -> None:
         store = MemoryGroupStore()
         h = await Harness(store).start()
         a = await h.hb("a", 0, subscribed_topic_regex="t[12]", subscribed_topic_names=None)
-        assert total(a.assignment or {}) == 9
+        assert a.assignment == {}  # the regex is resolved in a later turn, as Kafka does
+        h.clock.advance(0)
+        a = await h.hb("a", a.member_epoch, owned={})
+        assert total(a.assignment or {}) == 9 and a.member_epoch == 2
         await h.hb("b", 0, instance_id="s1", subscribed_topic_names=("t1", "t2"))
-        h.coord.commit_offsets("g", "a", None, 1, {("t1", 0): (7, -1, "")})
+        h.coord.commit_offsets("g", "a", None, 2, {("t1", 0): (7, -1, "")})
         before = h.coord.consumer_group_describe("g")
         await h.coord.shutdown()
         again = await Harness(store).start()
@@ -245,7 +249,7 @@ def test_records_rebuild_the_group_after_a_restart() -> None:
         assert after.members[0].member.subscribed_topic_regex in ("t[12]", None)
         assert again.coord.fetch_offsets("g", [("t1", 0)])[1][("t1", 0)].offset == 7  # type: ignore[union-attr]
         # a member carries on at the epoch it had
-        assert (await again.hb("a", 1, owned=None)).error == ErrorCode.none
+        assert (await again.hb("a", 2, owned=None)).error == ErrorCode.none
     run(body())
 
 
@@ -309,3 +313,33 @@ def test_transactional_commit_of_a_member() -> None:
         assert (await txn("g", Producer(7, 0), "b", None, 1, {("t1", 0): (4, -1, "")})) == \
             {("t1", 0): ErrorCode.unknown_member_id}
     run(body())
+
+
+def test_regex_resolution_runs_a_slice_of_topics_per_loop_turn() -> None:
+    turns: list = []
+
+    class Loop(ManualScheduler):
+        """Each callback handed over is one later turn of the loop, run when the test says."""
+
+        def call_later(self, delay_ms, callback):  # type: ignore[no-untyped-def]
+            turns.append(callback)
+            return super().call_later(delay_ms, lambda: None)
+
+    names = [f"t{i}" for i in range(2 * RESOLVE_SLICE + 5)] + ["__internal1"]
+    results: list = []
+    RegexResolution(Loop(), ["t1.*", "__.*"], names, lambda: True, results.append).start()
+    steps = 0
+    while turns:
+        turns.pop(0)()
+        steps += 1
+        assert not results or not turns  # delivered once, after the last slice
+    assert steps == 3
+    assert results == [{"t1.*": frozenset(n for n in names if n.startswith("t1")), "__.*": frozenset()}]
+    # a group no longer served here (or a cancelled resolution) gets nothing
+    RegexResolution(Loop(), ["t1.*"], names, lambda: False, results.append).start()
+    cancelled = RegexResolution(Loop(), ["t1.*"], names, lambda: True, results.append)
+    cancelled.start()
+    cancelled.cancel()
+    while turns:
+        turns.pop(0)()
+    assert len(results) == 1

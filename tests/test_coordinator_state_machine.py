@@ -510,7 +510,10 @@ async def test_simple_commit_and_fetch_without_a_group():
     code, got = h.coord.fetch_offsets("solo", [("t", 0), ("t", 1)])
     assert code == 0 and got[("t", 1)] is None
     assert (got[("t", 0)].offset, got[("t", 0)].leader_epoch, got[("t", 0)].metadata) == (42, 3, "meta")
-    assert h.coord.commit_offsets("nogroup", "m", None, 1, {("t", 0): (1, -1, None)}) == {("t", 0): ILLEGAL_GENERATION}
+    assert h.coord.commit_offsets("nogroup", "m", None, 1, {("t", 0): (1, -1, None)}, api_version=8) == \
+        {("t", 0): ILLEGAL_GENERATION}
+    # OffsetCommit v9 (KIP-848) answers GROUP_ID_NOT_FOUND (69) for a group that does not exist, as Kafka
+    assert h.coord.commit_offsets("nogroup", "m", None, 1, {("t", 0): (1, -1, None)}) == {("t", 0): 69}
     too_big = h.coord.commit_offsets("solo", "", None, -1, {("t", 1): (5, -1, "x" * 4097), ("t", 2): (6, -1, "")})
     assert too_big == {("t", 1): OFFSET_METADATA_TOO_LARGE, ("t", 2): 0}
 

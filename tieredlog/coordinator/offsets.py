@@ -1,7 +1,8 @@
 """Committed offsets: OffsetCommit, OffsetFetch and OffsetDelete of a group.
 
 A commit from a group member must come from the current generation (and counts as a heartbeat); a
-commit with a negative generation to an Empty group is a standalone consumer's. Every accepted
+commit with a negative generation to an Empty group (or to no group: the "simple" group is created) is
+a standalone consumer's or an admin's, whatever member id it carries. Every accepted
 commit is one OffsetCommitValue record in the group's `__consumer_offsets` partition, a deletion a
 tombstone.
 
@@ -15,8 +16,9 @@ cluster only the groups of the partitions led here are looked at, and the tombst
 for: a leader that loses them expires the offsets again (Kafka appends them with acks=0).
 
 A KIP-848 consumer group's commits carry the member epoch where classic ones carry the generation:
-a member's commit must come with its current epoch (STALE_MEMBER_EPOCH otherwise), one without member
-(an admin's) is taken only while the group has no member. Its offsets live in the GroupMetadata of its
+a member's commit must come with its current epoch (STALE_MEMBER_EPOCH otherwise), one with a negative
+epoch (an admin's, or a consumer's that assigned its partitions itself) is taken only while the group has
+no member, and refused with UNKNOWN_MEMBER_ID (STALE_MEMBER_EPOCH if its member id is a member's) otherwise. Its offsets live in the GroupMetadata of its
 id like a classic group's; while it has members, only offsets of topics none of them subscribes to
 expire (by commit time), and OffsetDelete refuses the subscribed ones.
 
@@ -95,12 +97,12 @@ class CommittedOffsets:
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
-        offsets: dict[TopicPartition, OffsetCommit],
+        offsets: dict[TopicPartition, OffsetCommit],        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit (offset, leader epoch, metadata) per partition; returns the error code per partition.
         Answers at once, so the store must commit inline (one broker); in a cluster the server awaits
         `handle_commit_offsets`."""
-        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets)
+        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets, api_version)
         if isinstance(outcome, _PendingCommit):
             raise TypeError("the store replicates its appends: await handle_commit_offsets")
         return outcome
@@ -111,11 +113,11 @@ class CommittedOffsets:
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
-        offsets: dict[TopicPartition, OffsetCommit],
+        offsets: dict[TopicPartition, OffsetCommit],        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode]:
         """`commit_offsets` for any store: in a cluster, answered once the ISR has the commit (or its
         wait failed: COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR as Kafka maps them)."""
-        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets)
+        outcome = self._commit(group_id, member_id, group_instance_id, generation_id, offsets, api_version)
         if not isinstance(outcome, _PendingCommit):
             return outcome
         pending = outcome
@@ -142,7 +144,7 @@ class CommittedOffsets:
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
-        offsets: dict[TopicPartition, OffsetCommit],
+        offsets: dict[TopicPartition, OffsetCommit],        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode] | _PendingCommit:
         def all_(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return {tp: code for tp in offsets}
@@ -156,19 +158,23 @@ class CommittedOffsets:
         group = self.state.groups.get(group_id)
         consumer_group = self.state.consumer_groups.get(group_id)
         if consumer_group is not None and group is not None:
-            code = validate_consumer_commit(consumer_group, member_id, group_instance_id, generation_id)
+            code = validate_consumer_commit(consumer_group, member_id, group_instance_id, generation_id,
+                                            api_version=api_version)
             if code != ErrorCode.none:
                 return all_(code)
             return self._store_offsets(group, offsets)
         if group is None:
             if generation_id >= 0:
-                return all_(ErrorCode.illegal_generation)
-            if member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
-                return all_(ErrorCode.unknown_member_id)  # Kafka's answer, without leaving an empty group behind
+                # v9 (KIP-848) answers GROUP_ID_NOT_FOUND for both protocols; older versions keep their answer
+                return all_(ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation)
+            # Kafka creates the "simple" group for a negative generation whatever member id comes with it:
+            # a consumer that assigned its partitions itself may send the id it made up (librdkafka does)
             group = self.state.new_group(group_id)
         if group.is_state(GroupState.DEAD):
             return all_(ErrorCode.coordinator_not_available)
-        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+        if generation_id < 0 and group.is_state(GroupState.EMPTY):
+            pass  # a standalone consumer's or an admin's commit, member id or not (Kafka's ClassicGroup)
+        elif generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
             # A commit from a group member (Kafka's validateOffsetCommit): it must be current, and a
             # static member replaced by a newer instance is fenced.
             code = self.membership.validate_member(group, member_id, group_instance_id)
@@ -330,16 +336,22 @@ class CommittedOffsets:
 
 
 def validate_consumer_commit(group: ConsumerGroup, member_id: str, instance_id: str | None,
-                             member_epoch: int, transactional: bool = False) -> ErrorCode:
-    """Kafka's ConsumerGroup.validateOffsetCommit. Outside a transaction a commit without member is an
-    admin's, taken only while the group has no member; a transactional one without member is a producer's
-    that does not name its consumer (as for classic groups, taken). A member's must carry its current epoch:
+                             member_epoch: int, transactional: bool = False, api_version: int = 9) -> ErrorCode:
+    """Kafka's ConsumerGroup.validateOffsetCommit. A commit with a negative epoch is an admin's or a
+    standalone consumer's, taken only while the group has no member (whatever member id it carries);
+    otherwise its member id must be a member's (UNKNOWN_MEMBER_ID). A transactional one without member
+    is a producer's that does not name its consumer (as for classic groups, taken). A consumer-protocol
+    member's own commit must come as OffsetCommit v9 or later (UNSUPPORTED_VERSION). A member's must carry its current epoch:
     STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION in a transaction (what TxnOffsetCommit clients expect)."""
-    if member_epoch < 0 and member_id == UNKNOWN_MEMBER_ID and instance_id is None:
-        return ErrorCode.none if transactional or not group.members else ErrorCode.unknown_member_id
+    if member_epoch < 0 and not group.members:
+        return ErrorCode.none  # whatever member id: a consumer that assigned its partitions itself may send one
+    if transactional and member_epoch == -1 and member_id == UNKNOWN_MEMBER_ID and instance_id is None:
+        return ErrorCode.none
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
+    if not transactional and member.classic is None and api_version < 9:
+        return ErrorCode.unsupported_version  # a consumer-protocol member commits with v9 or later
     if member_epoch != member.member_epoch:
         # a classic member (online migration) commits with its generation: ILLEGAL_GENERATION, as for classic groups
         return ErrorCode.illegal_generation if transactional or member.classic is not None \

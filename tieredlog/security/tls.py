@@ -14,7 +14,9 @@ puts a key, a password or an inline PEM value in a message: an error names the c
 
 Differences from Kafka (the JVM's TLS against OpenSSL's): ``ssl.cipher.suites`` restricts TLS 1.2 and
 older (OpenSSL's TLS 1.3 suites stay as they are, and a list naming no TLS 1.2 suite turns TLS 1.2
-off); ``ssl.enabled.protocols`` is applied as the range from its lowest to its highest version.
+off); ``ssl.enabled.protocols`` is applied as the range from its lowest to its highest version. A key
+store OpenSSL's security level refuses but the JVM takes (a private CA's SHA-1 signature, a 1024-bit RSA
+key) lowers that level for its listener alone, with a warning (cert_strength.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from tieredlog.config import BrokerConfig, BrokerConfigError, Password
+from tieredlog.security import cert_strength
+from tieredlog.security.cert_strength import SECURITY_LEVEL_REASONS
 from tieredlog.security.principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
 from tieredlog.security.ssl_principal import SslPrincipalMapper, subject_dn
 
@@ -48,6 +52,9 @@ _TLS13_SUITES = frozenset({"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "
                            "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"})
 # a JVM pseudo-suite Kafka configs list beside the real ones; it means nothing to OpenSSL
 _SIGNALLING_SUITES = frozenset({"TLS_EMPTY_RENEGOTIATION_INFO_SCSV"})
+
+# (listener, key store, what is weak) already warned about: a key store reloaded unchanged says it once
+_WARNED: set[tuple[str, str, tuple[str, ...]]] = set()
 
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+?)-----(.*?)-----END \1-----", re.S)
 
@@ -506,16 +513,54 @@ def _load_keystore(ctx: ssl.SSLContext, sc: SslConfig, store: _Store) -> None:
         # a callable, so OpenSSL never prompts on the terminal for a key it cannot decrypt
         return key_password or ""
 
+    def load(path: str) -> None:
+        ctx.load_cert_chain(path, password=password)
+
     try:
-        _with_private_file(store.pem, lambda path: ctx.load_cert_chain(path, password=password))
+        _with_private_file(store.pem, load)
     except ssl.SSLError as exc:
         reason = str(exc.reason or exc)
+        if reason in SECURITY_LEVEL_REASONS and _load_at_lower_level(ctx, sc, store, load, reason):
+            return
         if "MISMATCH" in reason.upper():
             raise BrokerConfigError(f"{store.source}: the private key does not match the certificate") from None
         if store.encrypted:
             raise BrokerConfigError(f"{store.source}: the private key cannot be decrypted with "
                                     f"{sc.key('ssl.key.password')} ({reason})") from None
         raise BrokerConfigError(f"{store.source}: the private key or certificate cannot be used ({reason})") from None
+
+
+def _load_at_lower_level(ctx: ssl.SSLContext, sc: SslConfig, store: _Store, load: Callable[[str], None],
+                         reason: str) -> bool:
+    """A key store under OpenSSL's security level: refused in one line when Kafka's JVM refuses it too,
+    else loaded at the highest level that takes it, for this context alone. False: nothing weak was
+    found, the caller reports OpenSSL's own reason."""
+    certs = [block for label, _, block in _blocks(store.pem, store.source) if label == "CERTIFICATE"]
+    verdict = cert_strength.judge(certs)
+    if verdict.refused:
+        raise BrokerConfigError(f"{store.source}: the certificate {'; '.join(verdict.refused)}, which Kafka's JVM "
+                                f"refuses too (jdk.certpath.disabledAlgorithms) ({reason})")
+    if not verdict.weak:
+        return False
+    # TLS 1.2 suites as chosen so far; the level rides on the cipher string (TLS 1.3 suites are apart)
+    suites = [c["name"] for c in ctx.get_ciphers() if c.get("protocol") != "TLSv1.3"] or ["DEFAULT"]
+    for level in (1, 0):
+        ctx.set_ciphers(":".join(suites) + f":@SECLEVEL={level}")
+        try:
+            _with_private_file(store.pem, load)
+        except ssl.SSLError as exc:
+            if str(exc.reason or exc) in SECURITY_LEVEL_REASONS:
+                continue
+            raise
+        warning = (sc.listener, store.source, tuple(verdict.weak))
+        if warning not in _WARNED:
+            _WARNED.add(warning)
+            log.warning("listener %s: %s: the certificate %s, which OpenSSL's default security level refuses and "
+                        "Kafka's JVM accepts: this listener's TLS runs at OpenSSL security level %d "
+                        "(@SECLEVEL=%d), the other listeners keep the default", sc.listener, store.source,
+                        "; ".join(verdict.weak), level, level)
+        return True
+    return False
 
 
 def _with_private_file(text: str, use: Callable[[str], None]) -> None:

@@ -246,6 +246,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                 getattr(req, "group_instance_id", None),
                 req.generation_id_or_member_epoch,
                 requested,
+                api_version=ctx.api_version,
             ))
         return {"throttle_time": 0, "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp[tp]})}
 

@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 from kio.schema.errors import ErrorCode
 
 from tieredlog.coordinator import schema
-from tieredlog.coordinator.consumer_group import records
+from tieredlog.coordinator.consumer_group import records, regex_refresh
 from tieredlog.coordinator.consumer_group.assignors import ASSIGNORS, Partitions
 from tieredlog.coordinator.consumer_group.classic_members import ClassicMembers
 from tieredlog.coordinator.consumer_group.group import ConsumerGroup, ConsumerGroupState
@@ -41,7 +41,7 @@ from tieredlog.coordinator.consumer_group.member import (
 )
 from tieredlog.coordinator.consumer_group.migration import ClassicRebalance, EmbeddedConsumerProtocol, GroupMigration
 from tieredlog.coordinator.consumer_group.reconciliation import MemberAssignment, reconcile
-from tieredlog.coordinator.consumer_group.regex import InvalidRegex, compile_topic_regex, matching_topics
+from tieredlog.coordinator.consumer_group.regex import InvalidRegex, compile_topic_regex
 from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState
 from tieredlog.coordinator.state import CoordinatorState, cancel
 from tieredlog.coordinator.storage import WaitForIsr, store_error_code
@@ -313,12 +313,78 @@ class ConsumerGroupCoordinator:
                            "subscribed_topic_regex", "rebalance_timeout_ms", "server_assignor")
         changed = any(getattr(updated, f) != getattr(member, f) for f in metadata_fields)
         subscription_changed = any(getattr(updated, f) != getattr(member, f) for f in
-                                   ("subscribed_topic_names", "subscribed_topic_regex", "server_assignor"))
+                                   ("subscribed_topic_names", "server_assignor"))
+        old_regex = member.subscribed_topic_regex
         for f in metadata_fields:
             setattr(member, f, getattr(updated, f))
         if changed or new:
             out.append(self.member_metadata_record(group, member))
-        return subscription_changed or (new and member.member_id not in group.target)
+        regex_bump = self._update_regexes(group, member, old_regex)
+        return subscription_changed or regex_bump or (new and member.member_id not in group.target)
+
+    def _update_regexes(self, group: ConsumerGroup, member: ConsumerMember, old_regex: str | None) -> bool:
+        """Kafka's maybeUpdateRegularExpressions, after the member took its new regex: True (a new group
+        epoch) when the regex is one another member's already resolved. A regex new to the group is
+        resolved in a later loop turn (Kafka's executor): until then it adds no topic, and the resolution
+        bumps the group epoch when it lands, so the member gets the regex's topics on a later heartbeat."""
+        regex = member.subscribed_topic_regex
+        bump = require = False
+        if regex and regex != old_regex:
+            if any(m.subscribed_topic_regex == regex for m in group.members.values() if m is not member):
+                bump = regex in group.resolved_regexes
+            else:
+                require = True
+        self._maybe_refresh_regexes(group, require)
+        return bump
+
+    def _maybe_refresh_regexes(self, group: ConsumerGroup, require: bool) -> None:
+        if not regex_refresh.needs_refresh(group, require, self.state.scheduler.wall_clock_ms(), self.topics):
+            return
+        started = self.state.scheduler.wall_clock_ms()
+        names = list(self.topics())
+        regexes = sorted(regex_refresh.subscribed_regexes(group))
+
+        def wanted() -> bool:
+            return (not group.dead and self.groups.get(group.group_id) is group
+                    and self.state.ownership_error(group.group_id) is None)
+
+        def done(matched: dict[str, frozenset[str]]) -> None:
+            group.regex_refresh = None
+            group.regex_topics_fingerprint = resolution.fingerprint
+            self._regexes_resolved(group, matched, started, len(names))
+
+        resolution = regex_refresh.RegexResolution(self.state.scheduler, regexes, names, wanted, done)
+        group.regex_refresh = resolution
+        resolution.start()
+
+    def _regexes_resolved(self, group: ConsumerGroup, matched: Mapping[str, frozenset[str]], started: int,
+                          scanned: int) -> None:
+        """Kafka's handleRegularExpressionsResult: each regex still subscribed gets its resolution written
+        (ConsumerGroupRegularExpression); a changed one, or subscribed topics that changed with it, bumps
+        the group epoch (the members get the new target on their next heartbeat)."""
+        used = regex_refresh.subscribed_regexes(group)
+        out: list[Record] = []
+        bump = False
+        for regex, topics in matched.items():
+            if regex not in used:
+                continue
+            previous = group.resolved_regexes.get(regex)
+            bump |= topics != (previous.topics if previous is not None else frozenset())
+            resolved = records.ResolvedRegex(topics, group.group_epoch, started)
+            group.resolved_regexes[regex] = resolved
+            out.append((records.encode_key(records.REGULAR_EXPRESSION, group.group_id, regex),
+                        records.encode_resolved_regex(resolved)))
+        if self.refresh_subscription_metadata(group, out):
+            bump = True
+        if bump:
+            self.bump_group_epoch(group, out)
+        now = self.state.scheduler.wall_clock_ms()
+        log.info("group %s: scanned %d topics to refresh regular expressions %s in %d ms%s", group.group_id,
+                 scanned, sorted(matched), now - started, f": group epoch {group.group_epoch}" if bump else "")
+        try:
+            self.append(group.group_id, out, now)
+        except Exception as exc:  # noqa: BLE001 - the state has moved; the records follow with the next change
+            log.error("group %s: writing the resolution of its regular expressions failed: %s", group.group_id, exc)
 
     def bump_group_epoch(self, group: ConsumerGroup, out: list[Record]) -> None:
         group.group_epoch += 1
@@ -338,11 +404,18 @@ class ConsumerGroupCoordinator:
         self.reconcile_member(group, member, owned, out)
 
     def refresh_subscription_metadata(self, group: ConsumerGroup, out: list[Record]) -> bool:
+        """The subscribed topics' ids and partition counts, from the members' names and the regexes'
+        resolutions as they stand (a regex nobody uses any more loses its record)."""
         topics = self.topics()
         names: set[str] = set()
+        used: set[str] = set()
         for m in group.members.values():
             names.update(m.subscribed_topic_names)
-        self._resolve_regexes(group, topics, out)
+            if m.subscribed_topic_regex:
+                used.add(m.subscribed_topic_regex)
+        for regex in set(group.resolved_regexes) - used:
+            del group.resolved_regexes[regex]
+            out.append((records.encode_key(records.REGULAR_EXPRESSION, group.group_id, regex), None))
         for resolved in group.resolved_regexes.values():
             names.update(resolved.topics)
         metadata = {topics[n][0]: (n, topics[n][1]) for n in names if n in topics}
@@ -353,29 +426,13 @@ class ConsumerGroupCoordinator:
                     records.encode_partition_metadata(metadata)))
         return True
 
-    def _resolve_regexes(self, group: ConsumerGroup, topics: Mapping[str, object], out: list[Record]) -> None:
-        """Each regex a member subscribes with, resolved against the topics now; a changed resolution (and a
-        regex nobody uses any more, as a tombstone) is written as Kafka 4's ConsumerGroupRegularExpression."""
-        used = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
-        for regex in used:
-            matched = frozenset(matching_topics(regex, topics))
-            previous = group.resolved_regexes.get(regex)
-            if previous is not None and previous.topics == matched:
-                continue
-            resolved = records.ResolvedRegex(matched, group.group_epoch, self.state.scheduler.wall_clock_ms())
-            group.resolved_regexes[regex] = resolved
-            out.append((records.encode_key(records.REGULAR_EXPRESSION, group.group_id, regex),
-                        records.encode_resolved_regex(resolved)))
-        for regex in set(group.resolved_regexes) - used:
-            del group.resolved_regexes[regex]
-            out.append((records.encode_key(records.REGULAR_EXPRESSION, group.group_id, regex), None))
-
     def _member_topics(self, group: ConsumerGroup, member: ConsumerMember) -> frozenset[uuid.UUID]:
         ids = {name: topic_id for topic_id, (name, _) in group.subscription_metadata.items()}
         names = set(member.subscribed_topic_names)
         if member.subscribed_topic_regex:
             resolved = group.resolved_regexes.get(member.subscribed_topic_regex)
-            names |= resolved.topics if resolved is not None else matching_topics(member.subscribed_topic_regex, ids)
+            if resolved is not None:  # an unresolved regex adds nothing until its resolution lands
+                names |= resolved.topics
         return frozenset(ids[n] for n in names if n in ids)
 
     def assignor_for(self, group: ConsumerGroup) -> str:
@@ -570,10 +627,13 @@ class ConsumerGroupCoordinator:
             cancel(member.session_handle)
             cancel(member.revocation_handle)
             cancel(member.classic_handle)
+        cancel(group.regex_refresh)
+        group.regex_refresh = None
         group.dead = True
 
     def shutdown(self) -> None:
         for group in self.groups.values():
+            cancel(group.regex_refresh)
             for member in group.members.values():
                 cancel(member.session_handle)
                 cancel(member.revocation_handle)

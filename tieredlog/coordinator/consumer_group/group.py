@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from tieredlog.coordinator.consumer_group.assignors import Partitions
 from tieredlog.coordinator.consumer_group.member import ConsumerMember, MemberState
 from tieredlog.coordinator.consumer_group.records import ResolvedRegex
+from tieredlog.coordinator.timer import Cancellable
 
 
 class ConsumerGroupState(enum.Enum):
@@ -36,6 +37,12 @@ class ConsumerGroup:
     subscription_metadata: dict[uuid.UUID, tuple[str, int]] = field(default_factory=dict)
     # the topics each subscribed regex matches (ConsumerGroupRegularExpression records)
     resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
+    # the resolution of the regexes waiting for a later loop turn (Kafka's executor task of the group)
+    regex_refresh: Cancellable | None = None
+    # the topic names the regexes were last resolved against, as a hash: new topics ask for a refresh
+    regex_topics_fingerprint: int | None = None
+    # when a heartbeat last looked for new topics (wall clock ms): at most once an interval
+    regex_checked_ms: int = 0
     dead: bool = False
 
     @property
