@@ -5,7 +5,8 @@ real ZooKeeper) with partition 0 of each topic on brokers 1 (leader) and 2:
   refreshes its metadata and retries on the leader; the follower's log start offset stays where it was;
 - a topic not in the metadata answers UNKNOWN_TOPIC_OR_PARTITION; a compacted topic POLICY_VIOLATION;
 - the leader answers only once the follower's log start offset has reached the requested offset (the
-  follower takes it from its fetches), so the follower's own Fetch answer shows it right after;
+  follower takes it from its fetches), so the follower's own Fetch answer shows it right after; with
+  the follower stopped (SIGSTOP: still registered), REQUEST_TIMED_OUT after the request's timeout;
 - confluent-kafka's AdminClient.delete_records through the bootstrap list succeeds.
 
 A follower's log start offset is read from its own answer to a consumer's Fetch v12 (KIP-392 lets a
@@ -14,6 +15,7 @@ consumer read from a follower; every Fetch answer carries the log start offset).
 
 from __future__ import annotations
 
+import signal
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -32,7 +34,8 @@ from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 
-NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION = 0, 1, 3, 6, 44
+NONE, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, POLICY_VIOLATION = \
+    0, 1, 3, 6, 7, 44
 
 
 class Cluster:
@@ -135,6 +138,20 @@ def test_only_the_leader_deletes_records_and_answers_once_the_follower_has_moved
     assert delete_records(leader, "dr", -1) == (NONE, 100)
     assert log_start(follower, "dr") == 100
     assert delete_records(leader, "dr", 101)[0] == OFFSET_OUT_OF_RANGE
+
+    # a live follower that does not fetch: the answer waits for the request's timeout, then
+    # REQUEST_TIMED_OUT with the low watermark it started from; the follower catches up afterwards
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(10):
+        p.produce("dr", value=b"w%d" % i, partition=0)
+    assert p.flush(30) == 0
+    assert follower.proc is not None
+    follower.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert delete_records(leader, "dr", 105, timeout_ms=1000) == (REQUEST_TIMED_OUT, 100)
+    finally:
+        follower.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: log_start(follower, "dr") == 105, timeout=30, message="the follower takes the leader's log start")
 
 
 def test_a_compacted_topic_refuses_delete_records(cluster: Cluster) -> None:

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 KERBEROS = "sasl.kerberos.min.time.before.relogin"
 PLUGIN = "acme.audit.sink.url"
+LISTENER_KERBEROS = "listener.name.plaintext.sasl.kerberos.service.name"
 
 
 def _set(admin: AdminClient, broker: str, configs: dict[str, str]) -> None:
@@ -51,9 +52,9 @@ def test_configs_kafka_stores_without_acting_on_them_are_stored_described_and_ke
     b = start_cluster(broker_factory, zk_connect, n=1)[1]
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
 
-    _set(admin, "1", {KERBEROS: "120000", PLUGIN: "https://audit"})
+    _set(admin, "1", {KERBEROS: "120000", PLUGIN: "https://audit", LISTENER_KERBEROS: "kafka"})
     assert _default_level(b.bootstrap, acme_audit_level=("SET", "full")) == ("none", None)
-    assert _stored(zk_connect, "1") == {KERBEROS: "120000", PLUGIN: "https://audit"}
+    assert _stored(zk_connect, "1") == {KERBEROS: "120000", PLUGIN: "https://audit", LISTENER_KERBEROS: "kafka"}
     assert _stored(zk_connect, "<default>") == {"acme.audit.level": "full"}
 
     def described() -> None:
@@ -65,16 +66,17 @@ def test_configs_kafka_stores_without_acting_on_them_are_stored_described_and_ke
         assert (plugin.value, plugin.source, plugin.is_sensitive, plugin.is_read_only) == \
             (None, ConfigSource.DYNAMIC_BROKER_CONFIG.value, True, True)
         assert (level.value, level.source) == (None, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        assert cfg[LISTENER_KERBEROS].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
         assert _synonyms(b.bootstrap, 4, "1", KERBEROS) == [(KERBEROS, "120000", 2)]
         assert _synonyms(b.bootstrap, 4, "", "acme.audit.level") == [("acme.audit.level", None, 3)]
 
     described()
     # changed again: the warning is not repeated
-    _set(admin, "1", {KERBEROS: "90000", PLUGIN: "https://audit"})
+    _set(admin, "1", {KERBEROS: "90000", PLUGIN: "https://audit", LISTENER_KERBEROS: "kafka"})
     assert _describe(admin, "1")[KERBEROS].value == "90000"
-    _set(admin, "1", {KERBEROS: "120000", PLUGIN: "https://audit"})
+    _set(admin, "1", {KERBEROS: "120000", PLUGIN: "https://audit", LISTENER_KERBEROS: "kafka"})
     log = b.log_text()
-    for name in (KERBEROS, PLUGIN, "acme.audit.level"):
+    for name in (KERBEROS, PLUGIN, LISTENER_KERBEROS, "acme.audit.level"):
         assert log.count(f"dynamic broker config {name} is stored but not used") == 1, name
 
     # what Kafka refuses stays refused, and changes nothing: a known broker config that is not dynamic
@@ -87,7 +89,7 @@ def test_configs_kafka_stores_without_acting_on_them_are_stored_described_and_ke
     assert _default_level(b.bootstrap, sasl_kerberos_min_time_before_relogin=("SET", "1")) == (
         "invalid_request", "Cannot update these configs at default cluster level, broker id must be specified: "
         f"Set({KERBEROS})")
-    assert _stored(zk_connect, "1") == {KERBEROS: "120000", PLUGIN: "https://audit"}
+    assert _stored(zk_connect, "1") == {KERBEROS: "120000", PLUGIN: "https://audit", LISTENER_KERBEROS: "kafka"}
     assert _stored(zk_connect, "<default>") == {"acme.audit.level": "full"}
 
     b.restart()

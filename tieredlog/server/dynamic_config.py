@@ -33,6 +33,7 @@ from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from tieredlog.log.cleaner.log_cleaner import LogCleaner
 from tieredlog.log.types import TopicPartition
 from tieredlog.security.password_encoder import PasswordEncoder, PasswordEncoderError
+from tieredlog.server.config_synonyms import broker_synonym_names
 from tieredlog.server.dynamic_threads import THREAD_DYNAMIC, check_thread_counts, resize_thread_pools
 from tieredlog.server.dynamic_tls import RECONFIGURABLE_SSL_CONFIGS
 from tieredlog.server.kafka_broker_configs import (
@@ -101,8 +102,12 @@ _CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset({"max.connections", "max.connection.
 def is_stored_only(name: str) -> bool:
     """A name this broker accepts and stores without using it, as Kafka stores what it does not know:
     a Kafka dynamic config not implemented here, or a custom one (plugins read them)."""
-    if name in BROKER_CONFIG_DEFS or listener_config(name) is not None:
+    if name in BROKER_CONFIG_DEFS:
         return False
+    if listener_config(name) is not None:
+        # a listener's own value of such a config (a SASL mechanism's prefix stripped)
+        base = broker_synonym_names(name)[1]
+        return not is_dynamic(name) and base not in BROKER_CONFIG_DEFS and is_stored_only(base)
     return name not in KAFKA_BROKER_CONFIGS or name in KAFKA_DYNAMIC_BROKER_CONFIGS \
         or name in KAFKA_BROKER_QUOTA_CONFIGS
 
@@ -120,7 +125,7 @@ def check_per_broker(entity: str, names: Any) -> None:
     def per_broker(n: str) -> bool:
         prefixed = listener_config(n)
         if prefixed is not None:
-            return is_dynamic(n) and prefixed[1] not in _CLUSTER_LEVEL_LISTENER_CONFIGS
+            return (is_dynamic(n) or is_stored_only(n)) and prefixed[1] not in _CLUSTER_LEVEL_LISTENER_CONFIGS
         return n in KAFKA_PER_BROKER_CONFIGS and n not in DYNAMIC_CONFIGS and n not in RECONFIGURABLE_SSL_CONFIGS
 
     refused = sorted(n for n in names if per_broker(n))
