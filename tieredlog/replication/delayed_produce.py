@@ -61,3 +61,9 @@ class DelayedProduce:
 
     def __len__(self) -> int:
         return sum(len(w) for w in self._waiters.values())
+
+
+class DelayedDeleteRecords(DelayedProduce):
+    """DeleteRecords parked until every live replica's log start offset has reached the requested offset
+    (Kafka's delete-records purgatory): the same waiters, checked when a follower's fetch reports a new
+    log start offset or leadership moves."""

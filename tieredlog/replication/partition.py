@@ -19,6 +19,8 @@ from tieredlog.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
     UnknownLeaderEpochError,
 )
 from tieredlog.log.types import AppendOrigin, LogAppendInfo, TopicPartition
@@ -209,6 +211,33 @@ class Partition:
                 return True, NotEnoughReplicasAfterAppendError
             return True, None
         return False, None
+
+    # ---- DeleteRecords ----------------------------------------------------------------------------
+
+    def delete_records_on_leader(self, offset: int) -> int:
+        """Move the leader's log start offset to ``offset`` (-1: the high watermark), as Kafka's
+        deleteRecordsOnLeader; the offset the request needs every live replica's log start to reach."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"Leader not local for partition {self.tp} on broker {self.local_broker_id}")
+        if not self.log.config.delete:
+            raise PolicyViolationError(f"Records of partition {self.tp} can not be deleted due to the configured policy")
+        required = self.log.high_watermark if offset == -1 else offset
+        if required < 0:
+            raise OffsetOutOfRangeError(f"The offset {required} for partition {self.tp} is not valid")
+        self.log.maybe_increment_log_start_offset(required, "client delete records")
+        return required
+
+    def low_watermark_if_leader(self, is_broker_alive: Callable[[int], bool]) -> int:
+        """The lowest log start offset among this leader and its followers on live brokers: a
+        DeleteRecords is done once it reaches the requested offset. A follower that has not fetched
+        since this leadership began counts as -1 (unknown)."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(f"Leader not local for partition {self.tp} on broker {self.local_broker_id}")
+        low = self.log.log_start_offset
+        for r, state in self.remote_replicas.items():
+            if state.log_start_offset < low and is_broker_alive(r):
+                low = state.log_start_offset
+        return low
 
     # ---- followers' fetches -----------------------------------------------------------------------
 

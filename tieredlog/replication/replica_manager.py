@@ -19,11 +19,11 @@ from typing import Callable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.errors import KafkaError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from tieredlog.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, UnknownTopicOrPartitionError
 from tieredlog.log.config import LONG_MAX, LogConfig
 from tieredlog.log.types import AppendOrigin, LogAppendInfo, TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
-from tieredlog.replication.delayed_produce import DelayedProduce
+from tieredlog.replication.delayed_produce import DelayedDeleteRecords, DelayedProduce
 from tieredlog.replication.fetcher import FetcherConfig, RemoteAuxStateSource, ReplicaFetcherManager
 from tieredlog.replication.partition import IsrChangeSender, Partition, PartitionState
 from tieredlog.replication.replica_selector import RackAwareReplicaSelector, ReplicaView
@@ -71,7 +71,7 @@ class ReplicaManager:
                  isr_sender: IsrChangeSender | None = None, clock_ms: Callable[[], int] = _now_ms,
                  replica_selector: RackAwareReplicaSelector | None = None,
                  leader_throttled_rate: int = LONG_MAX, follower_throttled_rate: int = LONG_MAX,
-                 quota_window_s: float = 1.0) -> None:
+                 quota_window_s: float = 1.0, is_broker_alive: Callable[[int], bool] | None = None) -> None:
         self.broker_id = broker_id
         self._logs = logs
         self._log_config_for = log_config_for
@@ -81,6 +81,9 @@ class ReplicaManager:
         self.isr_sender = isr_sender
         self.partitions: dict[TopicPartition, Partition] = {}
         self.delayed_produce = DelayedProduce()
+        self.delayed_delete_records = DelayedDeleteRecords()
+        # a DeleteRecords waits only for followers on live brokers (None: every broker counts as live)
+        self._is_broker_alive = is_broker_alive or (lambda _broker_id: True)
         # KIP-73: the leader's fetch path and the follower fetchers hold back throttled replicas
         self.leader_quota = ReplicationQuotaManager(LEADER, broker_id, leader_throttled_rate, quota_window_s)
         self.follower_quota = ReplicationQuotaManager(FOLLOWER, broker_id, follower_throttled_rate, quota_window_s)
@@ -172,9 +175,43 @@ class ReplicaManager:
         return await self.delayed_produce.wait(tp, check, timeout_s)
 
     def high_watermark_moved(self, tp: TopicPartition) -> None:
-        """Wake what waits on ``tp``: parked consumer fetches and acks=all appends."""
+        """Wake what waits on ``tp``: parked consumer fetches, acks=all appends and DeleteRecords."""
         self._on_hw_moved_cb(tp)
         self.delayed_produce.check(tp)
+        self.delayed_delete_records.check(tp)
+
+    # ---- DeleteRecords ----------------------------------------------------------------------------
+
+    async def delete_records(self, tp: TopicPartition, offset: int, timeout_s: float,
+                             topic_exists: bool) -> tuple[int, type[Exception] | None]:
+        """Kafka's deleteRecords for one partition: only its leader moves the log start offset, then the
+        answer waits (up to ``timeout_s``) until every live replica's log start offset has reached it.
+        Returns (low watermark, error class or None); errors before the wait raise. ``topic_exists``:
+        the partition is in the metadata, so a broker without its replica answers NOT_LEADER_OR_FOLLOWER
+        (the client refreshes its metadata and retries on the leader)."""
+        p = self.partitions.get(tp)
+        if p is None:
+            if topic_exists:
+                raise NotLeaderOrFollowerError(f"broker {self.broker_id} hosts no replica of {tp}")
+            raise UnknownTopicOrPartitionError(f"This server does not host this topic-partition: {tp}")
+        required = p.delete_records_on_leader(offset)
+        initial = p.low_watermark_if_leader(self._is_broker_alive)
+        reached = [initial]
+
+        def check() -> tuple[bool, type[Exception] | None]:
+            current = self.partitions.get(tp)
+            if current is None:
+                return True, UnknownTopicOrPartitionError
+            if current is not p or not p.is_leader:
+                return True, NotLeaderOrFollowerError
+            reached[0] = p.low_watermark_if_leader(self._is_broker_alive)
+            return reached[0] >= required, None
+
+        error = await self.delayed_delete_records.wait(tp, check, timeout_s)
+        if error is None:
+            return reached[0], None
+        # a timed-out request reports the low watermark it started from, as Kafka's
+        return (initial if error is RequestTimedOutError else -1), error
 
     # ---- consumers' fetches (KIP-392) ------------------------------------------------------------
 
@@ -211,6 +248,9 @@ class ReplicaManager:
             return
         if p.update_follower_fetch_state(replica_id, fetch_offset, follower_log_start_offset, leader_end_offset):
             self.high_watermark_moved(tp)
+        else:
+            # the follower's log start offset may have moved: a parked DeleteRecords may be done
+            self.delayed_delete_records.check(tp)
 
     def mark_expand(self) -> None:
         self.isr_expands += 1

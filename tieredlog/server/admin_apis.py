@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable
 
 from kio.schema.errors import ErrorCode
 
@@ -11,9 +12,9 @@ from tieredlog.errors import (
     InvalidReplicaAssignmentError,
     InvalidRequestError,
     KafkaError,
-    OffsetOutOfRangeError,
     PolicyViolationError,
 )
+from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -27,6 +28,7 @@ from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.produce_api import error_code_of
 
 if TYPE_CHECKING:
+    from tieredlog.replication.replica_manager import ReplicaManager
     from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -210,30 +212,45 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
 
 
 async def handle_delete_records(ctx: RequestContext, req: Any) -> dict:
+    """Kafka's handleDeleteRecordsRequest: authorization and the metadata here, the rest (leadership,
+    the wait for the followers' log start offsets) in the ReplicaManager."""
     broker = ctx.broker
+    rm = broker.replica_manager
     deletable = authorized_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in req.topics))
+    timeout_s = max(req.timeout.total_seconds(), 0.0)
+    waits: list[Awaitable[None]] = []
     topics = []
     for t in req.topics:
         parts = []
+        meta = broker.get_topic(t.name)
         for p in t.partitions:
-            entry = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": 0}
-            plog = broker.get_partition_log(t.name, p.partition_index)
+            entry: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": 0}
             if t.name not in deletable:
                 entry["error_code"] = ErrorCode.topic_authorization_failed
-            elif plog is None:
+            elif meta is None or not 0 <= p.partition_index < meta.partitions or rm is None:
                 entry["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
-                try:
-                    offset = plog.high_watermark if p.offset == -1 else p.offset
-                    if offset < 0 or offset > plog.high_watermark:
-                        raise OffsetOutOfRangeError(f"offset {offset} is beyond the high watermark {plog.high_watermark}")
-                    plog.maybe_increment_log_start_offset(offset, "client delete records")
-                    entry["low_watermark"] = plog.log_start_offset
-                except Exception as exc:  # noqa: BLE001
-                    entry["error_code"] = error_code_of(exc)
+                waits.append(_delete_partition(rm, TopicPartition(t.name, p.partition_index), p.offset, timeout_s, entry))
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
+    await asyncio.gather(*waits)
     return {"throttle_time": 0, "topics": topics}
+
+
+async def _delete_partition(rm: ReplicaManager, tp: TopicPartition, offset: int, timeout_s: float,
+                            entry: dict[str, Any]) -> None:
+    try:
+        low_watermark, error = await rm.delete_records(tp, offset, timeout_s, topic_exists=True)
+    except KafkaError as exc:
+        entry["error_code"] = exc.code
+        return
+    except Exception as exc:  # noqa: BLE001 - one partition's failure is its own answer
+        log.error("DeleteRecords on %s failed: %s", tp, exc)
+        entry["error_code"] = error_code_of(exc)
+        return
+    entry["low_watermark"] = low_watermark
+    if error is not None:
+        entry["error_code"] = error_code_of(error())
 
 
 def handlers() -> dict[int, Handler]:

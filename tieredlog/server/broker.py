@@ -304,7 +304,12 @@ class Broker:
                               on_high_watermark_moved=self.append_watchers.notify, replica_selector=selector,
                               leader_throttled_rate=c["leader.replication.throttled.rate"],
                               follower_throttled_rate=c["follower.replication.throttled.rate"],
-                              quota_window_s=c["replication.quota.window.size.seconds"])
+                              quota_window_s=c["replication.quota.window.size.seconds"],
+                              is_broker_alive=self._is_broker_alive)
+
+    def _is_broker_alive(self, broker_id: int) -> bool:
+        node = self.cluster_node
+        return node is None or broker_id in node.metadata.brokers
 
     def _start_remote_log_manager(self) -> None:
         # tiered storage (tieredlog.rlm; None when disabled): its metrics join the broker's endpoint

@@ -25,14 +25,26 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorize_cluster
+from tieredlog.server.config_synonyms import (
+    DEFAULT_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    STATIC_BROKER_CONFIG,
+    Synonym,
+    config_synonyms,
+    source_of,
+    topic_config_synonyms,
+)
+from tieredlog.server.config_synonyms import fmt as _fmt
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.dynamic_config import (
     DEFAULT_ENTITY,
     alter_broker_configs,
     check_names,
     is_dynamic,
+    is_password,
     listener_config,
 )
+from tieredlog.server.kafka_broker_configs import KAFKA_BROKER_CONFIGS, KAFKA_DYNAMIC_BROKER_CONFIGS
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -40,12 +52,6 @@ if TYPE_CHECKING:
 TOPIC = 2
 BROKER = 4
 
-# ConfigSource
-DYNAMIC_TOPIC_CONFIG = 1
-DYNAMIC_BROKER_CONFIG = 2
-DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
 # ConfigType
 _TYPES = {"bool": 1, "str": 2, "int": 5, "float": 6, "list": 7}
 
@@ -70,38 +76,6 @@ def _config_denied(ctx: RequestContext, r: Any, operation: AclOperation) -> Erro
     return None
 
 
-def _fmt(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-# the broker configs behind a topic config, most specific first (Kafka's synonym order)
-_BROKER_NAMES = {
-    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "segment.ms": ("log.roll.ms", "log.roll.hours"),
-    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-}
-
-
-def _topic_synonyms(broker: Broker, d: Any, overrides: dict[str, str], value: str | None) -> list[dict]:
-    syn = []
-    if d.name in overrides:
-        syn.append({"name": d.name, "value": value, "source": DYNAMIC_TOPIC_CONFIG})
-    dyn = broker.dynamic_config
-    names = _BROKER_NAMES.get(d.name, (d.broker_synonym,)) if d.broker_synonym else ()
-    for level, source in ((dyn.per_broker, DYNAMIC_BROKER_CONFIG), (dyn.default, DYNAMIC_DEFAULT_BROKER_CONFIG)):
-        syn.extend({"name": n, "value": level[n], "source": source} for n in names if n in level)
-    if d.broker_synonym:
-        static_value, static_explicit = dyn.static.broker_value_for_topic_config(d.name)
-        if static_explicit:
-            syn.append({"name": d.broker_synonym, "value": _fmt(static_value), "source": STATIC_BROKER_CONFIG})
-    syn.append({"name": d.broker_synonym or d.name, "value": _fmt(d.default), "source": DEFAULT_CONFIG})
-    return syn
-
-
 def topic_config_entries(broker: Broker, overrides: dict[str, str], keys: Any = None, synonyms: bool = False) -> list[dict]:
     values = dataclasses.asdict(broker.log_config_for(overrides))
     out = []
@@ -109,8 +83,9 @@ def topic_config_entries(broker: Broker, overrides: dict[str, str], keys: Any = 
         if keys is not None and d.name not in keys:
             continue
         value = _fmt(values[d.attr])
-        syn = _topic_synonyms(broker, d, overrides, value)
-        source = syn[0]["source"]
+        dyn = broker.dynamic_config
+        syn = topic_config_synonyms(dyn.static, dyn.default, dyn.per_broker, d, overrides, value)
+        source = source_of(syn)
         out.append({
             "name": d.name,
             "value": value,
@@ -130,6 +105,21 @@ def _is_sensitive(name: str) -> bool:
     return is_sensitive_config(name)
 
 
+def _broker_synonyms(broker: Broker, name: str, sensitive: bool, default_only: bool) -> list[Synonym]:
+    """Kafka's synonyms of a broker config; for the cluster-wide default resource only that level's."""
+    dyn = broker.dynamic_config
+    syn = config_synonyms(dyn.static, dyn.default, dyn.per_broker, name, sensitive)
+    return [s for s in syn if s["source"] == DYNAMIC_DEFAULT_BROKER_CONFIG] if default_only else syn
+
+
+def _broker_entry(name: str, value: str | None, syn: list[Synonym], synonyms: bool, *, read_only: bool,
+                  sensitive: bool, config_type: int, doc: str | None = None) -> dict:
+    source = source_of(syn)
+    return {"name": name, "value": None if sensitive else value, "read_only": read_only, "config_source": source,
+            "is_default": source == DEFAULT_CONFIG, "is_sensitive": sensitive, "synonyms": syn if synonyms else [],
+            "config_type": config_type, "documentation": doc}
+
+
 def broker_config_entries(broker: Broker, keys: Any = None, synonyms: bool = False, default_only: bool = False) -> list[dict]:
     """This broker's configs; ``default_only``: the cluster-wide dynamic defaults alone (Kafka answers
     resource name "" with those)."""
@@ -142,23 +132,12 @@ def broker_config_entries(broker: Broker, keys: Any = None, synonyms: bool = Fal
         if default_only and name not in dyn.default:
             continue
         sensitive = _is_sensitive(name)
-        levels = [lv for lv in dyn.source_levels(name)
-                  if not (default_only and lv[2] == DYNAMIC_BROKER_CONFIG)]
-        source = levels[0][2]
-        value = levels[0][1] if default_only else _fmt(cfg.get(name))
-        out.append({
-            "name": name,
-            "value": None if sensitive else value,
-            "read_only": not is_dynamic(name),
-            "config_source": source,
-            "is_default": source == DEFAULT_CONFIG,
-            "is_sensitive": sensitive,
-            "synonyms": [{"name": n, "value": None if sensitive else v, "source": src} for n, v, src in levels]
-            if synonyms else [],
-            "config_type": _TYPES.get(d.kind, 2),
-            "documentation": d.doc or None,
-        })
+        value = dyn.default[name] if default_only else _fmt(cfg.get(name))
+        out.append(_broker_entry(name, value, _broker_synonyms(broker, name, sensitive, default_only), synonyms,
+                                 read_only=not is_dynamic(name), sensitive=sensitive,
+                                 config_type=_TYPES.get(d.kind, 2), doc=d.doc or None))
     out += _listener_entries(broker, keys, synonyms, default_only)
+    out += _stored_only_entries(broker, keys, synonyms, default_only)
     if default_only:
         return out
     for name in sorted(cfg.passthrough):
@@ -179,16 +158,29 @@ def _listener_entries(broker: Broker, keys: Any, synonyms: bool, default_only: b
         if prefixed is None:
             continue
         base = BROKER_CONFIG_DEFS.get(prefixed[1])
-        levels = [lv for lv in dyn.source_levels(name) if not (default_only and lv[2] == DYNAMIC_BROKER_CONFIG)]
-        source = levels[0][2]
         sensitive = _is_sensitive(name)
-        out.append({"name": name, "value": None if sensitive else levels[0][1], "read_only": not is_dynamic(name),
-                    "config_source": source, "is_default": source == DEFAULT_CONFIG, "is_sensitive": sensitive,
-                    "synonyms": [{"name": n, "value": None if sensitive else v, "source": src} for n, v, src in levels]
-                    if synonyms else [],
-                    # Kafka's ConfigType PASSWORD is 9
-                    "config_type": {**_TYPES, "password": 9}.get(base.kind, 2) if base is not None else 2,
-                    "documentation": None})
+        syn = _broker_synonyms(broker, name, sensitive, default_only)
+        out.append(_broker_entry(name, syn[0]["value"] if syn else None, syn, synonyms,
+                                 read_only=not is_dynamic(name), sensitive=sensitive,
+                                 # Kafka's ConfigType PASSWORD is 9
+                                 config_type={**_TYPES, "password": 9}.get(base.kind, 2) if base is not None else 2))
+    return out
+
+
+def _stored_only_entries(broker: Broker, keys: Any, synonyms: bool, default_only: bool) -> list[dict]:
+    """Dynamic configs this broker stores without using them (Kafka's that it does not implement, and
+    custom ones for plugins). Kafka hides the value of a config whose type it does not know."""
+    dyn = broker.dynamic_config
+    names = set(dyn.default) if default_only else set(dyn.default) | set(dyn.per_broker)
+    out = []
+    for name in sorted(n for n in names if keys is None or n in keys):
+        if name in BROKER_CONFIG_DEFS or listener_config(name) is not None:
+            continue
+        sensitive = name not in KAFKA_BROKER_CONFIGS or is_password(name)
+        syn = _broker_synonyms(broker, name, sensitive, default_only)
+        out.append(_broker_entry(name, syn[0]["value"] if syn else None, syn, synonyms,
+                                 read_only=name not in KAFKA_DYNAMIC_BROKER_CONFIGS, sensitive=sensitive,
+                                 config_type=2 if name in KAFKA_BROKER_CONFIGS else 0))
     return out
 
 

@@ -33,8 +33,16 @@ from tieredlog.errors import InvalidConfigError, InvalidRequestError, KafkaError
 from tieredlog.log.cleaner.log_cleaner import LogCleaner
 from tieredlog.log.types import TopicPartition
 from tieredlog.security.password_encoder import PasswordEncoder, PasswordEncoderError
+from tieredlog.server.config_synonyms import broker_synonym_names
 from tieredlog.server.dynamic_threads import THREAD_DYNAMIC, check_thread_counts, resize_thread_pools
 from tieredlog.server.dynamic_tls import RECONFIGURABLE_SSL_CONFIGS
+from tieredlog.server.kafka_broker_configs import (
+    KAFKA_BROKER_CONFIGS,
+    KAFKA_BROKER_QUOTA_CONFIGS,
+    KAFKA_DYNAMIC_BROKER_CONFIGS,
+    KAFKA_PASSWORD_CONFIGS,
+    KAFKA_PER_BROKER_CONFIGS,
+)
 from tieredlog.server.log_cleaner_config import cleaner_config_of
 
 if TYPE_CHECKING:
@@ -47,9 +55,11 @@ DEFAULT_ENTITY = "<default>"
 CONFIG_BROKERS_PATH = "/config/brokers"
 FILE_NAME = "dynamic-broker-configs.json"
 
-# Kafka's reconfigurable broker configs that this broker applies live. Kafka's other dynamic ones
-# (network and I/O thread counts, listeners, quotas it has and tieredlog has not) are refused rather
-# than accepted and ignored, so an operator never believes a change took effect when it did not.
+# Kafka's reconfigurable broker configs that this broker applies live. Kafka's other dynamic ones that
+# this broker reads only at start (network and I/O thread counts, listeners) are refused rather than
+# accepted and ignored, so an operator never believes a change took effect when it did not. Those it
+# does not implement at all, and custom names, are stored as Kafka stores them (plugins read them),
+# with one warning each.
 _LOG_DYNAMIC = frozenset(BROKER_SYNONYMS) | {
     "log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.roll.jitter.hours",
 }
@@ -85,26 +95,55 @@ def entity_path(entity: str) -> str:
     return f"{CONFIG_BROKERS_PATH}/{entity}"
 
 
+# Kafka's listener configs that may be set cluster-wide under a listener prefix
+_CLUSTER_LEVEL_LISTENER_CONFIGS = frozenset({"max.connections", "max.connection.creation.rate", "num.network.threads"})
+
+
+def is_stored_only(name: str) -> bool:
+    """A name this broker accepts and stores without using it, as Kafka stores what it does not know:
+    a Kafka dynamic config not implemented here, or a custom one (plugins read them)."""
+    if name in BROKER_CONFIG_DEFS:
+        return False
+    if listener_config(name) is not None:
+        # a listener's own value of such a config (a SASL mechanism's prefix stripped)
+        base = broker_synonym_names(name)[1]
+        return not is_dynamic(name) and base not in BROKER_CONFIG_DEFS and is_stored_only(base)
+    return name not in KAFKA_BROKER_CONFIGS or name in KAFKA_DYNAMIC_BROKER_CONFIGS \
+        or name in KAFKA_BROKER_QUOTA_CONFIGS
+
+
+def is_password(name: str) -> bool:
+    """Hidden in DescribeConfigs and encrypted when stored. A stored-only name is a password when it is
+    one of Kafka's; a custom one is stored as sent but never shown (Kafka cannot know its type)."""
+    if is_stored_only(name):
+        return name in KAFKA_PASSWORD_CONFIGS
+    return is_sensitive_config(name)
+
+
 def check_per_broker(entity: str, names: Any) -> None:
-    """Kafka refuses the listeners' key and trust stores at the cluster-wide default level."""
-    per_broker = sorted(n for n in names if listener_config(n) is not None and is_dynamic(n))
-    if entity == DEFAULT_ENTITY and per_broker:
+    """Kafka refuses the listeners' security and SASL configs at the cluster-wide default level."""
+    def per_broker(n: str) -> bool:
+        prefixed = listener_config(n)
+        if prefixed is not None:
+            return (is_dynamic(n) or is_stored_only(n)) and prefixed[1] not in _CLUSTER_LEVEL_LISTENER_CONFIGS
+        return n in KAFKA_PER_BROKER_CONFIGS and n not in DYNAMIC_CONFIGS and n not in RECONFIGURABLE_SSL_CONFIGS
+
+    refused = sorted(n for n in names if per_broker(n))
+    if entity == DEFAULT_ENTITY and refused:
         raise InvalidRequestError("Cannot update these configs at default cluster level, broker id must be "
-                                  f"specified: Set({', '.join(per_broker)})")
+                                  f"specified: Set({', '.join(refused)})")
 
 
 def check_names(names: Any) -> None:
-    """Refuse names that cannot be set dynamically, with Kafka's words."""
-    unknown = sorted(n for n in names if n not in BROKER_CONFIG_DEFS and not is_dynamic(n))
-    if unknown:
-        raise InvalidConfigError(f"Unknown broker configs: {', '.join(unknown)}")
+    """Refuse names that cannot be set dynamically, with Kafka's words: its known configs that are
+    not dynamic (here: not dynamic in this broker either), and its SSL configs without a listener."""
     unprefixed = sorted(n for n in names if n in RECONFIGURABLE_SSL_CONFIGS)
+    static = sorted(n for n in names if not is_dynamic(n) and not is_stored_only(n) and n not in unprefixed)
+    if static:
+        raise InvalidRequestError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
     if unprefixed:
         raise InvalidRequestError("These security configs can be dynamically updated only per-listener using "
                                   f"the listener prefix: Set({', '.join(unprefixed)})")
-    static = sorted(n for n in names if not is_dynamic(n))
-    if static:
-        raise InvalidRequestError(f"Cannot update these configs dynamically: Set({', '.join(static)})")
 
 
 @dataclasses.dataclass
@@ -120,6 +159,8 @@ class DynamicBrokerConfig:
     # checked off the loop); a KafkaError refuses the change
     validators: list[Callable[[BrokerConfig, Mapping[str, str]], Awaitable[None]]] = dataclasses.field(
         default_factory=list)
+    # the stored-only names already logged
+    warned_stored_only: set[str] = dataclasses.field(default_factory=set)
 
     def level(self, entity: str) -> dict[str, str]:
         return self.default if entity == DEFAULT_ENTITY else self.per_broker
@@ -144,33 +185,12 @@ class DynamicBrokerConfig:
         cfg.default_log_config()  # cross-config checks (retention.bytes vs local.retention.bytes...)
         return cfg
 
-    def source_levels(self, name: str) -> list[tuple[str, str | None, int]]:
-        """(level, value, ConfigSource) of ``name`` in precedence order, most specific first."""
-        from tieredlog.server.config_apis import (
-            DEFAULT_CONFIG,
-            DYNAMIC_BROKER_CONFIG,
-            DYNAMIC_DEFAULT_BROKER_CONFIG,
-            STATIC_BROKER_CONFIG,
-            _fmt,
-        )
-
-        out: list[tuple[str, str | None, int]] = []
-        if name in self.per_broker:
-            out.append((name, self.per_broker[name], DYNAMIC_BROKER_CONFIG))
-        if name in self.default:
-            out.append((name, self.default[name], DYNAMIC_DEFAULT_BROKER_CONFIG))
-        prefixed = listener_config(name)
-        if prefixed is not None:
-            # Kafka's synonyms of a listener's config: the prefixed name, then the base config's levels
-            static = self.static.listener_overrides.get(prefixed[0], {})
-            if prefixed[1] in static:
-                out.append((name, _fmt(static[prefixed[1]]), STATIC_BROKER_CONFIG))
-            return out + self.source_levels(prefixed[1])
-        if name in self.static.explicit:
-            out.append((name, _fmt(self.static.values.get(name)), STATIC_BROKER_CONFIG))
-        d = BROKER_CONFIG_DEFS.get(name)
-        out.append((name, _fmt(d.default) if d is not None else None, DEFAULT_CONFIG))
-        return out
+    def warn_stored_only(self, configs: Mapping[str, str]) -> None:
+        """One line per name, the first time a stored-only config is seen."""
+        for name in sorted(configs):
+            if name not in self.warned_stored_only and is_stored_only(name):
+                self.warned_stored_only.add(name)
+                log.warning("dynamic broker config %s is stored but not used by this broker", name)
 
 
 # ---- persistence (blocking: executor threads only) --------------------------------------------------
@@ -178,7 +198,7 @@ class DynamicBrokerConfig:
 def encode_passwords(encoder: PasswordEncoder, configs: Mapping[str, str]) -> dict[str, str]:
     """The level as stored: its password configs encrypted (Kafka's toPersistentProps)."""
     try:
-        return {k: encoder.encode(v) if is_sensitive_config(k) else v for k, v in configs.items()}
+        return {k: encoder.encode(v) if is_password(k) else v for k, v in configs.items()}
     except PasswordEncoderError as exc:
         raise InvalidRequestError(str(exc)) from None
 
@@ -187,7 +207,7 @@ def decode_passwords(encoder: PasswordEncoder, entity: str, configs: Mapping[str
     """The level as stored, its passwords decrypted; one that cannot be is left out with one line, as Kafka."""
     out = {}
     for k, v in configs.items():
-        if is_sensitive_config(k):
+        if is_password(k):
             try:
                 v = encoder.decode(v)
             except PasswordEncoderError as exc:
@@ -250,6 +270,7 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
     dyn = broker.dynamic_config
     cfg = dyn.effective(default, per_broker)
     dyn.default, dyn.per_broker = dict(default), dict(per_broker)
+    dyn.warn_stored_only({**default, **per_broker})
     broker.config = cfg
     broker.default_log_config = cfg.default_log_config()
     for reconfigure in dyn.reconfigurables:
