@@ -54,6 +54,9 @@ NOT_BUILT = frozenset({
     "max.connection.creation.rate",  # KIP-612 connection creation rate limit
     "listener.name.internal.max.connection.creation.rate",
     "process.roles",  # KRaft
+    # Kafka broker configs that are stored as dynamic configs but not acted on
+    "metric.reporters",
+    "principal.builder.class",
 })
 # dotted names that are neither configs nor caught by the rules above
 NOT_CONFIGS = {
