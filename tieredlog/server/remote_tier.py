@@ -188,15 +188,14 @@ class BrokerMetadataTopicRouting:
         assert node is not None
         if broker.get_topic(METADATA_TOPIC) is None:
             live = len(node.membership.brokers)
-            rf = self._replication_factor
-            if live < rf:
-                log.warning("%s is created with replication factor %d: only %d broker(s) are registered "
-                            "(remote.log.metadata.topic.replication.factor=%d)", METADATA_TOPIC, max(live, 1),
-                            live, rf)
-                rf = max(live, 1)
+            rf = min(self._replication_factor, max(live, 1))
             try:
                 broker.create_topic(METADATA_TOPIC, num_partitions, rf, configs)
                 await broker.topics_durable(wait_s=0)
+                if rf < self._replication_factor:
+                    log.warning("%s is created with replication factor %d: only %d broker(s) are registered "
+                                "(remote.log.metadata.topic.replication.factor=%d); the controller raises it "
+                                "once enough brokers are", METADATA_TOPIC, rf, live, self._replication_factor)
             except TopicAlreadyExistsError:
                 pass  # another broker created it first
 
