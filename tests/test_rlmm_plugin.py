@@ -11,7 +11,9 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from test_cluster_replication import member
 from test_tiered_integration import FAST, consume, create, list_offset, produce
+from zk_harness import zk_connect, zookeeper  # noqa: F401
 
 from tests.helpers import wait_for
 from tieredlog.protocol.api import METADATA
@@ -57,6 +59,23 @@ def test_configured_rlmm_class_is_loaded_configured_and_used_for_tiering(
     with KafkaClient(b.bootstrap, timeout=10) as c:
         r = c.request(METADATA, {"topics": [{"name": "__remote_log_metadata"}], "allow_auto_topic_creation": False})
     assert r.topics[0].error_code == 3, "the topic-based manager's topic is never created"
+
+
+def test_cluster_member_runs_the_configured_rlmm(broker_factory: Callable[..., BrokerProcess], tmp_path: Path,
+                                                zk_connect: str) -> None:  # noqa: F811
+    record = tmp_path / "rlmm"
+    record.mkdir()
+    b = broker_factory(member(zk_connect, 1, {
+        **FAST, "remote.log.storage.system.enable": "true",
+        "remote.log.metadata.manager.class.name": "recording_rlmm:RecordingMetadataManager",
+        "remote.log.metadata.manager.class.path": str(PLUGINS), "rlmm.config.record.dir": str(record)}))
+    configured = json.loads((record / "configure.json").read_text())
+    assert configured["broker.id"] == "1" and configured["cluster.id"]
+    assert configured["remote.log.metadata.common.client.bootstrap.servers"] == b.bootstrap
+    create(b.bootstrap, "clustered")
+    produce(b.bootstrap, "clustered", 0, 1500)
+    wait_for(lambda: list_offset(b.bootstrap, "clustered", -4), what="segments tiered")
+    assert "COPY_SEGMENT_FINISHED" in (record / "states").read_text().split()
 
 
 def test_unknown_rlmm_class_stops_start_up_with_one_line(broker_factory: Callable[..., BrokerProcess]) -> None:
