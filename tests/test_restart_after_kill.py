@@ -5,10 +5,12 @@ expire, says so in one line, registers and serves."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from typing import Callable
 
 import pytest
-from broker_harness import BrokerProcess
+from broker_harness import REPO, BrokerProcess
 from confluent_kafka.admin import AdminClient, NewTopic
 from test_cluster_replication import consume_all, partition_state, start_cluster
 from tiered_cluster import produce_values
@@ -62,3 +64,22 @@ def test_broker_restarted_before_its_old_session_expired_waits_registers_and_ser
     produce_values(servers, "on-victim", [b"after"])
     got = consume_all(servers, "on-victim", 2, timeout_s=30)
     assert [m.value() for m in got] == [b"before", b"after"]
+
+
+def test_broker_told_to_stop_while_it_waits_gives_up_at_once(
+        broker_factory: Callable[..., BrokerProcess], zk_connect: str) -> None:  # noqa: F811
+    b = start_cluster(broker_factory, zk_connect, n=1)[1]
+    b.kill9()
+    with open(b.log_path, "ab") as out:
+        proc = subprocess.Popen(b.command(), cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: WAITING.format(1) in b.log_text(), timeout=30, message="the restarted broker waiting")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = b.log_text()
+    assert "cannot start: shut down while waiting for the registration of broker 1 left by a previous session" in log
+    assert "Traceback" not in log, log

@@ -355,20 +355,24 @@ class ZkClient:
                 f"Error while creating ephemeral at {path}, node already exists and owner '0x{owner:x}' does not "
                 f"match current session '0x{current or 0:x}'", path, owner)
 
-    def wait_for_ephemeral_gone(self, path: str, owner: int, timeout_s: float) -> bool:
+    def wait_for_ephemeral_gone(self, path: str, owner: int, timeout_s: float,
+                                stop: threading.Event | None = None) -> bool:
         """Block until ``path`` no longer belongs to session ``owner`` (deleted, or re-created by another
-        session), at most ``timeout_s``; True when it went. Woken by a watch, not by polling."""
+        session), at most ``timeout_s``, or until ``stop`` is set (looked at twice a second); True when
+        it went. ZooKeeper is asked again only when the watch fires."""
         changed = threading.Event()
+        changed.set()
         deadline = time.monotonic() + timeout_s
         while True:
-            changed.clear()
-            stat = self.exists(path, watch=lambda _event: changed.set())
-            if stat is None or stat.ephemeralOwner != owner:
-                return True
+            if changed.is_set():  # first, a deletion, or a dropped connection (the watch is gone)
+                changed.clear()
+                stat = self.exists(path, watch=lambda _event: changed.set())
+                if stat is None or stat.ephemeralOwner != owner:
+                    return True
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or (stop is not None and stop.is_set()):
                 return False
-            changed.wait(remaining)  # a deletion, or a dropped connection (the watch is gone): look again
+            changed.wait(min(remaining, 0.5))
 
     def _multi(self, build: Callable[[TransactionRequest], None],
                expected_controller_epoch_zk_version: int | None) -> list[Any]:
