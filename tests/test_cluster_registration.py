@@ -92,7 +92,7 @@ def test_second_broker_with_the_same_id_is_refused(cluster: Callable[..., ZkClus
     first = cluster(5)
     first.start()
     _, owner = registration(first)
-    twin = cluster(5)
+    twin = cluster(5, session_timeout_ms=2000)  # it waits 1.5 session timeouts for the id to be freed
     with pytest.raises(BrokerIdInUseError) as err:
         twin.start()
     message = str(err.value)

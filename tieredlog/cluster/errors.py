@@ -45,7 +45,13 @@ class MalformedZnodeError(ClusterError, ValueError):
 
 
 class EphemeralOwnedByAnotherSession(ClusterError):
-    """An ephemeral znode we create already exists and belongs to another live session."""
+    """An ephemeral znode we create already exists and belongs to another session (``owner``), live or
+    not yet expired."""
+
+    def __init__(self, message: str, path: str = "", owner: int = 0) -> None:
+        super().__init__(message)
+        self.path = path
+        self.owner = owner
 
 
 class BrokerIdInUseError(EphemeralOwnedByAnotherSession):

@@ -150,6 +150,11 @@ class ZkClusterMembership:
         self.live_brokers.start()
         return epoch
 
+    def stop_registering(self) -> None:
+        """The broker shuts down: a ``register()`` still waiting for a previous session's registration to
+        expire gives up (ClusterError). Any thread; never blocks."""
+        self.registration.stop_waiting()
+
     def start_controller_election(self) -> None:
         if self.controller is not None:
             self.controller.start()

@@ -14,7 +14,7 @@ import logging
 import threading
 from pathlib import Path
 
-from tieredlog.cluster.errors import BrokerIdInUseError
+from tieredlog.cluster.errors import BrokerIdInUseError, ClusterError
 from tieredlog.cluster.meta_properties import check_meta_properties, stored_cluster_id
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import BrokerInfo, generate_cluster_id
@@ -49,6 +49,7 @@ class BrokerRegistration:
         self._broker_epoch: int | None = None
         self._active = False
         self.last_error: BrokerIdInUseError | None = None
+        self._stop_waiting = threading.Event()
 
     @property
     def broker_id(self) -> int:
@@ -61,14 +62,39 @@ class BrokerRegistration:
         return self._broker_epoch
 
     def register(self) -> int:
-        """Register and keep registered; returns the broker epoch."""
-        epoch = self.zk.register_broker(self.info)
+        """Register and keep registered; returns the broker epoch. A registration left by a session that
+        has not expired yet (this broker killed and started again at once) is waited for, at most
+        until that session must have expired; if it is still there then, another live broker holds the
+        id: BrokerIdInUseError."""
+        try:
+            epoch = self.zk.register_broker(self.info)
+        except BrokerIdInUseError as exc:
+            epoch = self._register_after_stale(exc)
         with self._lock:
             self._broker_epoch = epoch
             if not self._active:
                 self._active = True
                 self.zk.add_connection_listener(self)
         return epoch
+
+    def _register_after_stale(self, refused: BrokerIdInUseError) -> int:
+        # Kafka exits here and leaves the restart to a supervisor. ZooKeeper expires a session at most
+        # one tick after its timeout, and grants no timeout below two ticks: waiting one and a half
+        # session timeouts (this broker's, which the previous run most likely had too) covers it.
+        wait_ms = self.zk.session_timeout_ms * 3 // 2
+        log.info("Waiting up to %d ms for the registration of broker %d left by a previous session (0x%x) to expire",
+                 wait_ms, self.broker_id, refused.owner)
+        if not self.zk.wait_for_ephemeral_gone(refused.path, refused.owner, wait_ms / 1000, self._stop_waiting):
+            if self._stop_waiting.is_set():
+                raise ClusterError(f"shut down while waiting for the registration of broker {self.broker_id} left "
+                                   f"by a previous session (0x{refused.owner:x}) to expire")
+            raise refused
+        return self.zk.register_broker(self.info)
+
+    def stop_waiting(self) -> None:
+        """End a ``register()`` waiting for a previous session's registration (the broker is told to
+        shut down meanwhile): it raises ClusterError within half a second. Any thread."""
+        self._stop_waiting.set()
 
     def on_connected(self, new_session: bool) -> None:
         if not new_session or not self._active:

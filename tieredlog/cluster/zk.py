@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, TypeVar
@@ -352,7 +353,26 @@ class ZkClient:
                 continue
             raise EphemeralOwnedByAnotherSession(
                 f"Error while creating ephemeral at {path}, node already exists and owner '0x{owner:x}' does not "
-                f"match current session '0x{current or 0:x}'")
+                f"match current session '0x{current or 0:x}'", path, owner)
+
+    def wait_for_ephemeral_gone(self, path: str, owner: int, timeout_s: float,
+                                stop: threading.Event | None = None) -> bool:
+        """Block until ``path`` no longer belongs to session ``owner`` (deleted, or re-created by another
+        session), at most ``timeout_s``, or until ``stop`` is set (looked at twice a second); True when
+        it went. ZooKeeper is asked again only when the watch fires."""
+        changed = threading.Event()
+        changed.set()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if changed.is_set():  # first, a deletion, or a dropped connection (the watch is gone)
+                changed.clear()
+                stat = self.exists(path, watch=lambda _event: changed.set())
+                if stat is None or stat.ephemeralOwner != owner:
+                    return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (stop is not None and stop.is_set()):
+                return False
+            changed.wait(min(remaining, 0.5))
 
     def _multi(self, build: Callable[[TransactionRequest], None],
                expected_controller_epoch_zk_version: int | None) -> list[Any]:
@@ -442,7 +462,7 @@ class ZkClient:
         try:
             stat = self.create_checked_ephemeral(path, info.encode())
         except EphemeralOwnedByAnotherSession as exc:
-            raise BrokerIdInUseError(str(exc)) from None
+            raise BrokerIdInUseError(str(exc), exc.path, exc.owner) from None
         log.info("Registered broker %d at path %s with addresses: %s, czxid (broker epoch): %d", info.broker_id, path,
                  ",".join(e.connection_string for e in info.endpoints), stat.czxid)
         return int(stat.czxid)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from tieredlog.config import BrokerConfig
 from tieredlog.security.sasl.client import SaslClientCredentials
@@ -23,6 +24,9 @@ class ControllerConfig:
     inter_broker_ssl_context: ssl.SSLContext | None = None
     # what they log in with when the inter-broker listener is SASL_PLAINTEXT or SASL_SSL
     inter_broker_sasl: SaslClientCredentials | None = None
+    # internal topic -> the replication factor configured for it: one created with fewer replicas
+    # (too few brokers then) is raised to it once enough brokers are registered
+    internal_topic_replication_factors: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_broker_config(cls, config: BrokerConfig) -> "ControllerConfig":
@@ -40,4 +44,18 @@ class ControllerConfig:
             delete_topic_enable=bool(config["delete.topic.enable"]),
             inter_broker_ssl_context=inter_broker_client_context(config),
             inter_broker_sasl=inter_broker_credentials(config),
+            internal_topic_replication_factors=internal_topic_replication_factors(config),
         )
+
+
+def internal_topic_replication_factors(config: BrokerConfig) -> dict[str, int]:
+    """Kafka's replication-factor configs of its internal topics; the metadata topic's is the
+    topic-based RLMM's ``rlmm.config.remote.log.metadata.topic.replication.factor`` (default 3)."""
+    rlmm = config.plugin_configs(str(config["remote.log.metadata.manager.impl.prefix"]))
+    try:
+        metadata_rf = int(rlmm.get("remote.log.metadata.topic.replication.factor", 3))
+    except ValueError:
+        metadata_rf = 3  # the RLMM refuses it at start-up with its own message
+    return {"__consumer_offsets": int(config["offsets.topic.replication.factor"]),
+            "__transaction_state": int(config["transaction.state.log.replication.factor"]),
+            "__remote_log_metadata": metadata_rf}

@@ -53,6 +53,7 @@ from tieredlog.controller.election import (
     ElectionType,
     preferred_replica_partition_leader_election,
 )
+from tieredlog.controller.internal_topics import INTERNAL_TOPIC_REPLICATION_CONFIGS, raised_replicas
 from tieredlog.controller.reassignment import PartitionReassigner
 from tieredlog.controller.request_batch import ControllerBrokerRequestBatch, stop_replica_errors
 from tieredlog.controller.state_machines import (
@@ -341,6 +342,7 @@ class KafkaController:
         self._partitions.startup()
         self._reassigner.resume_on_failover()
         self._deletion.try_topic_deletion()
+        self._raise_internal_topics_replication()
         if self.config.auto_leader_rebalance_enable:
             self._schedule_auto_leader_rebalance(min(AUTO_REBALANCE_INITIAL_DELAY_S,
                                                      self.config.leader_imbalance_check_interval_seconds))
@@ -473,6 +475,23 @@ class KafkaController:
         self._reassigner.on_brokers_started(set(new_brokers))
         deletion.resume_deletion_for_topics({r.topic_partition.topic for r in on_new
                                              if ctx.is_topic_queued_up_for_deletion(r.topic_partition.topic)})
+        self._raise_internal_topics_replication()
+
+    def _raise_internal_topics_replication(self) -> None:
+        """Internal topics created with fewer replicas than configured (too few brokers registered then)
+        get the others by a reassignment once the brokers are there (``internal_topics``)."""
+        assert self._reassigner is not None
+        for topic, factor in sorted(self.config.internal_topic_replication_factors.items()):
+            targets = raised_replicas(self.ctx, topic, factor)
+            if not targets:
+                continue
+            before = sorted({len(self.ctx.replica_assignment(tp)) for tp in targets})
+            log.info("Controller %d: raising the replication factor of %s partitions %s from %s to %d (%s=%d) by "
+                     "reassigning them to %s", self.broker_id, topic, ",".join(str(tp.partition) for tp in targets),
+                     ",".join(map(str, before)), len(next(iter(targets.values()))),
+                     INTERNAL_TOPIC_REPLICATION_CONFIGS.get(topic, "replication factor"), factor,
+                     "; ".join(f"{tp.partition}: {list(r)}" for tp, r in targets.items()))
+            self._reassigner.alter(dict(targets))
 
     def _on_broker_failure(self, dead_brokers: list[int]) -> None:
         ctx = self.ctx
@@ -516,6 +535,8 @@ class KafkaController:
                      ",".join(deleted))
         if added:
             self._on_new_partition_creation(added)
+            # an internal topic created by a broker that saw fewer brokers than there are now
+            self._raise_internal_topics_replication()
 
     def _process_partition_modifications(self, topic: str) -> None:
         ctx = self.ctx

@@ -13,7 +13,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from tieredlog.rsm.api import RemoteStorageException, RemoteStorageManager
 
@@ -49,20 +49,23 @@ def rsm_configs_from_broker(props: Mapping[str, object]) -> dict[str, object]:
     return configs
 
 
-def _add_class_path(class_path: str | None) -> None:
+def add_class_path(class_path: str | None, config_name: str = CLASS_PATH_CONFIG) -> None:
+    """Put the ``os.pathsep``-separated folders of ``class_path`` first on the import path."""
     if not class_path:
         return
     for folder in reversed([p for p in class_path.split(os.pathsep) if p.strip()]):
         folder = os.path.abspath(folder.strip())
         if not os.path.isdir(folder):
-            raise PluginLoadError(f"{CLASS_PATH_CONFIG} entry {folder!r} is not a folder")
+            raise PluginLoadError(f"{config_name} entry {folder!r} is not a folder")
         if folder not in sys.path:
             sys.path.insert(0, folder)
 
 
-def resolve_class(class_name: str) -> type[RemoteStorageManager]:
-    """The class for a short name or dotted path (without configuring anything)."""
-    eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+def resolve_plugin_class(class_name: str, group: str, base: type, what: str) -> Any:
+    """The class for a short name registered in the entry-point ``group`` or a dotted path
+    (``module:Class`` or ``module.Class``), checked to subclass ``base``; ``what`` names the kind of
+    plugin in errors. Nothing is built or configured."""
+    eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=group)}
     if class_name in eps:
         target = eps[class_name].load()
     else:
@@ -72,36 +75,50 @@ def resolve_class(class_name: str) -> type[RemoteStorageManager]:
             module_name, _, attr = class_name.rpartition(".")
         else:
             known = ", ".join(sorted(eps)) or "none"
-            raise LookupError(f"no remote storage manager named {class_name!r} (installed: {known}; "
-                              "or give module:Class)")
+            raise LookupError(f"no {what} named {class_name!r} (installed: {known}; or give module:Class)")
         module = importlib.import_module(module_name)
         target = module
         for part in attr.split("."):
             target = getattr(target, part)
-    if not isinstance(target, type) or not issubclass(target, RemoteStorageManager):
-        raise TypeError(f"{target!r} is not a subclass of tieredlog.rsm.RemoteStorageManager")
+    if not isinstance(target, type) or not issubclass(target, base):
+        raise TypeError(f"{target!r} is not a subclass of {base.__module__}.{base.__qualname__}")
     return target
+
+
+def resolve_class(class_name: str) -> type[RemoteStorageManager]:
+    """The RSM class for a short name or dotted path (without configuring anything)."""
+    cls: type[RemoteStorageManager] = resolve_plugin_class(class_name, ENTRY_POINT_GROUP, RemoteStorageManager,
+                                                           "remote storage manager")
+    return cls
+
+
+def load_plugin(class_name: str, class_path: str | None, class_path_config: str, group: str, base: type,
+                what: str, configure: Callable[[Any], None], close: Callable[[Any], None]) -> Any:
+    """Import, build (no arguments) and configure a plugin; any failure raises PluginLoadError naming it,
+    and a plugin whose configure() failed is closed."""
+    add_class_path(class_path, class_path_config)
+    try:
+        plugin = resolve_plugin_class(class_name, group, base, what)()
+    except Exception as exc:
+        raise PluginLoadError(f"cannot load {what} {class_name!r}: {_one_line(exc)}") from exc
+    try:
+        configure(plugin)
+    except Exception as exc:
+        try:
+            close(plugin)
+        except Exception:
+            pass  # the configure failure is the one to report
+        raise PluginLoadError(f"cannot configure {what} {class_name!r}: {_one_line(exc)}") from exc
+    return plugin
 
 
 def load_remote_storage_manager(
     class_name: str | None, class_path: str | None, configs: Mapping[str, object]
 ) -> RemoteStorageManager:
     """Build and configure the RSM. Any failure raises :class:`PluginLoadError` naming the plugin."""
-    name = (class_name or DEFAULT_CLASS_NAME).strip()
-    _add_class_path(class_path)
-    try:
-        cls = resolve_class(name)
-        rsm = cls()
-    except Exception as exc:
-        raise PluginLoadError(f"cannot load remote storage manager {name!r}: {_one_line(exc)}") from exc
-    try:
-        rsm.configure(dict(configs))
-    except Exception as exc:
-        try:
-            rsm.close()
-        except Exception:
-            pass  # the configure failure is the one to report
-        raise PluginLoadError(f"cannot configure remote storage manager {name!r}: {_one_line(exc)}") from exc
+    rsm: RemoteStorageManager = load_plugin(
+        (class_name or DEFAULT_CLASS_NAME).strip(), class_path, CLASS_PATH_CONFIG, ENTRY_POINT_GROUP,
+        RemoteStorageManager, "remote storage manager", lambda p: p.configure(dict(configs)), lambda p: p.close())
     return rsm
 
 

@@ -72,8 +72,15 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
     loop = asyncio.get_running_loop()
     # before the registration: a SIGTERM while it runs must still shut down in order
     stop = asyncio.Event()
+    cluster = broker.cluster
+
+    def on_signal() -> None:
+        stop.set()
+        if cluster is not None:
+            cluster.stop_registering()  # a registration still waiting for a killed run's session gives up
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     if broker.cluster is not None:
         # Kafka's order: registered once the listeners accept connections (the registration
         # advertises them), then the controller election

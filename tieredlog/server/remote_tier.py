@@ -9,8 +9,10 @@ Defaults (Kafka's names):
   name from the ``tieredlog.remote_storage`` entry points (``s3``, ``fsspec``, plugins) or
   ``module:Class``, with ``remote.log.storage.manager.class.path`` folders put on the import path.
   ``configure()`` receives every ``rsm.config.*`` property (prefix stripped) plus ``broker.id``.
-- RLMM: ``TopicBasedRemoteLogMetadataManager`` over ``__remote_log_metadata`` stored in this
-  broker's own logs; it receives ``rlmm.config.*`` plus ``broker.id``, ``log.dir``, ``cluster.id``.
+- RLMM: ``remote.log.metadata.manager.class.name`` (``tieredlog.rlmm.registry``); by default the
+  ``TopicBasedRemoteLogMetadataManager`` over ``__remote_log_metadata`` stored in this broker's own
+  logs. It receives what Kafka hands it: the metadata listener's endpoint as
+  ``remote.log.metadata.common.client.*``, ``rlmm.config.*``, ``broker.id``, ``log.dir``, ``cluster.id``.
 - The RLM leads every hosted tiered partition (one broker) via ``watch_log_manager``.
 
 In a ZooKeeper cluster (``create_cluster_remote_log_manager``):
@@ -40,6 +42,10 @@ from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic
 from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.manager import RemoteLogManager
 from tieredlog.rlm.partition_remover import RemotePartitionRemover
+from tieredlog.rlmm.api import RemoteLogMetadataManager
+from tieredlog.rlmm.registry import CLASS_NAME_CONFIG as RLMM_CLASS_NAME_CONFIG
+from tieredlog.rlmm.registry import CLASS_PATH_CONFIG as RLMM_CLASS_PATH_CONFIG
+from tieredlog.rlmm.registry import client_configs, is_topic_based, load_remote_log_metadata_manager, rlmm_configs
 from tieredlog.rlmm.topic import LogMetadataTopic
 from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager, TopicBasedRlmmConfig
 from tieredlog.rsm.api import RemoteStorageManager
@@ -64,10 +70,35 @@ def build_rsm(cfg: RemoteLogManagerConfig) -> RemoteStorageManager:
     return load_remote_storage_manager(name or "local", cfg.rsm_class_path, configs)
 
 
-def build_rlmm(broker: Broker, cfg: RemoteLogManagerConfig) -> TopicBasedRemoteLogMetadataManager:
-    configs: dict[str, Any] = dict(cfg.rlmm_configs)
-    configs.update({"broker.id": cfg.broker_id, "log.dir": cfg.first_log_dir,
-                    "cluster.id": broker.cluster_id or ""})
+def rlmm_configs_for(broker: Broker, cfg: RemoteLogManagerConfig) -> dict[str, Any]:
+    """What the RLMM's ``configure()`` receives, as Kafka hands it (``tieredlog.rlmm.registry.rlmm_configs``):
+    the metadata clients' listener as ``remote.log.metadata.common.client.bootstrap.servers`` and
+    ``.security.protocol``, the ``rlmm.config.*`` properties, ``broker.id``, ``log.dir``, ``cluster.id``."""
+    name, _ = metadata_client_listener(broker.config, tls=False)
+    endpoint = next(l for l in broker.config.advertised_listeners if l.name == name)
+    return rlmm_configs(cfg.rlmm_configs, broker_id=cfg.broker_id, log_dir=cfg.first_log_dir,
+                        cluster_id=broker.cluster_id or "",
+                        bootstrap_servers=f"{endpoint.host or '127.0.0.1'}:{endpoint.port}",
+                        security_protocol=endpoint.security_protocol)
+
+
+def plugin_rlmm(broker: Broker, configs: dict[str, Any]) -> RemoteLogMetadataManager | None:
+    """The configured RLMM when it is not the topic-based one (which needs the broker's metadata topic
+    and is built by the callers); PluginLoadError, one line, when it cannot be loaded or configured."""
+    name = str(broker.config.get(RLMM_CLASS_NAME_CONFIG) or "")
+    if is_topic_based(name):
+        return None
+    class_path = broker.config.get(RLMM_CLASS_PATH_CONFIG)
+    rlmm = load_remote_log_metadata_manager(name, str(class_path) if class_path else None, configs)
+    log.info("remote log metadata manager: %s", type(rlmm).__name__)
+    return rlmm
+
+
+def build_rlmm(broker: Broker, cfg: RemoteLogManagerConfig) -> RemoteLogMetadataManager:
+    configs = rlmm_configs_for(broker, cfg)
+    plugin = plugin_rlmm(broker, configs)
+    if plugin is not None:
+        return plugin
     rcfg = TopicBasedRlmmConfig.from_configs(configs)
     topic_configs = {"retention.ms": str(rcfg.retention_ms), "cleanup.policy": "delete", "remote.storage.enable": "false"}
     # Create the topic now, on the broker's own start-up path, so the RLMM's loader thread never
@@ -100,10 +131,10 @@ def create_remote_log_manager(broker: Broker) -> RemoteLogManager | None:
     return rlm
 
 
-def metadata_client_listener(config: BrokerConfig) -> tuple[str, ssl.SSLContext | None]:
+def metadata_client_listener(config: BrokerConfig, tls: bool = True) -> tuple[str, ssl.SSLContext | None]:
     """The listener the RLMM's clients reach the leaders of __remote_log_metadata on
     (``remote.log.metadata.manager.listener.name``, else the first advertised one, as clients see the
-    brokers) and their TLS context when that listener is SSL or SASL_SSL."""
+    brokers) and, with ``tls``, their TLS context when that listener is SSL or SASL_SSL."""
     from tieredlog.security.tls import TLS_PROTOCOLS, SslConfig, client_context
 
     name = str(config.get("remote.log.metadata.manager.listener.name") or "").strip().upper()
@@ -114,7 +145,7 @@ def metadata_client_listener(config: BrokerConfig) -> tuple[str, ssl.SSLContext 
         raise BrokerConfigError(f"remote.log.metadata.manager.listener.name {name} is not one of the advertised "
                                 f"listeners {','.join(listeners)}")
     protocol = listeners[name]
-    return name, client_context(SslConfig(config, name, protocol)) if protocol in TLS_PROTOCOLS else None
+    return name, client_context(SslConfig(config, name, protocol)) if tls and protocol in TLS_PROTOCOLS else None
 
 
 def metadata_client_credentials(config: BrokerConfig, listener: str) -> SaslClientCredentials | None:
@@ -157,15 +188,14 @@ class BrokerMetadataTopicRouting:
         assert node is not None
         if broker.get_topic(METADATA_TOPIC) is None:
             live = len(node.membership.brokers)
-            rf = self._replication_factor
-            if live < rf:
-                log.warning("%s is created with replication factor %d: only %d broker(s) are registered "
-                            "(remote.log.metadata.topic.replication.factor=%d)", METADATA_TOPIC, max(live, 1),
-                            live, rf)
-                rf = max(live, 1)
+            rf = min(self._replication_factor, max(live, 1))
             try:
                 broker.create_topic(METADATA_TOPIC, num_partitions, rf, configs)
                 await broker.topics_durable(wait_s=0)
+                if rf < self._replication_factor:
+                    log.warning("%s is created with replication factor %d: only %d broker(s) are registered "
+                                "(remote.log.metadata.topic.replication.factor=%d); the controller raises it "
+                                "once enough brokers are", METADATA_TOPIC, rf, live, self._replication_factor)
             except TopicAlreadyExistsError:
                 pass  # another broker created it first
 
@@ -179,6 +209,23 @@ class BrokerMetadataTopicRouting:
         return len(node.metadata.topics[METADATA_TOPIC].partitions)
 
 
+def cluster_topic_based_rlmm(broker: Broker, configs: dict[str, Any]) -> TopicBasedRemoteLogMetadataManager:
+    """The topic-based RLMM of a cluster member: a Kafka client of the leaders of __remote_log_metadata
+    on the metadata listener, with that listener's TLS / SASL; ``request.timeout.ms`` of the merged
+    ``remote.log.metadata.common.client.*`` / ``.producer.*`` properties, else the broker's."""
+    rcfg = TopicBasedRlmmConfig.from_configs(configs)
+    producer_configs, _ = client_configs(configs)
+    timeout_s = int(str(producer_configs.get("request.timeout.ms") or broker.config["request.timeout.ms"])) / 1000
+    listener, ssl_context = metadata_client_listener(broker.config)
+    routing = BrokerMetadataTopicRouting(broker, asyncio.get_running_loop(), rcfg.replication_factor, timeout_s,
+                                         listener)
+    # the one client id Kafka lets append to internal topics
+    topic = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, request_timeout_s=timeout_s,
+                                    retention_ms=rcfg.retention_ms, ssl_context=ssl_context,
+                                    sasl=metadata_client_credentials(broker.config, listener))
+    return TopicBasedRemoteLogMetadataManager(topic, configs)
+
+
 def create_cluster_remote_log_manager(broker: Broker) -> RemoteLogManager | None:
     """The RLM of a cluster member, following its replica manager; None if tiering is disabled."""
     cfg = RemoteLogManagerConfig.from_broker_config(broker.config)
@@ -187,25 +234,19 @@ def create_cluster_remote_log_manager(broker: Broker) -> RemoteLogManager | None
         return None
     rm = broker.replica_manager
     assert rm is not None
-    configs: dict[str, Any] = dict(cfg.rlmm_configs)
-    configs.update({"broker.id": cfg.broker_id, "log.dir": cfg.first_log_dir, "cluster.id": broker.cluster_id or ""})
-    rcfg = TopicBasedRlmmConfig.from_configs(configs)
-    timeout_s = broker.config["request.timeout.ms"] / 1000
-    listener, ssl_context = metadata_client_listener(broker.config)
-    routing = BrokerMetadataTopicRouting(broker, asyncio.get_running_loop(), rcfg.replication_factor, timeout_s,
-                                         listener)
-    # the one client id Kafka lets append to internal topics
-    topic = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, request_timeout_s=timeout_s,
-                                    retention_ms=rcfg.retention_ms, ssl_context=ssl_context,
-                                    sasl=metadata_client_credentials(broker.config, listener))
-    rlmm = TopicBasedRemoteLogMetadataManager(topic, configs)
+    configs = rlmm_configs_for(broker, cfg)
+    rlmm = plugin_rlmm(broker, configs) or cluster_topic_based_rlmm(broker, configs)
     rlm = RemoteLogManager(cfg, broker.log_manager, build_rsm(cfg), rlmm)
     rlm.start()
-    remover = RemotePartitionRemover(rlmm, rlm.lifecycle, rlm.expirer, cfg.task_interval_ms)
+    # a deleted topic's remote data: the topic-based manager's, from __remote_log_metadata; a plugin
+    # manager keeps its metadata elsewhere and deletes it as it sees fit
+    remover = (RemotePartitionRemover(rlmm, rlm.lifecycle, rlm.expirer, cfg.task_interval_ms)
+               if isinstance(rlmm, TopicBasedRemoteLogMetadataManager) else None)
 
     def on_leadership(tp: TopicPartition, is_leader: bool, _leader_epoch: int) -> None:
         if tp.topic == METADATA_TOPIC:
-            remover.on_metadata_leadership(tp.partition, is_leader)
+            if remover is not None:
+                remover.on_metadata_leadership(tp.partition, is_leader)
         elif is_leader:
             rlm.on_leadership_change([tp], ())
         else:
@@ -213,10 +254,10 @@ def create_cluster_remote_log_manager(broker: Broker) -> RemoteLogManager | None
 
     def on_stop(tp: TopicPartition, _replicas: tuple[int, ...], _delete: bool) -> None:
         # a deleted topic's remote data is the remover's, once the controller has seen every replica stop
-        if tp.topic == METADATA_TOPIC:
-            remover.on_metadata_leadership(tp.partition, False)
-        else:
+        if tp.topic != METADATA_TOPIC:
             rlm.stop_partitions([tp])
+        elif remover is not None:
+            remover.on_metadata_leadership(tp.partition, False)
 
     def on_topic_configs(topic: str) -> None:
         # remote.storage.enable may have just become known (a log loaded before its topic) or set
