@@ -49,6 +49,9 @@ CLIENT_CONFIGS = frozenset({
 })
 # Spark's Kafka source passes ``kafka.<client config>`` options to its clients, and so does the reader.
 SPARK_CLIENT_PREFIX = "kafka."
+# Kafka's topic-based metadata manager hands these prefixes' client configs to its clients
+RLMM_CLIENT_PREFIXES = ("remote.log.metadata.common.client.", "remote.log.metadata.producer.",
+                        "remote.log.metadata.consumer.")
 # Kafka configs the docs name as not built: they must stay out of the registry until the docs change.
 NOT_BUILT = frozenset({
     "max.connection.creation.rate",  # KIP-612 connection creation rate limit
@@ -107,8 +110,9 @@ def _unknown(name: str, plugin_keys: set[str]) -> bool:
         return False
     if name in CLIENT_CONFIGS or name in NOT_BUILT:
         return False
-    if name.startswith(SPARK_CLIENT_PREFIX) and name[len(SPARK_CLIENT_PREFIX):] in CLIENT_CONFIGS:
-        return False
+    for prefix in (SPARK_CLIENT_PREFIX, *RLMM_CLIENT_PREFIXES):
+        if name.startswith(prefix) and name[len(prefix):] in CLIENT_CONFIGS:
+            return False
     for prefix in PASSTHROUGH_PREFIXES:
         if name.startswith(prefix):
             return name[len(prefix):] not in plugin_keys
