@@ -42,9 +42,9 @@ UNKNOWN_SERVER_ERROR = -1
 LOG_INTERVAL_S = rlm_manager.FAILURE_LOG_MIN_INTERVAL_S
 
 
-def _create(c: KafkaClient, topic: str, partitions: int = 1) -> None:
+def _create(c: KafkaClient, topic: str, partitions: int = 1, configs: list[dict[str, str]] = TIERED) -> None:
     r = c.request(CREATE_TOPICS, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
-                                              "configs": TIERED}], "timeout": 10000})
+                                              "configs": configs}], "timeout": 10000})
     assert r.topics[0].error_code.value == 0, r.topics[0]
 
 
