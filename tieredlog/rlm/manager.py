@@ -495,8 +495,12 @@ class RemoteLogManager:
 
     def _read(
         self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool,
-        deadline: float,
+        deadline: float | None = None,
     ) -> bytes | memoryview:
+        """Blocking, on the reader pool; ``deadline`` (time.monotonic) bounds retries, by default
+        remote.fetch.max.wait.ms from now."""
+        if deadline is None:
+            deadline = time.monotonic() + self.remote_fetch_max_wait_s
         return self._read_records(tip, plog, fetch_offset, max_bytes, min_one, deadline).records
 
     def _read_committed(
