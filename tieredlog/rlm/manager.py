@@ -279,6 +279,7 @@ class RemoteLogManager:
                 self.expirer.cancel(("follower", tp))
                 self._followers.pop(tp, None)
                 self.metrics.remove_partition(tp.topic, tp.partition)
+                self.read_failures.forget(tp)
                 if isinstance(p, TopicIdPartition):
                     tips.append(p)
                     continue
