@@ -110,7 +110,7 @@ def test_an_object_store_outage_is_one_line_per_partition_per_interval(broker_fa
                  what="every partition's copy failing")
         # and retried many times over while the store stays down
         tries = len(proxy.seen())
-        wait_for(lambda: len(proxy.seen()) > tries + 10 * partitions, what="copies retried during the outage")
+        wait_for(lambda: len(proxy.seen()) > tries + 40 * partitions, what="copies retried during the outage")
         proxy.fault = lambda r: None
         wait_for(lambda: min(_local_start(c, topic, p) for p in range(partitions)) > 200,
                  what="tiering catching up once the store is back")
