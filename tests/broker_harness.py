@@ -89,13 +89,21 @@ class BrokerProcess:
         # The last broker of a test cluster has nowhere to move its leaderships: Kafka's 3 x 5 s of
         # controlled-shutdown retries would add 15 s to every cluster test's teardown.
         quick = {} if self.config_file else {"controlled.shutdown.retry.backoff.ms": "200"}
-        props = {"listeners": self.listeners, "log.dirs": str(self.data_dir), **quick, **self.overrides}
+        # no metrics endpoint unless a test asks for one: parallel brokers would all want port 9404
+        quiet = {} if self._file_sets("metrics.port") else {"metrics.port": "-1"}
+        props = {"listeners": self.listeners, "log.dirs": str(self.data_dir), **quiet, **quick, **self.overrides}
         cmd = [sys.executable, "-m", "tieredlog.cli", "broker"]
         if self.config_file:
             cmd += ["--config", str(self.config_file)]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd
+
+    def _file_sets(self, name: str) -> bool:
+        if not self.config_file:
+            return False
+        lines = Path(self.config_file).read_text().splitlines()
+        return any(line.split("=", 1)[0].strip() == name for line in lines)
 
     def start(self, timeout: float = START_TIMEOUT_S) -> "BrokerProcess":
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -224,7 +224,7 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("zookeeper.connection.timeout.ms", "int", None),
     _d("cluster.id", "str", None, "cluster id; generated and kept in meta.properties when unset"),
     _d("broker.rack", "str", None),
-    _d("metrics.port", "int", -1, "Prometheus metrics HTTP port; -1 disables", -1),
+    _d("metrics.port", "int", 9404, "Prometheus metrics HTTP port; -1 disables", -1),
     _d("metrics.host", "str", "127.0.0.1", "address the Prometheus metrics endpoint binds"),
     # SASL (tieredlog.security.sasl), Kafka's names and defaults. Per listener: listener.name.<l>.<config>,
     # and a mechanism's JAAS as listener.name.<l>.<mechanism in lower case>.sasl.jaas.config.

@@ -48,10 +48,13 @@ from tieredlog.log.types import (
     TimestampAndOffset,
     TopicPartition,
 )
+from tieredlog.rate_limited_log import RateLimitedLog
 from tieredlog.records.batch import BatchHeader
 from tieredlog.records.record import record_at_or_after
 
 log = logging.getLogger(__name__)
+# a tiered log's local deletions: a line per segment, up to 10 per partition a minute (as the RLM's copies)
+_tiered_deletions = RateLimitedLog(log, 60.0, burst=10)
 
 
 # ListOffsets special timestamps.
@@ -614,7 +617,17 @@ class UnifiedLog:
                 self.local_log.delete_segment_files(doomed, now)
         if doomed:
             self.delete_expired_files(now)
+            if self.remote_enabled:
+                self._log_tiered_deletions(doomed)
         return len(doomed)
+
+    def _log_tiered_deletions(self, doomed: list[LogSegment]) -> None:
+        ends = [seg.base_offset for seg in doomed[1:]] + [self.local_log_start_offset]
+        for seg, end in zip(doomed, ends):
+            _tiered_deletions.log(self.topic_partition, logging.INFO,
+                                  "%s: deleted local segment [%d, %d] (%d bytes), in the remote tier; local log "
+                                  "starts at %d", self.topic_partition, seg.base_offset, end - 1, seg.size,
+                                  self.local_log_start_offset)
 
     def _delete_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool], doomed: list[LogSegment]) -> None:
         tiered = self.remote_enabled

@@ -42,6 +42,7 @@ from kio.schema.errors import ErrorCode
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from tieredlog.protocol.async_client import AsyncKafkaConnection
+from tieredlog.rate_limited_log import RateLimitedLog
 
 if TYPE_CHECKING:
     from tieredlog.replication.partition import Partition
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
     from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
+# a rebuild from the remote tier fails every backoff while the object store is down: a line per interval
+_rebuild_failures = RateLimitedLog(log, 30.0)
 
 FETCH_VERSION = 12  # topic names, current_leader_epoch, log_start_offset; every tieredlog broker serves it
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
@@ -387,8 +390,9 @@ class ReplicaFetcher:
                      aux.next_offset, local_start, epoch_at_local_start)
             s.warned.clear()
             s.state = FetchState.FETCHING
-        except Exception:  # noqa: BLE001 - the rebuild is tried again after the backoff
-            log.exception("%s: %s: rebuilding from the remote tier failed", self.name, s.partition.tp)
+        except Exception as exc:  # noqa: BLE001 - the rebuild is tried again after the backoff
+            _rebuild_failures.failed(s.partition.tp, exc, "%s: %s: rebuilding from the remote tier failed",
+                                     self.name, s.partition.tp)
             s.delayed_until = asyncio.get_running_loop().time() + self._config.backoff_ms / 1000
         finally:
             s.rebuild = None

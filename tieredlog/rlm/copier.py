@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from tieredlog.rate_limited_log import RateLimitedLog
 from tieredlog.rlm.contracts import LogProvider, LogSegmentView, TieredLog
 from tieredlog.rlm.lifecycle import CustomMetadataSizeLimitExceededException, RemoteSegmentLifecycle
 from tieredlog.rlm.lineage import as_pairs, checkpoint_text, highest_remote_offset, segment_leader_epochs
@@ -31,6 +32,11 @@ from tieredlog.rsm.api import (
 __all__ = ["CustomMetadataSizeLimitExceededException", "RLMCopyTask", "candidate_segments", "update_copy_lag"]
 
 log = logging.getLogger(__name__)
+
+# one INFO line per tiered segment, up to this many per partition a minute; the next line after a
+# busy minute (a backlog being tiered) says how many were left out
+TIERING_LINES_PER_MINUTE = 10
+tiering_log = RateLimitedLog(log, 60.0, burst=TIERING_LINES_PER_MINUTE)
 
 
 def candidate_segments(plog: TieredLog, from_offset: int, lso: int) -> list[LogSegmentView]:
@@ -153,6 +159,7 @@ class RLMCopyTask:
             leader_epoch_index=checkpoint_text([(e, o) for e, o in entries if o < next_offset]),
         )
         state.being_copied.add(segment_id.id)
+        started = time.monotonic()
         try:
             finished = self._lifecycle.copy(md, data, self._custom_metadata_max_bytes)
         except CustomMetadataSizeLimitExceededException:
@@ -168,5 +175,7 @@ class RLMCopyTask:
         state.copied_offset = end_offset
         plog.update_highest_offset_in_remote_storage(end_offset)
         update_copy_lag(self._metrics, state, plog)
-        log.info("%s: tiered segment [%d, %d] as %s", tip, md.start_offset, end_offset, segment_id.id)
+        tiering_log.log(("copied", tip), logging.INFO, "%s: copied segment [%d, %d] (%d bytes) to the remote tier "
+                        "in %.2f s as %s", tip, md.start_offset, end_offset, segment.size,
+                        time.monotonic() - started, segment_id.id)
         return finished

@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 from tieredlog.rlm.contracts import LogProvider, TieredLog
+from tieredlog.rlm.copier import tiering_log
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.lineage import as_pairs, is_within_lineage, segment_epoch_bounds
 from tieredlog.rlm.metrics import RemoteStorageMetrics
@@ -25,6 +26,7 @@ from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteLogSegmentState
 log = logging.getLogger(__name__)
 
 S = RemoteLogSegmentState
+_WHY = {S.COPY_SEGMENT_STARTED: "an upload that never finished", S.DELETE_SEGMENT_STARTED: "a deletion that never finished"}
 
 
 class RLMExpirationTask:
@@ -56,6 +58,10 @@ class RLMExpirationTask:
             if ctx.cancelled or self._closing():
                 return
             self._lifecycle.delete(md)
+            tiering_log.log(("deleted", self.state.tip), logging.INFO,
+                            "%s: deleted remote segment [%d, %d] (%d bytes, %s): %s", self.state.tip,
+                            md.start_offset, md.end_offset, md.segment_size_in_bytes,
+                            md.remote_log_segment_id.id, _WHY.get(md.state, "remote retention"))
 
     def _superseded(self, md: RemoteLogSegmentMetadata) -> bool:
         """A FINISHED copy whose whole range the RLMM now serves from other copies (a new leader

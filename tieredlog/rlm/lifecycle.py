@@ -106,8 +106,10 @@ class RemoteSegmentLifecycle:
             try:
                 self.delete(md)
             except Exception:
-                log.warning("%s: could not delete failed upload %s", md.topic_id_partition,
-                            md.remote_log_segment_id.id, exc_info=True)
+                # the copy task reports the upload's own failure (rate-limited); the expiration task
+                # deletes the leftover later (a COPY_SEGMENT_STARTED segment below the tiered offset)
+                log.debug("%s: could not delete failed upload %s", md.topic_id_partition,
+                          md.remote_log_segment_id.id, exc_info=True)
             raise
         if custom is not None and len(custom.value) > custom_metadata_max_bytes:
             self.delete(md)

@@ -27,16 +27,19 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 from tieredlog.errors import (
     KafkaError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from tieredlog.log.index import AbortedTxn
+from tieredlog.log.index import AbortedTxn, CorruptIndexError
 from tieredlog.log.types import FetchDataInfo, TopicPartition
+from tieredlog.rate_limited_log import RateLimitedLog, one_line
+from tieredlog.records.errors import CorruptRecordError
 from tieredlog.rlm.aborted_txns import RemoteAbortedTxns, in_range
 from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.contracts import LogProvider, TieredLog
@@ -56,17 +59,26 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemotePartitionDeleteState,
+    RemoteResourceNotFoundException,
     RemoteStorageException,
     RemoteStorageManager,
     TopicIdPartition,
 )
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _INTERNAL_TOPICS = {"__consumer_offsets", "__transaction_state", "__remote_log_metadata", "__cluster_metadata"}
 # remote ListOffsets lookups read a segment's index and a little data: a few threads, queued apart
 # from consumer reads so that a slow object store delays one kind of request, not both
 _LIST_OFFSETS_THREADS = 2
+FAILURE_LOG_MIN_INTERVAL_S = 10.0
+# a remote read failing on a transient store error is tried again after these pauses (doubling),
+# for as long as remote.fetch.max.wait.ms leaves room for another try
+READ_RETRY_BACKOFF_S = 0.05
+READ_RETRY_BACKOFF_MAX_S = 1.0
+# failures that another try cannot mend: the object is gone or its bytes are wrong
+_PERMANENT_READ_ERRORS = (RemoteResourceNotFoundException, CorruptIndexError, CorruptRecordError)
 
 
 class RemoteLogManager:
@@ -109,14 +121,18 @@ class RemoteLogManager:
         self.list_offsets_pool = RemoteReaderPool(
             _LIST_OFFSETS_THREADS, c.reader_max_pending_tasks, name="remote-list-offsets"
         )
+        # a failing task or partition's reads: one line per this interval (the task interval, at
+        # least FAILURE_LOG_MIN_INTERVAL_S so that short test intervals do not flood the log either)
+        failure_log_s = max(c.task_interval_ms / 1000.0, FAILURE_LOG_MIN_INTERVAL_S)
         self.copier = FixedDelayScheduler(
             "kafka-rlm-copy-thread-pool", c.effective_copier_threads,
-            c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter,
+            c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter, failure_log_s,
         )
         self.expirer = FixedDelayScheduler(
             "kafka-rlm-expiration-thread-pool", c.effective_expiration_threads,
-            c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter,
+            c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter, failure_log_s,
         )
+        self.read_failures = RateLimitedLog(log, failure_log_s)
         self.read_path = RemoteReadPath(self.lifecycle, rsm, self.index_cache, self.reader_pool)
         self.aborted_txns = RemoteAbortedTxns(self.lifecycle, self.index_cache)
 
@@ -263,6 +279,7 @@ class RemoteLogManager:
                 self.expirer.cancel(("follower", tp))
                 self._followers.pop(tp, None)
                 self.metrics.remove_partition(tp.topic, tp.partition)
+                self.read_failures.forget(tp)
                 if isinstance(p, TopicIdPartition):
                     tips.append(p)
                     continue
@@ -412,6 +429,7 @@ class RemoteLogManager:
         tp = TopicPartition(*topic_partition)
         self.metrics.fetch_requests.labels(tp.topic).inc()
         fut: Future = Future()
+        deadline = time.monotonic() + self.remote_fetch_max_wait_s
         throttle_ms = self.fetch_quota.throttle_time_ms()
         if throttle_ms > 0:
             self.metrics.fetch_throttle_ms.inc(throttle_ms)
@@ -425,14 +443,14 @@ class RemoteLogManager:
             rec = self._read_inline(tip, plog, fetch_offset, max_bytes, min_one)
             if rec is None:
                 read = self._read_committed if committed else self._read
-                return self.reader_pool.submit(read, tip, plog, fetch_offset, max_bytes, min_one)
+                return self.reader_pool.submit(read, tip, plog, fetch_offset, max_bytes, min_one, deadline)
             if not committed:
                 fut.set_result(rec.records)
                 return fut
             txns = self._aborted_in(rec, plog, fetch_offset) if rec.records else []
             if txns is None:
                 # the bytes are read; only the segment's aborted transactions are still to walk
-                return self.reader_pool.submit(self._with_aborted, tip, plog, rec, fetch_offset)
+                return self.reader_pool.submit(self._with_aborted, tip, plog, rec, fetch_offset, deadline)
             fut.set_result(FetchDataInfo(rec.records, fetch_offset, txns))
             return fut
         except Exception as exc:
@@ -477,56 +495,86 @@ class RemoteLogManager:
         return rec
 
     def _read(
-        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool
+        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool,
+        deadline: float | None = None,
     ) -> bytes | memoryview:
-        return self._read_records(tip, plog, fetch_offset, max_bytes, min_one).records
+        """Blocking, on the reader pool; ``deadline`` (time.monotonic) bounds retries, by default
+        remote.fetch.max.wait.ms from now."""
+        if deadline is None:
+            deadline = time.monotonic() + self.remote_fetch_max_wait_s
+        return self._read_records(tip, plog, fetch_offset, max_bytes, min_one, deadline).records
 
     def _read_committed(
-        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool
+        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool,
+        deadline: float,
     ) -> FetchDataInfo:
-        rec = self._read_records(tip, plog, fetch_offset, max_bytes, min_one)
-        return self._with_aborted(tip, plog, rec, fetch_offset)
+        rec = self._read_records(tip, plog, fetch_offset, max_bytes, min_one, deadline)
+        return self._with_aborted(tip, plog, rec, fetch_offset, deadline)
 
     def _read_records(
-        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool
+        self, tip: TopicIdPartition, plog: TieredLog, fetch_offset: int, max_bytes: int, min_one: bool,
+        deadline: float,
     ) -> RemoteRecords:
-        try:
-            rec = self.read_path.read(tip, plog, fetch_offset, max_bytes, min_one)
-        except OffsetOutOfRangeError:
-            raise  # a client error, not a remote-storage failure (Kafka does not count it)
-        except KafkaError:
-            self.metrics.fetch_errors.labels(tip.topic).inc()
-            raise
-        except Exception as exc:
-            raise self._storage_error(tip, fetch_offset, exc) from exc
+        rec = self._retrying(tip, fetch_offset, deadline,
+                             lambda: self.read_path.read(tip, plog, fetch_offset, max_bytes, min_one))
         self.fetch_quota.record(len(rec.records))
         self.metrics.fetch_bytes.labels(tip.topic).inc(len(rec.records))
         return rec
 
-    def _with_aborted(self, tip: TopicIdPartition, plog: TieredLog, rec: RemoteRecords, fetch_offset: int) -> FetchDataInfo:
+    def _with_aborted(self, tip: TopicIdPartition, plog: TieredLog, rec: RemoteRecords, fetch_offset: int,
+                      deadline: float) -> FetchDataInfo:
         """``rec`` with the aborted transactions overlapping it (reader pool: may walk txn indexes)."""
-        if not rec.records or rec.segment is None:
+        segment = rec.segment
+        if not rec.records or segment is None:
             return FetchDataInfo(rec.records, fetch_offset, [])
-        try:
-            txns = self.aborted_txns.for_segment(tip, plog, rec.segment)
-        except KafkaError:
-            self.metrics.fetch_errors.labels(tip.topic).inc()
-            raise
-        except Exception as exc:
-            raise self._storage_error(tip, fetch_offset, exc) from exc
+        txns = self._retrying(tip, fetch_offset, deadline, lambda: self.aborted_txns.for_segment(tip, plog, segment))
         return FetchDataInfo(rec.records, fetch_offset, in_range(txns, fetch_offset, rec.next_offset))
+
+    def _retrying(self, tip: TopicIdPartition, fetch_offset: int, deadline: float, read: Callable[[], _T]) -> _T:
+        """``read()``, tried again after a transient store error while ``deadline`` (the fetch's
+        remote.fetch.max.wait.ms) leaves room. A failure that stays is an UnknownServerError, the code
+        Kafka's broker answers for a failed remote read; failures are logged once per partition per
+        interval, and once when the partition's reads work again."""
+        tp = TopicPartition(tip.topic, tip.partition)
+        backoff = READ_RETRY_BACKOFF_S
+        while True:
+            try:
+                result = read()
+            except OffsetOutOfRangeError:
+                raise  # a client error, not a remote-storage failure (Kafka does not count it)
+            except KafkaError:
+                self.metrics.fetch_errors.labels(tip.topic).inc()
+                raise
+            except Exception as exc:
+                self.read_failures.failed(tp, exc, "%s: remote read at %d failed", tip, fetch_offset)
+                if (isinstance(exc, _PERMANENT_READ_ERRORS) or self.closing
+                        or time.monotonic() + 2 * backoff >= deadline):
+                    self.metrics.fetch_errors.labels(tip.topic).inc()
+                    raise UnknownServerError(
+                        f"remote read of {tip} at {fetch_offset} failed: {one_line(exc)}") from exc
+                time.sleep(backoff)
+                backoff = min(2 * backoff, READ_RETRY_BACKOFF_MAX_S)
+                continue
+            self.read_failures.succeeded(tp, "%s: remote reads succeed", tip)
+            return result
+
+    def read_failure(self, topic_partition: TopicPartition) -> UnknownServerError | None:
+        """What to answer for a remote read of ``topic_partition`` that outlasted
+        remote.fetch.max.wait.ms: an error when this partition's reads have failed, without a success
+        since, for longer than that wait (a store that keeps failing, each try slower than the wait);
+        None otherwise, and the partition comes back empty, as Kafka answers a slow read."""
+        tp = TopicPartition(*topic_partition)
+        failing = self.read_failures.failing(tp)
+        if failing is None or time.monotonic() - failing[0] < self.remote_fetch_max_wait_s:
+            return None
+        return UnknownServerError(f"remote reads of {tp} have failed for {time.monotonic() - failing[0]:.1f} s: "
+                                  f"{one_line(failing[1])}")
 
     def _aborted_in(self, rec: RemoteRecords, plog: TieredLog, fetch_offset: int) -> list[AbortedTxn] | None:
         """The aborted transactions overlapping ``rec`` from a kept walk, without I/O; None when its
         segment was not walked yet."""
         txns = None if rec.segment is None else self.aborted_txns.cached(plog, rec.segment)
         return None if txns is None else in_range(txns, fetch_offset, rec.next_offset)
-
-    def _storage_error(self, tip: TopicIdPartition, fetch_offset: int, exc: Exception) -> KafkaStorageError:
-        """What a remote read failing on ``exc`` (not a Kafka error) reports; counted and logged."""
-        self.metrics.fetch_errors.labels(tip.topic).inc()
-        log.warning("%s: remote read at %d failed: %r", tip, fetch_offset, exc)
-        return KafkaStorageError(f"remote read of {tip} at {fetch_offset} failed: {exc}")
 
     def read(self, topic_partition: TopicPartition, fetch_offset: int, max_bytes: int, timeout: float | None = None) -> bytes:
         """Blocking read (tools, tests): :meth:`read_async` and wait; a ``bytes`` copy."""

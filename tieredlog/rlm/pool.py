@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from tieredlog.errors import RequestTimedOutError
+from tieredlog.rate_limited_log import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,17 @@ class RemoteReaderPool:
             t.join(max(0.0, deadline - time.monotonic()))
 
 
+_TASK_NAMES = {"copy": "segment copy", "expire": "remote retention", "follower": "remote offset sync",
+               "delete": "remote partition deletion", "disable": "remote data deletion"}
+
+
+def describe_task(key: Any) -> str:
+    """``("copy", tp)`` -> ``segment copy of t-0``: a task key as the log names it."""
+    if isinstance(key, tuple) and len(key) == 2:
+        return f"{_TASK_NAMES.get(key[0], key[0])} of {key[1]}"
+    return str(key)
+
+
 class TaskContext:
     """Handed to a scheduled task: lets long work notice cancellation."""
 
@@ -187,6 +199,8 @@ class FixedDelayScheduler:
     is retried after an exponential backoff with jitter (KIP-405's
     ``remote.log.manager.task.retry.*``), capped at the interval if that is shorter than the cap.
     A task never runs twice at once; a cancelled task finishes its current run and stops.
+    Failures are logged one line per task per ``log_interval_s`` (an object store that is down
+    fails every retry), and once when the task works again.
     """
 
     def __init__(
@@ -196,8 +210,10 @@ class FixedDelayScheduler:
         backoff_ms: int = 500,
         backoff_max_ms: int = 30_000,
         jitter: float = 0.2,
+        log_interval_s: float = 30.0,
     ) -> None:
         self.name = name
+        self.failures_log = RateLimitedLog(log, log_interval_s)
         self._backoff_s = backoff_ms / 1000.0
         self._backoff_max_s = backoff_max_ms / 1000.0
         self._jitter = jitter
@@ -298,25 +314,35 @@ class FixedDelayScheduler:
                     self._workers.discard(threading.current_thread())
                 return
             self.idle.begin()
-            ok = True
+            failure: Exception | None = None
             try:
                 task.fn(task.ctx)
-            except Exception:
-                ok = False
-                log.warning("%s: task %s failed", self.name, task.key, exc_info=True)
+            except Exception as exc:
+                failure = exc
             finally:
                 self.idle.end()
             with self._cond:
                 task.running = False
-                if task.ctx.cancelled or self._stopped:
-                    continue
-                if ok:
+                cancelled = task.ctx.cancelled or self._stopped
+                if failure is None:
                     task.failures = 0
                     delay = task.interval_s
                 else:
                     task.failures += 1
                     delay = self.backoff_s(task.failures, task.interval_s)
-                self._push(task, time.monotonic() + delay)
+                if not cancelled:
+                    self._push(task, time.monotonic() + delay)
+            self._report(task, failure, delay, cancelled)
+
+    def _report(self, task: _Scheduled, failure: Exception | None, delay: float, cancelled: bool) -> None:
+        what = describe_task(task.key)
+        if cancelled:
+            self.failures_log.forget(task.key)
+        elif failure is None:
+            self.failures_log.succeeded(task.key, "%s succeeded", what)
+        else:
+            self.failures_log.failed(task.key, failure, "%s failed (attempt %d, next in %.1f s)", what,
+                                     task.failures, delay)
 
     def backoff_s(self, failures: int, interval_s: float) -> float:
         base = min(self._backoff_max_s, self._backoff_s * (2 ** (failures - 1)))

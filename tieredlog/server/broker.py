@@ -46,7 +46,7 @@ from tieredlog.replication.replica_selector import replica_selector
 from tieredlog.security.authorizer import AclAuthorizer, create_authorizer
 from tieredlog.security.authorizer.file_store import AclFileError
 from tieredlog.server import dynamic_config
-from tieredlog.server.broker_metrics import BrokerMetrics, MetricsEndpoint
+from tieredlog.server.broker_metrics import BrokerMetrics, MetricsEndpoint, start_metrics_endpoint
 from tieredlog.server.cluster_node import ClusterNode, attach_state_change_log, detach_state_change_log
 from tieredlog.server.coordinators import (
     create_cluster_group_coordinator,
@@ -140,10 +140,8 @@ class Broker:
         configure_sasl(self)  # a wrong SASL setting stops the start before anything else is touched
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        port = self.config.get("metrics.port", -1)
-        if port is not None and port >= 0:
-            # first, alone or in a cluster: the endpoint shows start-up (partition counts as logs load)
-            self._metrics_endpoint = MetricsEndpoint(self.metrics, port, self.config.get("metrics.host") or "127.0.0.1")
+        # first, alone or in a cluster: the endpoint shows start-up (partition counts as logs load)
+        self._metrics_endpoint = start_metrics_endpoint(self.metrics, self.config)
         first = self.log_dirs[0]
         cluster_config = ZkClusterConfig.from_broker_config(self.config)  # InvalidZkConnectError, BrokerConfigError
         if cluster_config is None:

@@ -53,6 +53,7 @@ event loop or the controller's thread waits on.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from bisect import bisect_left
@@ -65,9 +66,12 @@ from tieredlog.controller.context import PartitionState
 from tieredlog.protocol.api import api_name
 from tieredlog.server.open_transactions import has_late_transaction, open_transactions
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from tieredlog.config import BrokerConfig
     from tieredlog.server.broker import Broker
 
 # TotalTimeMs upper bounds. Kafka's histogram gives percentiles; a Prometheus histogram gives them
@@ -323,6 +327,25 @@ def bind(metrics: BrokerMetrics) -> None:
             _collector = _BoundCollector()
             REGISTRY.register(_collector)
         _collector.source = metrics
+
+
+def start_metrics_endpoint(metrics: BrokerMetrics, config: BrokerConfig) -> MetricsEndpoint | None:
+    """The ``/metrics`` endpoint on ``metrics.host:metrics.port`` (9404 by default; -1: none). An
+    address that cannot be bound (the port is taken, say by a second broker on the same host) is
+    one ERROR line naming it and the broker goes on without the endpoint: metrics are a view of the
+    broker, not part of its service, and a Kafka broker's metrics reporters do not stop it either."""
+    port = config.get("metrics.port", -1)
+    if port is None or port < 0:
+        return None
+    host = config.get("metrics.host") or "127.0.0.1"
+    try:
+        endpoint = MetricsEndpoint(metrics, port, host)
+    except OSError as exc:
+        log.error("metrics endpoint not started: cannot bind %s:%d (metrics.host, metrics.port): %s; set "
+                  "metrics.port to a free port, or -1 for no endpoint", host, port, exc.strerror or exc)
+        return None
+    log.info("Prometheus metrics at http://%s:%d/metrics", host, endpoint.port)
+    return endpoint
 
 
 class MetricsEndpoint:

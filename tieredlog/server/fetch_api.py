@@ -24,6 +24,7 @@ from tieredlog.log.segment import PagesNotCached
 from tieredlog.log.types import FetchDataInfo, FetchIsolation, TopicPartition
 from tieredlog.protocol.api import FETCH
 from tieredlog.protocol.fetch_encoder import FetchPartitionData, FetchTopicData, encode_fetch_response
+from tieredlog.rate_limited_log import RateLimitedLog
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
+# a remote read failing on something that is not a Kafka error (the RLM reports its own failures)
+_remote_bugs = RateLimitedLog(log, 30.0)
 
 READ_COMMITTED = 1
 
@@ -245,10 +248,13 @@ def _remote_empty(pr: _PartitionRead, isolation: FetchIsolation) -> None:
 
 
 def _remote_failed(pr: _PartitionRead, exc: BaseException) -> None:
+    """The partition answers the read's error (Kafka's DelayedRemoteFetch: the remote read's exception
+    as the partition's error code; a failed remote read is UNKNOWN_SERVER_ERROR)."""
     d = pr.data
     d.error_code = error_code_of(exc)
-    if d.error_code == ErrorCode.unknown_server_error:
-        log.warning("remote read of %s-%d at %d failed: %r", pr.topic, pr.partition, pr.fetch_offset, exc)
+    if not isinstance(exc, KafkaError):
+        _remote_bugs.failed((pr.topic, pr.partition), exc, "remote read of %s-%d at %d failed",
+                            pr.topic, pr.partition, pr.fetch_offset)
     d.records = b""
     d.aborted_transactions = None
 
@@ -271,12 +277,18 @@ def _remote_budgets(
 
 async def _read_remote(broker: Broker, pr: _PartitionRead, fut: Future, isolation: FetchIsolation) -> None:
     """Wait for the remote read ``fut`` of ``pr``, bounded by remote.fetch.max.wait.ms. On timeout
-    the partition comes back empty without an error, so the client simply fetches again."""
+    the partition comes back empty without an error, so the client simply fetches again, unless the
+    partition's remote reads have kept failing for longer than that wait: then it gets their error."""
     wait_s = broker.config["remote.fetch.max.wait.ms"] / 1000
     try:
         result = await asyncio.wait_for(asyncio.wrap_future(fut), wait_s)
     except asyncio.TimeoutError:
-        _remote_empty(pr, isolation)
+        rlm = broker.remote_log_manager
+        failure = None if rlm is None else rlm.read_failure(TopicPartition(pr.topic, pr.partition))
+        if failure is not None:
+            _remote_failed(pr, failure)
+        else:
+            _remote_empty(pr, isolation)
         return
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
