@@ -183,8 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run(a: argparse.Namespace, entity_type: str, name: str | None) -> int:
-    settings = command_config.load(a.command_config)
+def _run(a: argparse.Namespace, settings: command_config.ClientSettings, entity_type: str, name: str | None) -> int:
     delete = [n.strip() for v in a.delete_config for n in v.split(",") if n.strip()]
     with settings.client(a.bootstrap_server, client_id="tieredlog-configs") as client:
         if entity_type == "users":
@@ -214,10 +213,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--alter needs --add-config, --add-config-file or --delete-config")
     elif a.add_config or a.add_config_file or a.delete_config:
         parser.error("--add-config and --delete-config go with --alter")
+    settings = command_config.from_args(parser, a)
 
     def run() -> int:
         try:
-            return _run(a, entity_type, name)
+            return _run(a, settings, entity_type, name)
         except (AdminCommandFailed, CommandConfigError) as exc:
             print(f"Error while executing config command: {exc}", file=sys.stderr)
             return 1

@@ -171,7 +171,7 @@ def cmd_dump_metadata(args) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tieredlog remote", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     seg = sub.add_parser("segments", help="list a topic's remote segments and their states")
@@ -187,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     return run_tool(lambda: int(args.func(args)))
 
 
