@@ -115,14 +115,21 @@ def _broker_client(client: KafkaClient, broker: str) -> KafkaClient:
 
 def describe(client: KafkaClient, entity_type: str, name: str | None, describe_all: bool) -> int:
     if entity_type == "topics":
-        names = [name] if name is not None else sorted(describe_cluster(client).topics)
-        for topic in names:
+        existing = sorted(describe_cluster(client).topics)
+        if name is not None and name not in existing:
+            print(f"The topic '{name}' doesn't exist and doesn't have dynamic config.")
+            return 0
+        for topic in [name] if name is not None else existing:
             entries = _describe_one(client, TOPIC, topic)
             print(f"{'All' if describe_all else 'Dynamic'} configs for topic {topic} are:")
             _print_configs(entries, None if describe_all else DYNAMIC_TOPIC)
         return 0
-    brokers = [name] if name is not None else [str(b) for b in sorted(describe_cluster(client, []).brokers)]
-    for broker in brokers:
+    live = [str(b) for b in sorted(describe_cluster(client, []).brokers)]
+    if name and name not in live:
+        print(f"The broker '{name}' doesn't exist and doesn't have dynamic config.")
+        return 0
+    # Kafka's: every broker, then the cluster-wide default
+    for broker in [name] if name is not None else [*live, ""]:
         target = _broker_client(client, broker)
         try:
             entries = _describe_one(target, BROKER, broker)

@@ -70,8 +70,7 @@ class Formatter:
     def write(self, out: BinaryIO, partition: int, timestamp_type: int, r: Record) -> None:
         parts: list[bytes] = []
         if self.print_timestamp:
-            parts.append(b"NO_TIMESTAMP" if r.timestamp < 0
-                         else f"{TIMESTAMP_TYPES[timestamp_type]}:{r.timestamp}".encode())
+            parts.append(f"{TIMESTAMP_TYPES[timestamp_type]}:{r.timestamp}".encode())  # v2: never NO_TIMESTAMP
         if self.print_partition:
             parts.append(b"Partition:%d" % partition)
         if self.print_offset:
@@ -84,7 +83,8 @@ class Formatter:
             parts.append(self.null_literal if r.key is None else r.key)
         if self.print_value:
             parts.append(self.null_literal if r.value is None else r.value)
-        out.write(self.key_separator.join(parts) + self.line_separator)
+        if parts:  # Kafka's: with every part off, not even the line separator
+            out.write(self.key_separator.join(parts) + self.line_separator)
 
 
 class Stop(Exception):

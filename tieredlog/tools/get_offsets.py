@@ -2,12 +2,12 @@
 one ``topic:partition:offset`` line per partition.
 
     tieredlog get-offsets --bootstrap-server H:P [--topic REGEX] [--partitions 0,1] [--time -1]
-    tieredlog get-offsets --bootstrap-server H:P --topic-partitions 't1:0,1,t2' --time earliest-local
+    tieredlog get-offsets --bootstrap-server H:P --topic-partitions 't1:0,t2:0-3,t3' --time earliest-local
 
 ``--time``: -1 or latest (the default), -2 or earliest, -3 or max-timestamp, -4 or earliest-local
 (the first offset still on the broker's disk), -5 or latest-tiered (the last offset in the remote
-tier), or a timestamp in ms (the first offset at or after it). A partition without such an offset
-prints with an empty offset, as Kafka's.
+tier), or a timestamp in ms (the first offset at or after it). A partition without such an offset is
+left out, as Kafka's tool leaves it out.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import Callable
 
 from tieredlog.log.types import TopicPartition
 from tieredlog.tools import add_version_argument, command_config, run_against_broker
@@ -53,20 +54,37 @@ def parse_partitions(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--partitions expects comma-separated partition ids, not {text!r}") from None
 
 
-def topic_partition_filter(a: argparse.Namespace) -> list[tuple[re.Pattern[str], set[int] | None]]:
-    """(topic pattern, partitions or None for all) pairs, from --topic/--partitions or --topic-partitions
-    (``t1:0,1,t2`` style: a name followed by its partitions, as Kafka's TopicPartitionFilter parses it)."""
+# Kafka's rule: an optional topic regex, then ":" and a partition, a range "lo-hi" (hi exclusive), "lo-" or "-hi"
+_RULE = re.compile(r"([^:,]*)(?::(?:([0-9]*)|(?:([0-9]*)-([0-9]*))))?")
+
+Rule = tuple[re.Pattern[str], Callable[[int], bool]]
+
+
+def parse_rules(text: str) -> list[Rule]:
+    """--topic-partitions ``t1:1,t2:0-3,t3,t4:5-,t5:-3`` as Kafka's GetOffsetShell reads it."""
+    rules: list[Rule] = []
+    for spec in text.split(","):
+        m = _RULE.fullmatch(spec)
+        if m is None:
+            raise argparse.ArgumentTypeError(f"Invalid rule specification: {spec}")
+        topic, one, low, high = (g or None for g in m.groups())
+        if one is not None:
+            lo, hi = int(one), int(one) + 1
+        else:
+            lo, hi = int(low or 0), int(high) if high is not None else 2**31 - 1
+        rules.append((re.compile(topic or ".*"), _in_range(lo, hi)))
+    return rules
+
+
+def _in_range(lo: int, hi: int) -> Callable[[int], bool]:
+    return lambda p: lo <= p < hi
+
+
+def topic_partition_filter(a: argparse.Namespace) -> list[Rule]:
     if a.topic_partitions:
-        out: list[tuple[re.Pattern[str], set[int] | None]] = []
-        for item in a.topic_partitions.split(","):
-            name, sep, part = item.partition(":")
-            if name and not name.isdigit():
-                out.append((re.compile(name or ".*"), {int(part)} if sep and part else None))
-            elif out and (name or part):
-                pattern, parts = out[-1]
-                out[-1] = (pattern, (parts or set()) | {int(name or part)})
-        return out
-    return [(re.compile(a.topic or ".*"), set(a.partitions) if a.partitions else None)]
+        return a.topic_partitions
+    wanted = set(a.partitions or ())
+    return [(re.compile(a.topic or ".*"), lambda p: not wanted or p in wanted)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HOST:PORT of any broker")
     p.add_argument("--topic", metavar="REGEX", help="the topics (a regular expression; default: every topic)")
     p.add_argument("--partitions", type=parse_partitions, metavar="0,1", help="only these partitions")
-    p.add_argument("--topic-partitions", metavar="T:P,...", help="topics and partitions, e.g. 't1:0,1,t2'")
+    p.add_argument("--topic-partitions", type=parse_rules, metavar="RULES",
+                   help="topic regex and partition rules, e.g. 'topic1:1,topic2:0-3,topic3,topic4:5-,topic5:-3'")
     p.add_argument("--time", type=parse_time, default=LATEST,
                    help="-1/latest (default), -2/earliest, -3/max-timestamp, -4/earliest-local, -5/latest-tiered "
                         "or a timestamp in ms")
@@ -99,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             view = admin.cluster()
             wanted = [TopicPartition(name, p.partition) for name, t in sorted(view.topics.items())
                       if not (a.exclude_internal_topics and t.is_internal) for p in t.partitions
-                      if any(pat.fullmatch(name) and (parts is None or p.partition in parts) for pat, parts in filters)]
+                      if any(pat.fullmatch(name) and accepts(p.partition) for pat, accepts in filters)]
             if not wanted:
                 print("Could not match any topic-partitions with the specified filters", file=sys.stderr)
                 return 1
@@ -108,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             except AdminApiError as exc:
                 print(f"Error occurred: {exc}", file=sys.stderr)
                 return 1
-            for tp in sorted(wanted, key=lambda tp: (tp.topic, tp.partition)):
-                offset = found[tp][0]
-                print(f"{tp.topic}:{tp.partition}:{offset if offset >= 0 else ''}")
+            # Kafka's order (by "topic-partition" as text); a partition without such an offset is left out
+            for tp in sorted(wanted, key=lambda tp: f"{tp.topic}-{tp.partition}"):
+                if found[tp][0] >= 0:
+                    print(f"{tp.topic}:{tp.partition}:{found[tp][0]}")
             return 0
 
     return run_against_broker("get-offsets", a.bootstrap_server, run)

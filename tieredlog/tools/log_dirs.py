@@ -66,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         with PartitionAdmin(a.bootstrap_server, client_id="tieredlog-log-dirs", settings=settings) as admin:
-            print("Querying brokers for log directories information")
             live = sorted(admin.cluster([]).brokers)
             wanted = a.broker_list or live
             missing = sorted(set(wanted) - set(live))
@@ -74,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"ERROR: The given brokers do not exist from --broker-list: {','.join(map(str, missing))}. "
                       f"Current existent brokers: {','.join(map(str, live))}", file=sys.stderr)
                 return 1
+            print("Querying brokers for log directories information")
             try:
                 answers = {b: admin.describe_log_dirs(b, None) for b in wanted}
             except AdminApiError as exc:
