@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from tests.broker_harness import BrokerProcess
@@ -112,7 +112,7 @@ def test_console_producer_and_consumer(b: BrokerProcess) -> None:
     by_partition: dict[str, list[int]] = {}
     for partition, offset, _, _ in got:
         by_partition.setdefault(partition, []).append(int(offset.removeprefix("Offset:")))
-    assert all(offsets == sorted(offsets) for offsets in by_partition.values())
+    assert len(by_partition) == 2 and all(offsets == sorted(offsets) for offsets in by_partition.values())
     # the same records as kcat and confluent-kafka read them, key and partition included
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     assert kcat, "kcat is not installed: run `make system-deps`"
@@ -128,6 +128,20 @@ def test_console_producer_and_consumer(b: BrokerProcess) -> None:
     finally:
         c.close()
     assert sorted(f"{m.key().decode()}:{m.value().decode()}" for m in seen) == sorted(lines)
+    # a keyed record goes where Kafka's Java producer sends it (librdkafka's murmur2 partitioner is the same)
+    assert {m.key().decode(): m.partition() for m in seen} == {
+        k: partition for k, partition in _murmur2_partitions(b, [k for _, _, k, _ in got]).items()}
+
+
+def _murmur2_partitions(b: BrokerProcess, keys: list[str]) -> dict[str, int]:
+    tool("topics", "--create", "--topic", "lines-murmur2", "--partitions", "2", "--bootstrap-server", b.bootstrap)
+    chosen: dict[str, int] = {}
+    p = Producer({"bootstrap.servers": b.bootstrap, "partitioner": "murmur2"})
+    for k in keys:
+        p.produce("lines-murmur2", key=k.encode(), value=b"",
+                  on_delivery=lambda err, m: chosen.__setitem__(m.key().decode(), m.partition()))
+    assert p.flush(30) == 0
+    return chosen
 
 
 def test_console_consumer_group_partition_offset(b: BrokerProcess) -> None:

@@ -76,13 +76,12 @@ def _local_sizes(admin: PartitionAdmin, leaders: dict[TopicPartition, int]) -> d
     return out
 
 
-def read_metadata(admin: PartitionAdmin, partitions: Iterable[int]) -> RemotePartitionMetadataStore:
-    """The RLMM state of the given ``__remote_log_metadata`` partitions, read from their start to their
+def read_metadata(admin: PartitionAdmin, partitions: Iterable[int], store: RemotePartitionMetadataStore) -> None:
+    """Replay the given ``__remote_log_metadata`` partitions into ``store``, from their start to their
     high watermark."""
-    store = RemotePartitionMetadataStore()
     wanted = [TopicPartition(METADATA_TOPIC, p) for p in sorted(set(partitions))]
     if not wanted:
-        return store
+        return
     starts = admin.offsets_for({tp: EARLIEST for tp in wanted})
     ends = admin.offsets_for({tp: LATEST for tp in wanted})
     positions = {tp: starts[tp][0] for tp in wanted if starts[tp][0] < ends[tp][0]}
@@ -102,7 +101,6 @@ def read_metadata(admin: PartitionAdmin, partitions: Iterable[int]) -> RemotePar
                     positions[tp] = max(positions[tp], header.next_offset)
                 if positions[tp] >= ends[tp][0] or positions[tp] == mine[tp]:
                     del positions[tp]  # read to the end (or no progress: nothing more to read)
-    return store
 
 
 def _group(leaders: dict[TopicPartition, int], positions: dict[TopicPartition, int]) -> dict[int, dict[TopicPartition, int]]:
@@ -112,33 +110,43 @@ def _group(leaders: dict[TopicPartition, int], positions: dict[TopicPartition, i
     return out
 
 
-def remote_sizes(admin: PartitionAdmin, partitions: list[TopicIdPartition],
-                 metadata_partitions: int) -> dict[TopicPartition, int]:
-    """Bytes of each partition's segments whose copy to the remote tier finished."""
-    store = read_metadata(admin, (metadata_partition(tp, metadata_partitions) for tp in partitions))
-    out = {}
-    for tp in partitions:
-        cache = store.caches.get(tp)
-        segments = cache.list_remote_log_segments() if cache is not None else []
-        out[TopicPartition(tp.topic, tp.partition)] = sum(
-            md.segment_size_in_bytes for md in segments if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
-    return out
+class TierReader:
+    """`topics describe`'s tier columns, one partition list at a time; each metadata partition is read
+    once per run however many topics map to it."""
 
+    def __init__(self, admin: PartitionAdmin) -> None:
+        self.admin = admin
+        self._store = RemotePartitionMetadataStore()
+        self._read: set[int] = set()
 
-def describe_tiers(admin: PartitionAdmin, partitions: list[TopicIdPartition]) -> dict[TopicPartition, PartitionTiers]:
-    """The tier columns of each partition (all of them led by a live broker)."""
-    tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
-    offsets = {ts: admin.offsets_for({tp: ts for tp in tps}) for ts in (EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, LATEST)}
-    local = _local_sizes(admin, admin.current_leaders(tps))
-    view = admin.cluster([METADATA_TOPIC])
-    meta = view.topics.get(METADATA_TOPIC)
-    remote: dict[TopicPartition, int] | None = None
-    if meta is not None and meta.error_code == ErrorCode.none and meta.partitions:
-        try:
-            remote = remote_sizes(admin, partitions, len(meta.partitions))
-        except AdminApiError:
-            remote = None
-    return {tp: PartitionTiers(offsets[EARLIEST][tp][0], offsets[EARLIEST_LOCAL][tp][0],
-                               offsets[LATEST_TIERED][tp][0], offsets[LATEST][tp][0], local.get(tp),
-                               None if remote is None else remote.get(tp, 0))
-            for tp in tps}
+    def remote_sizes(self, partitions: list[TopicIdPartition], metadata_partitions: int) -> dict[TopicPartition, int]:
+        """Bytes of each partition's segments whose copy to the remote tier finished."""
+        needed = {metadata_partition(tp, metadata_partitions) for tp in partitions}
+        read_metadata(self.admin, needed - self._read, self._store)
+        self._read |= needed
+        out = {}
+        for tp in partitions:
+            cache = self._store.caches.get(tp)
+            segments = cache.list_remote_log_segments() if cache is not None else []
+            out[TopicPartition(tp.topic, tp.partition)] = sum(
+                md.segment_size_in_bytes for md in segments if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+        return out
+
+    def __call__(self, partitions: list[TopicIdPartition]) -> dict[TopicPartition, PartitionTiers]:
+        """The tier columns of each partition (all of them led by a live broker)."""
+        admin = self.admin
+        tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        offsets = {ts: admin.offsets_for({tp: ts for tp in tps})
+                   for ts in (EARLIEST, EARLIEST_LOCAL, LATEST_TIERED, LATEST)}
+        local = _local_sizes(admin, admin.current_leaders(tps))
+        meta = admin.cluster([METADATA_TOPIC]).topics.get(METADATA_TOPIC)
+        remote: dict[TopicPartition, int] | None = None
+        if meta is not None and meta.error_code == ErrorCode.none and meta.partitions:
+            try:
+                remote = self.remote_sizes(partitions, len(meta.partitions))
+            except AdminApiError:
+                remote = None
+        return {tp: PartitionTiers(offsets[EARLIEST][tp][0], offsets[EARLIEST_LOCAL][tp][0],
+                                   offsets[LATEST_TIERED][tp][0], offsets[LATEST][tp][0], local.get(tp),
+                                   None if remote is None else remote.get(tp, 0))
+                for tp in tps}

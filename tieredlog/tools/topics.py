@@ -40,7 +40,7 @@ from tieredlog.rsm.api import TopicIdPartition
 from tieredlog.tools import add_version_argument, command_config, run_against_broker
 from tieredlog.tools.cluster_admin import AdminCommandFailed, PartitionInfo, controller_request, describe_cluster
 from tieredlog.tools.partition_admin import PartitionAdmin
-from tieredlog.tools.topic_tiers import PartitionTiers, describe_tiers
+from tieredlog.tools.topic_tiers import PartitionTiers, TierReader
 from tieredlog.tools.transaction_admin import AdminApiError
 
 TOPIC_RESOURCE = 2
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.command != "describe":
                 return COMMANDS[a.command](client, a)
             with PartitionAdmin(a.bootstrap_server, client_id="tieredlog-topics", settings=settings) as admin:
-                return cmd_describe(client, a, lambda partitions: describe_tiers(admin, partitions))
+                return cmd_describe(client, a, TierReader(admin))
 
     return run_against_broker("topics", a.bootstrap_server, run)
 
