@@ -352,7 +352,9 @@ def subcommand_parser() -> argparse.ArgumentParser:
 def kafka_parser() -> argparse.ArgumentParser:
     """kafka-topics.sh's flags: one action flag, the options in any order."""
     p = argparse.ArgumentParser(prog="tieredlog topics", description="Create, delete, describe, list or alter "
-                                "topics (kafka-topics.sh's flags).")
+                                "topics (kafka-topics.sh's flags).",
+                                epilog="The subcommand form works too: tieredlog topics "
+                                       "create|delete|list|describe|alter-config --help")
     _connection_arguments(p)
     add_version_argument(p)
     action = p.add_mutually_exclusive_group(required=True)
