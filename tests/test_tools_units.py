@@ -10,7 +10,7 @@ import io
 import pytest
 
 from tieredlog.records.record import Record
-from tieredlog.tools import configs, get_offsets, topics
+from tieredlog.tools import configs, console_consumer, get_offsets, topics
 from tieredlog.tools.cluster_admin import AdminCommandFailed
 from tieredlog.tools.console_consumer import Formatter
 from tieredlog.tools.console_producer import LineFormatError, LineReader
@@ -81,3 +81,17 @@ def test_topics_kafka_form_defaults_and_errors(capsys: pytest.CaptureFixture[str
             topics.parse_args(argv)
         assert exc.value.code == 2
     assert "--bootstrap-server is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--topic", "t", "--offset", "3"], "The partition is required when offset is specified."),
+    (["--topic", "t", "--partition", "0", "--offset", "3", "--from-beginning"],
+     "Options from-beginning and offset cannot be specified together."),
+    (["--topic", "t", "--partition", "0", "--group", "g"], "Options group and partition cannot be specified together."),
+    (["--topic", "t", "--partition", "0", "--offset", "soon"], "The provided offset value 'soon' is incorrect."),
+])
+def test_console_consumer_refuses_kafkas_invalid_combinations(argv: list[str], message: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        console_consumer.main(["--bootstrap-server", "127.0.0.1:1", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
