@@ -72,7 +72,8 @@ def tool(*args: str, stdin: bytes | None = None, rc: int = 0) -> str:
 
 
 def tool_err(*args: str, rc: int) -> str:
-    code, out, err = run(args, None)
+    """A command refused before it reads or writes anything: in this process, whatever the tool."""
+    code, out, err = _in_process(args)
     assert code == rc, f"{args}: rc {code}\nstdout: {out}\nstderr: {err}"
     return err
 
