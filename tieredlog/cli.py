@@ -5,10 +5,17 @@ from __future__ import annotations
 import importlib
 import sys
 
+from tieredlog.tools import package_version
+
 # subcommand -> (module, help). Each module exposes main(argv: list[str]) -> int.
 COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("tieredlog.server.main", "run a broker"),
     "topics": ("tieredlog.tools.topics", "create, delete, list, describe, alter-config topics"),
+    "console-producer": ("tieredlog.tools.console_producer", "produce each line of stdin as a record (kafka-console-producer)"),
+    "console-consumer": ("tieredlog.tools.console_consumer", "print a topic's records to stdout (kafka-console-consumer)"),
+    "configs": ("tieredlog.tools.configs", "describe and alter topic, broker and user configs (kafka-configs)"),
+    "log-dirs": ("tieredlog.tools.log_dirs", "the brokers' log dirs and partition sizes as JSON (kafka-log-dirs)"),
+    "get-offsets": ("tieredlog.tools.get_offsets", "partitions' offsets for a time: earliest, latest, ... (kafka-get-offsets)"),
     "dump-log": ("tieredlog.tools.dump_log", "print batches, records and index entries of log files"),
     "remote": ("tieredlog.tools.remote", "inspect remote segments and __remote_log_metadata"),
     "reassign": ("tieredlog.tools.reassign", "move partition replicas between brokers (kafka-reassign-partitions)"),
@@ -23,7 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _usage() -> str:
-    lines = ["usage: tieredlog <command> [args]", "", "commands:"]
+    lines = ["usage: tieredlog <command> [args]   (tieredlog --version, tieredlog <command> --help)", "",
+             "commands:"]
     lines += [f"  {name:<16} {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -33,10 +41,17 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(package_version())
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
         print(f"tieredlog: unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    if "--version" in rest:
+        # every tool's --version, as Kafka's scripts have it, the older tools' parsers included
+        print(package_version())
+        return 0
     module = importlib.import_module(COMMANDS[cmd][0])
     return int(module.main(rest) or 0)
 

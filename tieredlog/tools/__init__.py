@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import Callable
@@ -42,3 +43,21 @@ def run_against_broker(tool: str, bootstrap: str, fn: Callable[[], int],
             return 1
 
     return run_tool(body)
+
+
+def package_version() -> str:
+    """The installed package's version, as Kafka's tools print theirs for ``--version``; the source
+    tree's when the package is not installed (run from a checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tieredlog")
+    except metadata.PackageNotFoundError:
+        from tieredlog import __version__
+
+        return __version__
+
+
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=package_version(),
+                        help="print the version and exit")

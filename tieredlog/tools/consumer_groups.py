@@ -602,6 +602,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+
+build_parser = parser  # the name every tool module exposes
+
 def execute(admin: GroupsAdmin, a: argparse.Namespace, out: TextIO, err: TextIO, clock: Clock = now_ms) -> int:
     command = (cmd_list if a.list else cmd_describe if a.describe else cmd_reset_offsets if a.reset_offsets
                else cmd_delete if a.delete else cmd_delete_offsets)

@@ -348,7 +348,7 @@ def _dumper_for(path: Path) -> Callable[[Path, _Out, bool], None] | None:
     return None
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tieredlog dump-log", description=__doc__.split("\n\n")[0])
     p.add_argument("paths", nargs="*", metavar="FILE", help="files to dump")
     p.add_argument("--files", action="append", default=[], help="comma-separated files (kafka-dump-log style)")
@@ -360,7 +360,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     return run_tool(lambda: _run(args))
 
 

@@ -98,7 +98,7 @@ def run_election(c: KafkaClient, a: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tieredlog leader-election",
                                 description="Elect partition leaders (kafka-leader-election.sh).")
     p.add_argument("--bootstrap-server", required=True, help="HOST:PORT of any broker")
@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     a = parser.parse_args(sys.argv[1:] if argv is None else argv)
     sources = [a.topic is not None, a.all_topic_partitions, a.path_to_json_file is not None]
     if sum(sources) != 1:

@@ -311,7 +311,7 @@ def _reassignment_file(a: argparse.Namespace) -> str:
 MODES = {"generate": generate, "execute": execute, "verify": verify, "cancel": cancel, "list": list_mode}
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tieredlog reassign",
                                 description="Move partition replicas between brokers (kafka-reassign-partitions.sh).")
     p.add_argument("--bootstrap-server", required=True, help="HOST:PORT of any broker")
@@ -336,7 +336,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     a = parser.parse_args(sys.argv[1:] if argv is None else argv)
     chosen = [m for m in MODES if getattr(a, m)]
     if len(chosen) != 1:

@@ -99,7 +99,9 @@ def iter_metadata_records(log_dir: Path, partition: int | None = None) -> Iterat
                 yield p, offset, exc
 
 
-def _apply(store: RemotePartitionMetadataStore, md) -> None:
+def apply_event(store: RemotePartitionMetadataStore, md) -> None:
+    """One decoded metadata event applied to ``store`` as the broker's RLMM applies it (also used by
+    `topics describe`, which reads the topic over the protocol)."""
     try:
         if isinstance(md, RemoteLogSegmentMetadata):
             store.handle_segment_metadata(md)
@@ -132,7 +134,7 @@ def load_stores(log_dir: Path) -> dict[int, RemotePartitionMetadataStore]:
         for offset, value in records:
             if offset >= start:
                 try:
-                    _apply(store, serde.deserialize(value))
+                    apply_event(store, serde.deserialize(value))
                 except serde.MetadataSerdeError:
                     pass
         stores[p] = store
@@ -169,7 +171,7 @@ def cmd_dump_metadata(args) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tieredlog remote", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     seg = sub.add_parser("segments", help="list a topic's remote segments and their states")
@@ -185,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     return run_tool(lambda: int(args.func(args)))
 
 

@@ -1,8 +1,15 @@
-"""`tieredlog topics --bootstrap-server HOST:PORT create|delete|list|describe|alter-config`.
+"""`tieredlog topics`: kafka-topics.sh, with its flags or with subcommands.
+
+    tieredlog topics --bootstrap-server H:P --create --topic T --partitions 3 --config retention.ms=60000
+    tieredlog topics --describe --topic T --bootstrap-server H:P          (options in any order)
+    tieredlog topics --bootstrap-server H:P --alter --topic T --partitions 6
+    tieredlog topics --bootstrap-server H:P --list | --delete --topic T
+    tieredlog topics [--bootstrap-server H:P] create|delete|list|describe|alter-config ... [--bootstrap-server H:P]
 
 `describe` prints what kafka-topics.sh --describe prints, in its format, with its filters
 (`--under-replicated-partitions`, `--under-min-isr-partitions`, `--at-min-isr-partitions`,
-`--unavailable-partitions`).
+`--unavailable-partitions`). For a topic with remote.storage.enable=true each partition line goes on
+with where its records are: the remote and local offset ranges and their sizes (topic_tiers).
 
 Speaks the Kafka protocol like any admin client (tieredlog.protocol.client), so it works against any
 Kafka-compatible broker.
@@ -13,12 +20,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.kafka_uuid import uuid_to_kafka_str
+from tieredlog.log.types import TopicPartition as TopicPartitionKey
 from tieredlog.protocol.api import (
+    CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
@@ -27,8 +36,12 @@ from tieredlog.protocol.api import (
     METADATA,
 )
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
-from tieredlog.tools import command_config, run_against_broker
+from tieredlog.rsm.api import TopicIdPartition
+from tieredlog.tools import add_version_argument, command_config, run_against_broker
 from tieredlog.tools.cluster_admin import AdminCommandFailed, PartitionInfo, controller_request, describe_cluster
+from tieredlog.tools.partition_admin import PartitionAdmin
+from tieredlog.tools.topic_tiers import PartitionTiers, TierReader
+from tieredlog.tools.transaction_admin import AdminApiError
 
 TOPIC_RESOURCE = 2
 DEFAULT_CONFIG = 5  # DescribeConfigs' config_source of a value nobody set; Kafka's describe leaves those out
@@ -63,6 +76,8 @@ def cmd_create(c: KafkaClient, a: argparse.Namespace) -> int:
         "validate_only": a.validate_only,
     }
     r = c.request(CREATE_TOPICS, body).topics[0]
+    if r.error_code == ErrorCode.topic_already_exists and a.if_not_exists:
+        return 0
     err = _err(r.error_code, r.error_message)
     if err:
         print(f"Error while creating topic {a.topic}: {err}", file=sys.stderr)
@@ -79,6 +94,8 @@ def cmd_delete(c: KafkaClient, a: argparse.Namespace) -> int:
     else:
         body["topic_names"] = [a.topic]
     r = c.request(DELETE_TOPICS, body, version=v).responses[0]
+    if r.error_code == ErrorCode.unknown_topic_or_partition and a.if_exists:
+        return 0
     err = _err(r.error_code, getattr(r, "error_message", None))
     if err:
         print(f"Error while deleting topic {a.topic}: {err}", file=sys.stderr)
@@ -160,7 +177,10 @@ def _selected_topics(c: KafkaClient, a: argparse.Namespace) -> list[str] | None:
     return chosen or None
 
 
-def cmd_describe(c: KafkaClient, a: argparse.Namespace) -> int:
+TiersOf = Callable[[list[TopicIdPartition]], dict[TopicPartitionKey, PartitionTiers]]
+
+
+def cmd_describe(c: KafkaClient, a: argparse.Namespace, tiers_of: TiersOf | None = None) -> int:
     topics = _selected_topics(c, a)
     if topics is None:
         print(f"Error while executing topic command : Topic '{a.topic}' does not exist as expected", file=sys.stderr)
@@ -182,10 +202,12 @@ def cmd_describe(c: KafkaClient, a: argparse.Namespace) -> int:
             print(f"Error describing topic {name}: {err}", file=sys.stderr)
             rc = 1
             continue
+        entries = _describe_configs(c, name)
+        tiers = _tiers(tiers_of, t, entries)
         if not filtered:
             first = t.partitions[0] if t.partitions else None
             rf = _replication_factor(first, reassignments.get((name, 0))) if first else 0
-            configs = [f"{e.name}={e.value}" for e in _describe_configs(c, name)
+            configs = [f"{e.name}={e.value}" for e in entries
                        if e.config_source != DEFAULT_CONFIG and not e.is_sensitive]
             topic_id = f"\tTopicId: {uuid_to_kafka_str(t.topic_id)}" if t.topic_id and t.topic_id.int else ""
             print(f"Topic: {name}{topic_id}\tPartitionCount: {len(t.partitions)}\tReplicationFactor: {rf}\t"
@@ -209,8 +231,47 @@ def cmd_describe(c: KafkaClient, a: argparse.Namespace) -> int:
             if ra is not None:
                 line += (f"\tAdding Replicas: {','.join(map(str, ra.adding_replicas))}"
                          f"\tRemoving Replicas: {','.join(map(str, ra.removing_replicas))}")
+            found = tiers.get(TopicPartitionKey(name, p.partition))
+            if found is not None:
+                line += found.columns()
             print(line)
     return rc
+
+
+def _tiers(tiers_of: TiersOf | None, t: Any, entries: list[Any]) -> dict[TopicPartitionKey, PartitionTiers]:
+    """The tier columns of a topic whose remote.storage.enable is true, for its partitions with a
+    leader; none when they cannot be read (the lines stay Kafka's)."""
+    tiered = any(e.name == "remote.storage.enable" and (e.value or "").lower() == "true" for e in entries)
+    if tiers_of is None or not tiered or not (t.topic_id and t.topic_id.int):
+        return {}
+    led = [TopicIdPartition(t.topic_id, t.name, p.partition) for p in t.partitions if p.leader >= 0]
+    try:
+        return tiers_of(led)
+    except (AdminApiError, KafkaProtocolError, OSError) as exc:
+        print(f"Could not read the tiers of topic {t.name}: {exc}", file=sys.stderr)
+        return {}
+
+
+def cmd_alter(c: KafkaClient, a: argparse.Namespace) -> int:
+    """kafka-topics.sh --alter: more partitions (CreatePartitions), and here also --config / --delete-config
+    (what kafka-configs.sh --alter does for a topic)."""
+    if a.partitions is None and not a.config and not a.delete_config:
+        print("tieredlog topics --alter: nothing to change (use --partitions, --config or --delete-config)",
+              file=sys.stderr)
+        return 2
+    if a.partitions is not None:
+        r = c.request(CREATE_PARTITIONS, {"topics": [{"name": a.topic, "count": a.partitions, "assignments": None}],
+                                          "timeout_ms": 30000, "validate_only": False}).results[0]
+        if r.error_code == ErrorCode.unknown_topic_or_partition and a.if_exists:
+            return 0
+        err = _err(r.error_code, r.error_message)
+        if err:
+            print(f"Error while executing topic command : {err}", file=sys.stderr)
+            return 1
+    if a.config or a.delete_config:
+        a.set, a.delete = a.config, a.delete_config
+        return cmd_alter_config(c, a)
+    return 0
 
 
 def cmd_alter_config(c: KafkaClient, a: argparse.Namespace) -> int:
@@ -231,10 +292,38 @@ def cmd_alter_config(c: KafkaClient, a: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+ACTIONS = ("create", "delete", "list", "describe", "alter")
+SUBCOMMANDS = ("create", "delete", "list", "describe", "alter-config")
+# options that take a value: a subcommand's name after one of them is that value, not the subcommand
+_VALUED = {"--bootstrap-server", "--command-config", "--topic", "--partitions", "--replication-factor", "--config",
+           "--set", "--delete", "--delete-config", "--replica-assignment"}
+
+
+def _connection_arguments(p: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    """--bootstrap-server and --command-config, accepted before and after a subcommand (``suppress``: a
+    subcommand's copy leaves the value given before it alone when not given again)."""
+    default = argparse.SUPPRESS if suppress else None
+    p.add_argument("--bootstrap-server", default=default, help="HOST:PORT of any broker")
+    p.add_argument("--command-config", metavar="FILE", default=default,
+                   help="client properties file (Kafka's names): security.protocol, sasl.mechanism, ...")
+
+
+def _describe_filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--exclude-internal", action="store_true", help="leave internal topics out")
+    p.add_argument("--under-replicated-partitions", action="store_true",
+                   help="only partitions whose ISR is smaller than their replica set")
+    p.add_argument("--under-min-isr-partitions", action="store_true",
+                   help="only partitions whose ISR is smaller than min.insync.replicas (or without a leader)")
+    p.add_argument("--at-min-isr-partitions", action="store_true",
+                   help="only partitions whose ISR is exactly min.insync.replicas")
+    p.add_argument("--unavailable-partitions", action="store_true",
+                   help="only partitions without a leader, or whose leader is not a live broker")
+
+
+def subcommand_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tieredlog topics")
-    p.add_argument("--bootstrap-server", required=True, help="HOST:PORT of any broker")
-    command_config.add_argument(p)
+    _connection_arguments(p)
+    add_version_argument(p)
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create")
     c.add_argument("--topic", required=True)
@@ -242,40 +331,90 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--replication-factor", type=int, default=-1)
     c.add_argument("--config", action="append", metavar="KEY=VALUE")
     c.add_argument("--validate-only", action="store_true")
+    c.add_argument("--if-not-exists", action="store_true", help="no error when the topic exists")
     d = sub.add_parser("delete")
     d.add_argument("--topic", required=True)
+    d.add_argument("--if-exists", action="store_true", help="no error when the topic does not exist")
     ls = sub.add_parser("list")
     ls.add_argument("--include-internal", action="store_true")
     ds = sub.add_parser("describe")
     ds.add_argument("--topic", help="a topic name or a regular expression")
-    ds.add_argument("--exclude-internal", action="store_true", help="leave internal topics out")
-    ds.add_argument("--under-replicated-partitions", action="store_true",
-                    help="only partitions whose ISR is smaller than their replica set")
-    ds.add_argument("--under-min-isr-partitions", action="store_true",
-                    help="only partitions whose ISR is smaller than min.insync.replicas (or without a leader)")
-    ds.add_argument("--at-min-isr-partitions", action="store_true",
-                    help="only partitions whose ISR is exactly min.insync.replicas")
-    ds.add_argument("--unavailable-partitions", action="store_true",
-                    help="only partitions without a leader, or whose leader is not a live broker")
+    _describe_filters(ds)
     al = sub.add_parser("alter-config")
     al.add_argument("--topic", required=True)
     al.add_argument("--set", action="append", metavar="KEY=VALUE")
     al.add_argument("--delete", action="append", metavar="KEY")
+    for s in (c, d, ls, ds, al):
+        _connection_arguments(s, suppress=True)
     return p
 
 
-COMMANDS = {"create": cmd_create, "delete": cmd_delete, "list": cmd_list, "describe": cmd_describe,
-            "alter-config": cmd_alter_config}
+def kafka_parser() -> argparse.ArgumentParser:
+    """kafka-topics.sh's flags: one action flag, the options in any order."""
+    p = argparse.ArgumentParser(prog="tieredlog topics", description="Create, delete, describe, list or alter "
+                                "topics (kafka-topics.sh's flags).",
+                                epilog="The subcommand form works too: tieredlog topics "
+                                       "create|delete|list|describe|alter-config --help")
+    _connection_arguments(p)
+    add_version_argument(p)
+    action = p.add_mutually_exclusive_group(required=True)
+    for name in ACTIONS:
+        action.add_argument(f"--{name}", dest="action", action="store_const", const=name)
+    p.add_argument("--topic", help="the topic (--describe: a name or a regular expression)")
+    p.add_argument("--partitions", type=int, help="--create: the partition count; --alter: the new, larger one")
+    p.add_argument("--replication-factor", type=int, default=-1, help="--create: replicas per partition")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help="--create, --alter: a topic config")
+    p.add_argument("--delete-config", action="append", metavar="KEY", help="--alter: a topic config to delete")
+    p.add_argument("--if-exists", action="store_true", help="--alter, --delete: no error when the topic is missing")
+    p.add_argument("--if-not-exists", action="store_true", help="--create: no error when the topic exists")
+    p.add_argument("--validate-only", action="store_true", help="--create: only check that it could be created")
+    _describe_filters(p)
+    return p
+
+
+def _kafka_style(argv: list[str]) -> bool:
+    """kafka-topics.sh's flags rather than a subcommand: no subcommand word in a place one could be."""
+    return not any(arg in SUBCOMMANDS and (i == 0 or argv[i - 1] not in _VALUED) for i, arg in enumerate(argv))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Either form of the command line, as one namespace (``command`` names the subcommand)."""
+    if _kafka_style(argv):
+        parser = kafka_parser()
+        a = parser.parse_args(argv)
+        if a.action in ("create", "delete", "alter") and not a.topic:
+            parser.error(f"--{a.action} needs --topic")
+        if a.action != "alter" and a.delete_config:
+            parser.error("--delete-config goes with --alter")
+        a.command = "alter" if a.action == "alter" else a.action
+        if a.action == "create" and a.partitions is None:
+            a.partitions = -1
+        a.include_internal = not a.exclude_internal  # kafka-topics.sh --list shows internal topics
+    else:
+        parser = subcommand_parser()
+        a = parser.parse_args(argv)
+        for name in ("if_exists", "if_not_exists", "exclude_internal"):
+            setattr(a, name, getattr(a, name, False))
+    if not a.bootstrap_server:
+        parser.error("--bootstrap-server is required")
+    a.parser = parser
+    return a
+
+
+COMMANDS = {"create": cmd_create, "delete": cmd_delete, "list": cmd_list, "alter-config": cmd_alter_config,
+            "alter": cmd_alter}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    a = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    settings = command_config.from_args(parser, a)
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    settings = command_config.from_args(a.parser, a)
 
     def run() -> int:
         with settings.client(a.bootstrap_server) as client:
-            return COMMANDS[a.command](client, a)
+            if a.command != "describe":
+                return COMMANDS[a.command](client, a)
+            with PartitionAdmin(a.bootstrap_server, client_id="tieredlog-topics", settings=settings) as admin:
+                return cmd_describe(client, a, TierReader(admin))
 
     return run_against_broker("topics", a.bootstrap_server, run)
 

@@ -310,6 +310,9 @@ COMMANDS: dict[str, Callable[[Admin, argparse.Namespace, TextIO, TextIO, Clock],
 }
 
 
+
+build_parser = parser  # the name every tool module exposes
+
 def execute(admin: Admin, a: argparse.Namespace, out: TextIO, err: TextIO, clock: Clock = now_ms) -> int:
     """Run the parsed command against ``admin``: 0, or 1 with Kafka's message on ``err``."""
     try:

@@ -143,7 +143,7 @@ def alter(client: KafkaClient, user: str, add: dict[str, tuple[int, str]],
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tieredlog users",
                                 description="Describe, add, change and delete SCRAM users (kafka-configs.sh "
                                             "--entity-type users).")
@@ -163,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     a = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if a.alter:
         if len(a.entity_name) != 1:
