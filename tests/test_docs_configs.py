@@ -28,7 +28,9 @@ DOC_FILES = sorted(
 # sources whose string literals are the keys the remote storage/metadata managers and plugins read
 PLUGIN_SOURCES = sorted(
     [*(ROOT / "tieredlog" / "rsm").glob("*.py"), *(ROOT / "tieredlog" / "rlmm").glob("*.py"),
-     *(ROOT / "plugins").glob("*/*/*.py")]
+     *(ROOT / "plugins").glob("*/*/*.py"),
+     # the console tools' --property names (Kafka's LineMessageReader and DefaultMessageFormatter)
+     ROOT / "tieredlog" / "tools" / "console_producer.py", ROOT / "tieredlog" / "tools" / "console_consumer.py"]
 )
 
 CONFIG_SHAPE = re.compile(r"^[a-z][a-z0-9]*(\.[a-z0-9-]+)+$")
