@@ -292,7 +292,7 @@ def test_stored_tiered_topic_on_a_broker_with_the_tier_off_uses_total_retention(
     TopicStore(tmp_path).save({"old": TopicMetadata("old", uuid.uuid4(), 1, {
         "remote.storage.enable": "true", "segment.bytes": "1024", "retention.bytes": "2048",
         "local.retention.bytes": "1", "file.delete.delay.ms": "0"})})
-    b = Broker(BrokerConfig.load(None, [f"log.dir={tmp_path}", "remote.log.storage.system.enable=false",
+    b = Broker(BrokerConfig.load(None, [f"log.dir={tmp_path}", "remote.log.storage.system.enable=false", "metrics.port=-1",
                                         "offsets.topic.num.partitions=1"]))
 
     async def run():

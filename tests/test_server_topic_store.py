@@ -47,7 +47,7 @@ def _ctx(broker: Broker, api_key: int, version: int) -> RequestContext:
 
 
 def test_create_and_delete_topics_wait_for_the_topics_file_off_the_event_loop(tmp_path, monkeypatch):
-    broker = Broker(BrokerConfig.load(None, [f"log.dir={tmp_path}", "remote.log.storage.system.enable=false",
+    broker = Broker(BrokerConfig.load(None, [f"log.dir={tmp_path}", "remote.log.storage.system.enable=false", "metrics.port=-1",
                                              "offsets.topic.num.partitions=1"]))
     write_threads: list[threading.Thread] = []
     real_write = topic_store.atomic_write
