@@ -15,6 +15,7 @@ base a second time.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -37,8 +38,12 @@ SOURCES = ("pyproject.toml", "README.md", "tieredlog", "spark_readers")
 PLUGIN_SOURCES = ("pyproject.toml", "README.md", "tieredlog_chunked")
 
 
+# what the virtualenv's programs see: nothing of this checkout through PYTHONPATH
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+
+
 def run(*args: str | Path, cwd: Path | None = None) -> str:
-    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd)
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd, env=CLEAN_ENV)
     assert done.returncode == 0, f"{args}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
@@ -71,7 +76,7 @@ class Venv:
         return run(self.python, "-I", "-c", code)
 
     def fails(self, code: str) -> str:
-        done = subprocess.run([str(self.python), "-I", "-c", code], capture_output=True, text=True)
+        done = subprocess.run([str(self.python), "-I", "-c", code], capture_output=True, text=True, env=CLEAN_ENV)
         assert done.returncode != 0, done.stdout
         return done.stderr
 
@@ -99,6 +104,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory, built: tuple[Path, Path]) -> 
 
 def test_the_base_install_runs_the_broker_cli_export_and_the_plugin(venv: Venv, tmp_path: Path) -> None:
     tieredlog = venv.path / "bin" / "tieredlog"
+    assert venv.py("import tieredlog; print(tieredlog.__file__)").startswith(str(venv.path))
     assert "broker" in run(tieredlog, "--help")
     assert "--topic" in run(tieredlog, "export", "--help")
     assert "--override" in run(tieredlog, "broker", "--help")
