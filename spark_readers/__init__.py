@@ -1,9 +1,10 @@
 """Read tiered topics straight from the remote tier, without a broker: Spark's Kafka source schema,
 from the segment manifests and ranged GETs. See docs/spark.md.
 
-The core modules (``storage``, ``catalog``, ``decoder``, ``options``, ``planner``, ``read``) need only
-tieredlog and pyarrow; ``TieredLogDataSource`` needs PySpark 4 and is imported on first use, so the
-core works where PySpark is not installed.
+The core modules (``storage``, ``catalog``, ``decoder``, ``options``, ``planner``, ``read``, ``export``)
+need only the base install (tieredlog's own dependencies: pyarrow, numpy, fsspec); ``TieredLogDataSource``
+needs the ``spark`` extra (PySpark 4, and confluent-kafka where it talks to the brokers) and is imported on
+first use, so the core works where neither is installed.
 """
 
 from __future__ import annotations

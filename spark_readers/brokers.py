@@ -19,19 +19,32 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import pyarrow as pa
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from spark_readers.decoder import HEADER_TYPE, HEADERS_TYPE, TIMESTAMP_TYPE, kafka_schema
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+    from confluent_kafka.admin import OffsetSpec
 
 _BATCH = 10_000
 
 
 class BrokerError(Exception):
     """The brokers cannot answer or serve a range; names the partition and offsets, never a secret."""
+
+
+def require_confluent_kafka() -> None:
+    """Fail in one line naming the extra to install when confluent-kafka is missing. It is imported only
+    where the brokers are talked to, so the planner (``TailTask``) and ``tieredlog export``, which read the
+    remote tier alone, work on the base install."""
+    try:
+        import confluent_kafka  # noqa: F401
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("reading from or writing to the brokers (kafka.bootstrap.servers) needs "
+                                  "confluent-kafka: pip install 'tieredlog[spark]'") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +61,10 @@ class Brokers:
     """The driver's view of the brokers: topics, partitions, and each partition's first and end offsets."""
 
     def __init__(self, config: Mapping[str, str], read_committed: bool, timeout_s: float) -> None:
+        require_confluent_kafka()
+        from confluent_kafka import IsolationLevel
+        from confluent_kafka.admin import AdminClient
+
         self._admin = AdminClient(dict(config))
         self._isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
         self._timeout = timeout_s
@@ -62,6 +79,8 @@ class Brokers:
 
     def bounds(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
         """Partition -> (log start offset, end): ListOffsets earliest and latest at this isolation level."""
+        from confluent_kafka.admin import OffsetSpec
+
         out: dict[int, tuple[int, int]] = {}
         earliest = self._list(topic, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         latest = self._list(topic, partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
@@ -71,10 +90,14 @@ class Brokers:
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The earliest offset whose timestamp is at or after ``timestamp_ms``; None when none is."""
+        from confluent_kafka.admin import OffsetSpec
+
         found = self._list(topic, [partition], OffsetSpec.for_timestamp(timestamp_ms))[partition]
         return None if found < 0 else found
 
     def _list(self, topic: str, partitions: list[int], spec: OffsetSpec) -> dict[int, int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
         request = {TopicPartition(topic, p): spec for p in partitions}
         try:
             futures = self._admin.list_offsets(request, isolation_level=self._isolation,
@@ -84,6 +107,8 @@ class Brokers:
             raise BrokerError(f"cannot list the offsets of {topic} on the brokers: {exc.args[0]}") from None
 
     def _metadata(self) -> dict[str, list[int]]:
+        from confluent_kafka import KafkaException
+
         if self._partitions is None:
             try:
                 md = self._admin.list_topics(timeout=self._timeout)
@@ -103,6 +128,10 @@ def read_tail(config: Mapping[str, str], task: TailTask, include_headers: bool,
               timeout_ms: int) -> Iterator[pa.RecordBatch]:
     """The records of ``task``'s range as the consumer returns them, in the data source's schema, one
     Arrow batch per ``consume`` call. Fails when ``timeout_ms`` pass without the range moving on."""
+    require_confluent_kafka()
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    eof = KafkaError._PARTITION_EOF
     name = f"{task.topic}-{task.partition}"
     consumer = Consumer(dict(config))
     try:
@@ -117,7 +146,7 @@ def read_tail(config: Mapping[str, str], task: TailTask, include_headers: bool,
                                   f"within kafkaConsumer.pollTimeoutMs={timeout_ms}")
             records: list[Message] = []
             for m in consumer.consume(_BATCH, min(remaining, 1.0)):
-                done = _take(m, task, name)
+                done = _take(m, task, name, eof)
                 if done:
                     break
                 if m.error() is None:
@@ -131,10 +160,10 @@ def read_tail(config: Mapping[str, str], task: TailTask, include_headers: bool,
         consumer.close()
 
 
-def _take(m: Message, task: TailTask, name: str) -> bool:
-    """Whether ``m`` ends the range: a record at or past its end, or the partition's EOF there."""
+def _take(m: Message, task: TailTask, name: str, eof: int) -> bool:
+    """Whether ``m`` ends the range: a record at or past its end, or the partition's EOF (``eof``) there."""
     err = m.error()
-    if err is None or err.code() == KafkaError._PARTITION_EOF:
+    if err is None or err.code() == eof:
         return _offset(m) >= task.to_offset
     raise BrokerError(f"{name}: reading offsets {task.from_offset}..{task.to_offset - 1} from the brokers: "
                       f"{err.str()}")

@@ -37,17 +37,19 @@ import bisect
 import math
 import uuid
 from dataclasses import dataclass, replace
-from typing import Collection, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Collection, Iterator, Mapping, Protocol
 
 from spark_readers.brokers import TailTask
 from spark_readers.catalog import Catalog, CatalogError, Segment, SegmentSlice
-from spark_readers.filters import PushedFilters
 from spark_readers.indexes import offset_index_entries
 from spark_readers.options import EARLIEST, LATEST, OptionError, ReaderOptions
 from spark_readers.timestamps import offset_for_timestamp
 from spark_readers.transactions import Aborted, AbortedTransactions, TransactionError, stable_end
 from tieredlog.rsm.api import RemoteLogSegmentMetadata
 from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
+
+if TYPE_CHECKING:  # filters needs PySpark; tieredlog export plans without it
+    from spark_readers.filters import PushedFilters
 
 
 class PlanError(Exception):

@@ -36,6 +36,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from spark_readers.brokers import require_confluent_kafka
+
 log = logging.getLogger(__name__)
 
 KAFKA_PREFIX = "kafka."
@@ -183,6 +185,7 @@ def rows_from_spark(opts: WriteOptions, rows: Iterable[Row]) -> Iterator[OutRow]
 
 def produce(producer_config: Mapping[str, str], rows: Iterable[OutRow]) -> ProduceCommitMessage:
     """Produce ``rows`` and wait for every delivery report; raise :class:`WriteError` on any failure."""
+    require_confluent_kafka()
     from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
     result = ProduceCommitMessage()

@@ -11,10 +11,15 @@ import gc
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from tieredlog.cluster.errors import ClusterError
 from tieredlog.config import BrokerConfig, BrokerConfigError
 from tieredlog.rsm.api import RemoteStorageException
+
+if TYPE_CHECKING:
+    from tieredlog.security.tls import ListenerTls
+    from tieredlog.server.listen import BoundListener
 
 log = logging.getLogger("tieredlog.broker")
 
@@ -30,17 +35,36 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int:
     from tieredlog.security.tls import listener_tls
-    from tieredlog.server.broker import Broker
-    from tieredlog.server.dispatcher import Dispatcher
-    from tieredlog.server.network import KafkaServer
+    from tieredlog.server.listen import ListenerBindError, bind_listeners, close
+    from tieredlog.server.log_dirs_check import LogDirError, check_log_dirs
 
+    loop = asyncio.get_running_loop()
     try:
         # before anything starts: a key store that cannot be used (not PEM, unreadable, wrong
         # password) stops the broker with one line, as Kafka's listeners do
         tls = listener_tls(config)
-    except BrokerConfigError as exc:
+        # then, before anything is written: every log dir usable (Kafka's LogManager checks), every
+        # listener's address free (bound now, listening once the broker has started)
+        setting = "log.dirs" if config.get("log.dirs") else "log.dir"
+        await loop.run_in_executor(None, check_log_dirs, setting, str(config.get(setting)), config.log_dirs)
+        listeners = await bind_listeners(config.listeners)
+    except (BrokerConfigError, LogDirError, ListenerBindError) as exc:
         log.error("cannot start: %s", exc)
         return 1
+    try:
+        return await _serve(config, tls, listeners, ready)
+    finally:
+        close(listeners)  # no-op for the sockets the server took and closed
+
+
+async def _serve(config: BrokerConfig, tls: dict[str, ListenerTls], listeners: list[BoundListener],
+                 ready: asyncio.Event | None) -> int:
+    from tieredlog.security.tls import listener_tls
+    from tieredlog.server.broker import Broker
+    from tieredlog.server.dispatcher import Dispatcher
+    from tieredlog.server.listen import ListenerBindError
+    from tieredlog.server.network import KafkaServer
+
     broker = Broker(config)
     try:
         await broker.start()
@@ -64,9 +88,9 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
             return 1
     server = KafkaServer(broker, Dispatcher(broker), tls)
     try:
-        bound = await server.start()
-    except OSError as exc:
-        log.error("cannot listen: %s", exc)
+        bound = await server.start(listeners)
+    except ListenerBindError as exc:
+        log.error("cannot start: %s", exc)
         await broker.shutdown()
         return 1
     loop = asyncio.get_running_loop()

@@ -34,6 +34,7 @@ from tieredlog.security.tls import ListenerTls, listener_tls
 from tieredlog.server.connection_quotas import ConnectionQuotas, normalize_ip
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
 from tieredlog.server.dynamic_tls import DynamicTls
+from tieredlog.server.listen import BoundListener, ListenerBindError, bind_listeners, close, listen
 from tieredlog.server.sasl_apis import authenticator_answer, connection_authenticator, illegal_sasl_state_answer
 
 if TYPE_CHECKING:
@@ -68,9 +69,6 @@ _PROBE = bytearray(1)  # what probes read is never looked at
 # A TLS connection cannot sendfile: a region is read and written through the transport this much at a
 # time, from the page cache on the loop, or on the cold-read pool for the pages that are not there.
 TLS_CHUNK = 256 * 1024
-# the listening sockets' backlog (asyncio's default): connections a listener stopped at max.connections
-# leaves there wait in the kernel, as Kafka's do (its socket.listen.backlog.size)
-LISTEN_BACKLOG = 100
 # a StreamReader's buffer (asyncio's default)
 STREAM_LIMIT = 64 * 1024
 
@@ -622,13 +620,22 @@ class KafkaServer:
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
 
-    async def start(self) -> list[tuple[str, int]]:
+    async def start(self, listeners: list[BoundListener] | None = None) -> list[tuple[str, int]]:
+        """Listen on ``listeners`` (bound by :func:`bind_listeners` before the broker started; bound here
+        when not given) and accept connections. ListenerBindError when a socket cannot listen."""
         loop = asyncio.get_running_loop()
+        if listeners is None:
+            listeners = await bind_listeners(self.broker.config.listeners)
+        try:
+            listen(listeners)
+        except ListenerBindError:
+            close(listeners)
+            raise
         bound = []
-        for listener in self.broker.config.listeners:
-            socks = await _bind(loop, listener.host or None, listener.port)
-            self._listen_sockets += socks
-            for sock in socks:
+        for b in listeners:
+            listener = b.listener
+            self._listen_sockets += b.sockets
+            for sock in b.sockets:
                 bound.append(sock.getsockname()[:2])
                 self._acceptors.append(loop.create_task(self._acceptor(
                     listener.name, listener.security_protocol, self.tls.get(listener.name), sock)))
@@ -771,25 +778,3 @@ async def open_accepted(listener: str, tls: ListenerTls | None, client: socket.s
         log.info("Failed authentication with /%s on listener %s (%s)", ip, listener, exc)
         transport.abort()
         return None
-
-
-async def _bind(loop: asyncio.AbstractEventLoop, host: str | None, port: int) -> list[socket.socket]:
-    """Listening sockets for ``host:port`` as asyncio's start_server binds them (every address of the
-    host; no host: every interface), non-blocking; our acceptors take connections from them."""
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    socks: list[socket.socket] = []
-    try:
-        for family, type_, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, type_, proto)
-            socks.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            sock.listen(LISTEN_BACKLOG)
-            sock.setblocking(False)
-    except BaseException:
-        for sock in socks:
-            sock.close()
-        raise
-    return socks
