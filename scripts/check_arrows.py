@@ -15,6 +15,9 @@ comes from like any other import; a lower layer that needs a little of a higher 
 - a KNOWN_DEBT or KNOWN_CYCLES entry no longer exists: whoever removes a debt removes its entry, so the
   lists only shrink.
 
+As the allowed arrows form no cycle, packages can import each other in a cycle only through KNOWN_DEBT;
+such package-level cycles are printed on success, so the debt that keeps them is in view.
+
 Run it from the repository root: ``python scripts/check_arrows.py`` (``make lint`` does). Exit status 1 and
 one line per problem when the tree breaks the map.
 """
