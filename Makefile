@@ -38,10 +38,11 @@ cluster: install system-deps
 	$(VENV)/bin/tieredlog dev-cluster $(CLUSTER_ARGS)
 
 # ruff over the tree, mypy over tieredlog/ and spark_readers/ (strict for records, rsm, log, spark_readers):
-# pyproject.toml configures both.
+# pyproject.toml configures both; then every import against the module map of docs/internals.md.
 lint: install-test
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(PY) scripts/check_arrows.py
 
 test: lint system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)

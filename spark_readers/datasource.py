@@ -20,56 +20,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_readers.brokers import Brokers, TailTask, consumer_config, read_tail
 from spark_readers.decoder import spark_ddl
 from spark_readers.filters import PushedFilters, describe, push
 from spark_readers.options import ReaderOptions, include_headers, parse_options, push_filters
-from spark_readers.planner import ReadTask, Task, plan
-from spark_readers.read import read_task_batches
+from spark_readers.partitions import brokers_for, input_partition, read_partition
+from spark_readers.planner import plan
 from spark_readers.storage import StorageSpec, open_storage, storage_spec
+from spark_readers.stream import TieredLogStreamReader
 from spark_readers.writer import TieredLogStreamWriter, TieredLogWriter, parse_write_options
-
-
-class ReadTaskPartition(InputPartition):
-    def __init__(self, task: ReadTask) -> None:
-        super().__init__(task)
-        self.task = task
-
-    def __repr__(self) -> str:
-        t = self.task
-        return (f"ReadTaskPartition({t.object_name} bytes {t.start_position}..{t.end_position}, "
-                f"offsets {t.from_offset}..{t.to_offset})")
-
-
-class TailPartition(InputPartition):
-    def __init__(self, task: TailTask) -> None:
-        super().__init__(task)
-        self.task = task
-
-    def __repr__(self) -> str:
-        t = self.task
-        return f"TailPartition({t.topic}-{t.partition} offsets {t.from_offset}..{t.to_offset} from the brokers)"
-
-
-def input_partition(task: Task) -> InputPartition:
-    return TailPartition(task) if isinstance(task, TailTask) else ReadTaskPartition(task)
-
-
-def brokers_for(options: ReaderOptions) -> Brokers | None:
-    """The driver's admin client, when the reader reads the brokers' tail."""
-    if not options.reads_brokers:
-        return None
-    return Brokers(options.kafka, options.read_committed, options.poll_timeout_ms / 1000)
-
-
-def read_partition(spec: StorageSpec, options: ReaderOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """One input partition's rows, from the remote tier or the brokers."""
-    if isinstance(partition, ReadTaskPartition):
-        return read_task_batches(open_storage(spec), partition.task, options.include_headers)
-    if isinstance(partition, TailPartition):
-        return read_tail(consumer_config(options.kafka, options.read_committed), partition.task,
-                         options.include_headers, options.poll_timeout_ms)
-    raise TypeError(f"not a tieredlog input partition: {partition!r}")
 
 
 class TieredLogDataSource(DataSource):
@@ -91,9 +49,6 @@ class TieredLogDataSource(DataSource):
         return TieredLogReader(options, spec)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        # imported here: spark_readers.stream imports ReadTaskPartition from this module
-        from spark_readers.stream import TieredLogStreamReader
-
         options = parse_options(self.options, streaming=True)
         return TieredLogStreamReader(options, storage_spec(options.path, options.storage))
 

@@ -32,8 +32,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from spark_readers.datasource import brokers_for, input_partition, read_partition
 from spark_readers.options import EARLIEST, OffsetSpec, ReaderOptions
+from spark_readers.partitions import brokers_for, input_partition, read_partition
 from spark_readers.planner import PlanError, offset_bounds, plan
 from spark_readers.storage import StorageSpec, open_storage
 

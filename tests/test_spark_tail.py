@@ -218,8 +218,9 @@ def test_pushed_filters_plan_fewer_segment_bytes(broker: BrokerProcess) -> None:
     what they cannot do exactly goes back to Spark."""
     from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan, StringStartsWith
 
-    from spark_readers.datasource import ReadTaskPartition, TailPartition, TieredLogFilteringReader
+    from spark_readers.datasource import TieredLogFilteringReader
     from spark_readers.options import parse_options
+    from spark_readers.partitions import ReadTaskPartition, TailPartition
     from spark_readers.storage import storage_spec
 
     options = parse_options({"path": folder(broker).as_uri(), "topic": TOPIC, **brokers(broker)})

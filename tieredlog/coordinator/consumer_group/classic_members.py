@@ -19,27 +19,50 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.coordinator.consumer_group import records
+from tieredlog.coordinator.consumer_group.assignors import Partitions
 from tieredlog.coordinator.consumer_group.group import ConsumerGroup
 from tieredlog.coordinator.consumer_group.member import JOIN_EPOCH, ClassicMemberMetadata, ConsumerMember, MemberState
-from tieredlog.coordinator.consumer_group.migration import EmbeddedConsumerProtocol, ids_to_names, names_to_ids
+from tieredlog.coordinator.consumer_group.migration import (
+    EmbeddedConsumerProtocol,
+    GroupMigration,
+    MigrationHost,
+    Record,
+    ids_to_names,
+    names_to_ids,
+)
 from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, UNKNOWN_MEMBER_ID, Protocols
 from tieredlog.coordinator.membership import JoinResult, SyncResult
 from tieredlog.coordinator.state import cancel
 from tieredlog.coordinator.storage import WaitForIsr, store_error_code
 
-if TYPE_CHECKING:
-    from tieredlog.coordinator.consumer_group.coordinator import ConsumerGroupCoordinator, Record
-
 log = logging.getLogger(__name__)
 
 
+class ClassicMembersHost(MigrationHost, Protocol):
+    """What classic members need of the ConsumerGroupCoordinator that owns them (which imports this module)."""
+
+    @property
+    def migration(self) -> GroupMigration | None: ...
+
+    def advance_member(self, group: ConsumerGroup, member: ConsumerMember, bump: bool, owned: Partitions | None,
+                       out: list[Record]) -> None: ...
+
+    def forget(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None: ...
+
+    def remove(self, group: ConsumerGroup, member: ConsumerMember, out: list[Record]) -> None: ...
+
+    def remove_on_timer(self, group: ConsumerGroup, member: ConsumerMember) -> None: ...
+
+    def append(self, group_id: str, out: list[Record], now: int) -> WaitForIsr | None: ...
+
+
 class ClassicMembers:
-    def __init__(self, coordinator: ConsumerGroupCoordinator, protocol: EmbeddedConsumerProtocol) -> None:
+    def __init__(self, coordinator: ClassicMembersHost, protocol: EmbeddedConsumerProtocol) -> None:
         self.coordinator = coordinator
         self.state = coordinator.state
         self.protocol = protocol

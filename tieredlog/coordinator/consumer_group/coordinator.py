@@ -21,7 +21,7 @@ import base64
 import logging
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Mapping
 
 from kio.schema.errors import ErrorCode
 
@@ -39,7 +39,13 @@ from tieredlog.coordinator.consumer_group.member import (
     is_subset,
     normalize,
 )
-from tieredlog.coordinator.consumer_group.migration import ClassicRebalance, EmbeddedConsumerProtocol, GroupMigration
+from tieredlog.coordinator.consumer_group.migration import (
+    ClassicRebalance,
+    EmbeddedConsumerProtocol,
+    GroupMigration,
+    Record,
+    TopicsView,
+)
 from tieredlog.coordinator.consumer_group.reconciliation import MemberAssignment, reconcile
 from tieredlog.coordinator.consumer_group.regex import InvalidRegex, compile_topic_regex
 from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState
@@ -48,9 +54,6 @@ from tieredlog.coordinator.storage import WaitForIsr, store_error_code
 
 log = logging.getLogger(__name__)
 
-# topic name -> (topic id, partition count) of every topic the broker has
-TopicsView = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
-Record = tuple[bytes, "bytes | None"]
 
 
 @dataclass

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
 from tieredlog.coordinator import schema
 from tieredlog.coordinator.consumer_group import records
@@ -33,13 +33,36 @@ from tieredlog.coordinator.consumer_group.group import ConsumerGroup
 from tieredlog.coordinator.consumer_group.member import ClassicMemberMetadata, ConsumerMember, MemberState
 from tieredlog.coordinator.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState, MemberMetadata
 from tieredlog.coordinator.membership import group_record
-
-if TYPE_CHECKING:
-    from tieredlog.coordinator.consumer_group.coordinator import ConsumerGroupCoordinator
+from tieredlog.coordinator.state import CoordinatorState
 
 log = logging.getLogger(__name__)
 
 Record = tuple[bytes, "bytes | None"]
+# topic name -> (topic id, partition count) of every topic the broker has
+TopicsView = Callable[[], Mapping[str, tuple[uuid.UUID, int]]]
+
+
+class MigrationHost(Protocol):
+    """What a migration needs of the ConsumerGroupCoordinator that owns it (which imports this module)."""
+
+    @property
+    def state(self) -> CoordinatorState: ...
+
+    @property
+    def groups(self) -> dict[str, ConsumerGroup]: ...
+
+    @property
+    def topics(self) -> TopicsView: ...
+
+    def topic_names(self, group: ConsumerGroup) -> dict[uuid.UUID, str]: ...
+
+    def schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None: ...
+
+    def member_metadata_record(self, group: ConsumerGroup, m: ConsumerMember) -> Record: ...
+
+    def current_assignment_record(self, group: ConsumerGroup, m: ConsumerMember) -> Record: ...
+
+    def tombstones(self, group: ConsumerGroup) -> list[Record]: ...
 
 
 @dataclass(frozen=True)
@@ -82,7 +105,7 @@ def ids_to_names(partitions: Partitions, names: Mapping[uuid.UUID, str]) -> dict
 
 
 class GroupMigration:
-    def __init__(self, coordinator: ConsumerGroupCoordinator, protocol: EmbeddedConsumerProtocol,
+    def __init__(self, coordinator: MigrationHost, protocol: EmbeddedConsumerProtocol,
                  membership: ClassicRebalance) -> None:
         self.coordinator = coordinator
         self.state = coordinator.state
