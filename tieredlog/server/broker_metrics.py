@@ -53,14 +53,20 @@ event loop or the controller's thread waits on.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import REGISTRY, start_http_server
+from prometheus_client import REGISTRY, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 
+from tieredlog.console.app import ConsoleApp
+from tieredlog.console.cost import prices_of
+from tieredlog.console.source import LoopSnapshotSource
 from tieredlog.controller.context import PartitionState
 from tieredlog.protocol.api import api_name
 from tieredlog.server.open_transactions import has_late_transaction, open_transactions
@@ -102,6 +108,10 @@ class BrokerMetrics:
         self.bytes_out: dict[str, int] = {}
         self.replication_bytes_out: dict[str, int] = {}
         self.requests: dict[int, _ApiStats] = {}
+
+    @property
+    def broker(self) -> Broker:
+        return self._broker
 
     # ---- the request path (event loop) -------------------------------------------------------------
 
@@ -326,11 +336,18 @@ def bind(metrics: BrokerMetrics) -> None:
 
 
 class MetricsEndpoint:
-    """``/metrics`` on ``metrics.host:metrics.port``, on prometheus-client's HTTP server thread."""
+    """``/metrics`` and the console (``/console``, tieredlog.console) on ``metrics.host:metrics.port``, on
+    an HTTP server thread of their own; built on the event loop, whose broker state the console reads."""
 
     def __init__(self, metrics: BrokerMetrics, port: int, host: str) -> None:
         bind(metrics)
-        server, self._thread = start_http_server(int(port), addr=host, registry=REGISTRY)
+        broker = metrics.broker
+        source = LoopSnapshotSource(broker, asyncio.get_running_loop(), prices_of(broker.config),
+                                    lambda: {})
+        app = ConsoleApp(source, make_wsgi_app(REGISTRY))
+        server = make_server(host, int(port), app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        self._thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+        self._thread.start()
         self._server: WSGIServer = server
 
     @property
@@ -341,3 +358,8 @@ class MetricsEndpoint:
         """Blocks until the server thread has stopped (up to its poll interval): call it off the loop."""
         self._server.shutdown()
         self._server.server_close()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """Scrapes and page views are not logged."""
