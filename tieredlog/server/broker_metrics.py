@@ -33,7 +33,11 @@ kafka.server:type=BrokerTopicMetrics,name=BytesOutPerSec                     kaf
 kafka.server:type=BrokerTopicMetrics,name=ReplicationBytesOutPerSec          kafka_server_brokertopicmetrics_replicationbytesout_total   topic
 kafka.network:type=RequestMetrics,name=RequestsPerSec                        kafka_network_requestmetrics_requests_total                 request
 kafka.network:type=RequestMetrics,name=TotalTimeMs (a histogram, in ms)      kafka_network_requestmetrics_totaltimems                    request
+kafka.network:type=RequestMetrics,name=RequestQueueTimeMs (histogram, ms)    kafka_network_requestmetrics_requestqueuetimems             request
 ==========================================================================  ==========================================================  =======
+
+tieredlog.server.broker_health adds the purgatories, remote-fetch expiries, log flush time, leader
+imbalance, remote metadata readiness and the event loop's lag.
 
 Hanging transactions: PartitionsWithLateTransactionsCount is Kafka's (KIP-664: partitions led here whose
 oldest open transaction's producer has been silent for transaction.max.timeout.ms plus 5 minutes). The two
@@ -66,9 +70,12 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from tieredlog.console.app import ConsoleApp
 from tieredlog.console.cost import prices_of
+from tieredlog.console.snapshot import rlm_usage
 from tieredlog.console.source import LoopSnapshotSource
 from tieredlog.controller.context import PartitionState
 from tieredlog.protocol.api import api_name
+from tieredlog.server.broker_health import broker_health_families, cumulative
+from tieredlog.server.loop_lag import EventLoopLag
 from tieredlog.server.open_transactions import has_late_transaction, open_transactions
 
 if TYPE_CHECKING:
@@ -108,6 +115,11 @@ class BrokerMetrics:
         self.bytes_out: dict[str, int] = {}
         self.replication_bytes_out: dict[str, int] = {}
         self.requests: dict[int, _ApiStats] = {}
+        self.queue_time: dict[int, _ApiStats] = {}
+        # remote reads a Fetch waits on now, and those that outlived remote.fetch.max.wait.ms
+        self.remote_fetch_waiting = 0
+        self.remote_fetch_expires = 0
+        self.loop_lag = EventLoopLag()
 
     @property
     def broker(self) -> Broker:
@@ -136,6 +148,16 @@ class BrokerMetrics:
         stats.buckets[bisect_left(TOTAL_TIME_BUCKETS_MS, ms)] += 1
         stats.sum_ms += ms
 
+    def record_queue_time(self, api_key: int, received: float) -> None:
+        """A request read at ``received`` has just started (Kafka's RequestQueueTimeMs: on one event
+        loop, the wait behind the work ahead of it)."""
+        ms = (time.monotonic() - received) * 1000.0
+        stats = self.queue_time.get(api_key)
+        if stats is None:
+            stats = self.queue_time[api_key] = _ApiStats()
+        stats.buckets[bisect_left(TOTAL_TIME_BUCKETS_MS, ms)] += 1
+        stats.sum_ms += ms
+
     # ---- the scrape (HTTP server thread) -----------------------------------------------------------
 
     def collect(self) -> Iterator[Any]:
@@ -146,6 +168,7 @@ class BrokerMetrics:
         yield from self._topic_families()
         yield from self._request_families()
         yield from self._fetch_session_families()
+        yield from broker_health_families(self)
 
     def _replica_manager_families(self) -> Iterator[Any]:
         rm = self._broker.replica_manager
@@ -293,16 +316,19 @@ class BrokerMetrics:
                                            "TotalTimeMs: from the request read to its response written, in ms",
                                            labels=["request"])
         for api_key, stats in sorted(list(self.requests.items())):
-            counts = list(stats.buckets)  # one copy: +Inf and _count agree even mid-update
-            cumulative, running = [], 0
-            for label, count in zip(_BUCKET_LABELS, counts):
-                running += count
-                cumulative.append((label, running))
+            # one copy of the counts: +Inf and _count agree even mid-update
+            buckets, running = cumulative(list(stats.buckets), _BUCKET_LABELS)
             name = api_name(api_key)
             requests.add_metric([name], running)
-            total_time.add_metric([name], cumulative, sum_value=stats.sum_ms)
+            total_time.add_metric([name], buckets, sum_value=stats.sum_ms)
         yield requests
         yield total_time
+        queue_time = HistogramMetricFamily(n + "requestqueuetimems", "RequestQueueTimeMs: from the request read to "
+                                           "its handler started, in ms", labels=["request"])
+        for api_key, stats in sorted(list(self.queue_time.items())):
+            queue_time.add_metric([api_name(api_key)], cumulative(list(stats.buckets), _BUCKET_LABELS)[0],
+                                  sum_value=stats.sum_ms)
+        yield queue_time
 
 
 class _BoundCollector:
@@ -342,8 +368,9 @@ class MetricsEndpoint:
     def __init__(self, metrics: BrokerMetrics, port: int, host: str) -> None:
         bind(metrics)
         broker = metrics.broker
-        source = LoopSnapshotSource(broker, asyncio.get_running_loop(), prices_of(broker.config),
-                                    lambda: {})
+        source = LoopSnapshotSource(broker, asyncio.get_running_loop(), prices_of(broker.config), rlm_usage)
+        self._loop = asyncio.get_running_loop()
+        self._lag_task = self._loop.create_task(metrics.loop_lag.run(), name="event-loop-lag")
         app = ConsoleApp(source, make_wsgi_app(REGISTRY))
         server = make_server(host, int(port), app, ThreadingWSGIServer, handler_class=_QuietHandler)
         self._thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
@@ -356,6 +383,8 @@ class MetricsEndpoint:
 
     def close(self) -> None:
         """Blocks until the server thread has stopped (up to its poll interval): call it off the loop."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._lag_task.cancel)
         self._server.shutdown()
         self._server.server_close()
 

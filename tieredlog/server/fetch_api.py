@@ -273,14 +273,19 @@ async def _read_remote(broker: Broker, pr: _PartitionRead, fut: Future, isolatio
     """Wait for the remote read ``fut`` of ``pr``, bounded by remote.fetch.max.wait.ms. On timeout
     the partition comes back empty without an error, so the client simply fetches again."""
     wait_s = broker.config["remote.fetch.max.wait.ms"] / 1000
+    metrics = broker.metrics
+    metrics.remote_fetch_waiting += 1
     try:
         result = await asyncio.wait_for(asyncio.wrap_future(fut), wait_s)
     except asyncio.TimeoutError:
+        metrics.remote_fetch_expires += 1
         _remote_empty(pr, isolation)
         return
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
         return
+    finally:
+        metrics.remote_fetch_waiting -= 1
     _remote_done(pr, result)
 
 
