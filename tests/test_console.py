@@ -155,3 +155,54 @@ def test_group_lag_is_flagged_when_read_from_the_remote_tier(tiered_broker, brow
     hw = list_offset(b.bootstrap, topic, -1)
     assert (_field(offsets, "committed"), _field(offsets, "lag")) == ("10", str(hw - 10))
     assert _field(offsets, "from-remote") == "remote tier" and local_start > 10
+
+
+def _samples(port: int) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = float(s.value)
+    return out
+
+
+def test_object_store_requests_are_counted_per_topic_and_priced(tiered_broker, browser):
+    b, port = tiered_broker
+    topic = "console-cost"
+    create(b.bootstrap, topic)
+    produce(b.bootstrap, topic, 0, 1500)
+    wait_for(lambda: list_offset(b.bootstrap, topic, -4), what="local segments to be tiered")
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "cost", "auto.offset.reset": "earliest"})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        assert wait_for(lambda: c.poll(1), what="a record read from the remote tier").offset() == 0
+    finally:
+        c.close()
+    m = _samples(port)
+    req = 'tieredlog_remote_storage_requests_total{operation="%s",topic="' + topic + '"}'
+    copies = m[f'kafka_server_brokertopicmetrics_remotecopyrequests_total{{topic="{topic}"}}']
+    # one PUT per part of each copied segment: log, offset and time indexes, producer snapshot, epochs
+    assert m[req % "PUT"] == 5 * copies > 0
+    assert m[req % "GET"] >= 1 and m[f'tieredlog_remote_storage_bytes_total{{direction="in",topic="{topic}"}}'] > 0
+    browser.get(f"http://127.0.0.1:{port}/console")
+    row = browser.find_element(By.CSS_SELECTOR, f'[data-topic="{topic}"]')
+    puts, gets, lists, deletes = (int(x) for x in _field(row, "requests").split(" / "))
+    assert puts == m[req % "PUT"] and gets >= m[req % "GET"] and (lists, deletes) == (0, 0)
+    assert _field(row, "monthly-cost").startswith("$") and _field(row, "monthly-cost") != "$0.00"
+
+
+def test_kafkas_main_metrics_and_the_event_loop_lag_are_exported(tiered_broker):
+    b, port = tiered_broker
+    produce(b.bootstrap, "overview-t", 0, 10)
+    m = _samples(port)
+    assert m['kafka_network_requestmetrics_requestqueuetimems_count{request="Produce"}'] >= 1
+    for op in ("Fetch", "Produce", "RemoteFetch"):
+        assert f'kafka_server_delayedoperationpurgatory_purgatorysize{{delayedoperation="{op}"}}' in m
+    assert "kafka_server_delayedremotefetchmetrics_expires_total" in m
+    assert m["kafka_log_logflushstats_logflushrateandtimems_count"] >= 1  # rolled segments were flushed
+    assert m["kafka_controller_kafkacontroller_preferredreplicaimbalancecount"] == 0
+    assert m["tieredlog_rlmm_not_ready_partitions"] == 0
+    assert m["tieredlog_event_loop_lag_seconds_count"] >= 1 and "tieredlog_event_loop_lag_max_seconds" in m

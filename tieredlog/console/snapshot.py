@@ -151,7 +151,7 @@ def _groups(gc: GroupCoordinator | None, hosted: dict[TopicPartition, PartitionV
     return tuple(out)
 
 
-def take(broker: Broker, prices: Prices, usage: UsageSource, started_ms: int) -> Snapshot:
+def take(broker: Broker, prices: Prices, started_ms: int) -> Snapshot:
     """ON the event loop: copy what the console shows of ``broker``."""
     brokers, controller_id, cluster_parts = _cluster(broker)
     rm = broker.replica_manager
@@ -161,12 +161,10 @@ def take(broker: Broker, prices: Prices, usage: UsageSource, started_ms: int) ->
     rf: dict[str, int] = {}
     for cp in cluster_parts:
         rf[cp.topic] = max(rf.get(cp.topic, 0), len(cp.replicas))
-    counts = usage()
     topics = []
     for t in sorted(list(broker.topics.values()), key=lambda t: t.name):
         tiered = tier and str(t.configs.get("remote.storage.enable", "")).strip().lower() == "true"
-        topics.append(TopicView(t.name, t.partitions, rf.get(t.name, 1), tiered, t.name.startswith("__"),
-                                counts.get(t.name, TopicUsage())))
+        topics.append(TopicView(t.name, t.partitions, rf.get(t.name, 1), tiered, t.name.startswith("__")))
     return Snapshot(
         broker_id=broker.node_id, cluster_id=broker.cluster_id, taken_ms=time.time_ns() // 1_000_000,
         started_ms=started_ms, brokers=brokers, controller_id=controller_id, cluster_partitions=cluster_parts,
@@ -222,3 +220,19 @@ def add_remote_tier(snapshot: Snapshot, broker: Broker, only: Iterable[str] | No
             v = dataclasses.replace(v, tiering_lag=_tiering_lag(broker, v, snapshot.taken_ms))
         views.append(v)
     return dataclasses.replace(snapshot, partitions=tuple(views))
+
+
+def with_usage(snapshot: Snapshot, usage: UsageSource) -> Snapshot:
+    """OFF the event loop: each topic's object-store requests (the counters' lock is the RLM threads')."""
+    counts = usage()
+    topics = tuple(dataclasses.replace(t, usage=counts.get(t.name, TopicUsage())) for t in snapshot.topics)
+    return dataclasses.replace(snapshot, topics=topics)
+
+
+def rlm_usage() -> dict[str, TopicUsage]:
+    """The remote log manager's object-store counts per topic (tieredlog.rlm.metrics)."""
+    from tieredlog.rlm.metrics import metrics
+
+    return {topic: TopicUsage(c.get("PUT", 0), c.get("GET", 0), c.get("LIST", 0), c.get("DELETE", 0),
+                              c.get("bytes_out", 0), c.get("bytes_in", 0))
+            for topic, c in metrics().object_store.snapshot().items()}

@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Iterable
 
 from tieredlog.console.model import Prices, Snapshot
-from tieredlog.console.snapshot import UsageSource, add_remote_tier, take
+from tieredlog.console.snapshot import UsageSource, add_remote_tier, take, with_usage
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -32,7 +32,7 @@ class LoopSnapshotSource:
         def run() -> None:
             if fut.set_running_or_notify_cancel():
                 try:
-                    fut.set_result(take(self._broker, self._prices, self._usage, self._started_ms))
+                    fut.set_result(take(self._broker, self._prices, self._started_ms))
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                     fut.set_exception(exc)
 
@@ -44,4 +44,4 @@ class LoopSnapshotSource:
             snapshot = fut.result(self._timeout_s)
         finally:
             fut.cancel()
-        return add_remote_tier(snapshot, self._broker, topics)
+        return add_remote_tier(with_usage(snapshot, self._usage), self._broker, topics)
