@@ -147,6 +147,13 @@ class RemoteStorageMetrics:
         self.object_store = ObjectStoreUsage()
         REGISTRY.register(self.object_store)
 
+    def touch_topic(self, topic: str) -> None:
+        """Create a topic's counters at 0, as Kafka creates a topic's BrokerTopicMetrics meters whole: a
+        rate or an alert over errors has a series before the first error."""
+        for c in (self.copy_bytes, self.copy_requests, self.copy_errors, self.fetch_bytes, self.fetch_requests,
+                  self.fetch_errors, self.delete_requests, self.delete_errors):
+            c.labels(topic)
+
     def remove_partition(self, topic: str, partition: int) -> None:
         for g in (self.copy_lag_bytes, self.copy_lag_segments, self.remote_log_size_bytes, self.remote_log_metadata_count):
             try:

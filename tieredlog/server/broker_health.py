@@ -12,6 +12,10 @@ kafka.controller:type=KafkaController,name=PreferredReplicaImbalanceCount    kaf
 (tieredlog's) tiered partitions here whose remote log metadata is loading    tieredlog_rlmm_not_ready_partitions
 (tieredlog's) the event loop's wake-up delay (histogram, seconds)            tieredlog_event_loop_lag_seconds
 (tieredlog's) its largest value over the last one to two minutes             tieredlog_event_loop_lag_max_seconds
+(kafka-exporter's names) a group's committed offset, groups coordinated here   kafka_consumergroup_current_offset                          consumergroup, topic, partition
+(kafka-exporter's names) its lag behind the HW, partitions also led here     kafka_consumergroup_lag                                     consumergroup, topic, partition
+(tieredlog's) 1 when that next offset is only in the remote tier             tieredlog_consumergroup_reads_remote                        consumergroup, topic, partition
+(KIP-827's TotalBytes / UsableBytes) each log dir's file system              tieredlog_log_dir_total_bytes, tieredlog_log_dir_usable_bytes  logdir
 ==========================================================================  ==========================================================  ================
 
 Purgatories: Fetch counts the partition watches of parked Fetch requests, Produce the parked acks=all
@@ -20,11 +24,13 @@ appends, RemoteFetch the remote reads a Fetch waits on now.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from tieredlog.log.flush_stats import FLUSH_TIME_BUCKETS_MS, LOG_FLUSH_STATS
+from tieredlog.log.types import TopicPartition
 from tieredlog.server.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:
@@ -48,6 +54,8 @@ def broker_health_families(metrics: BrokerMetrics) -> Iterator[Any]:
     yield _imbalance_family(metrics)
     yield _rlmm_family(metrics)
     yield from _loop_lag_families(metrics)
+    yield from _group_families(metrics)
+    yield from _log_dir_families(metrics)
 
 
 def _purgatory_families(metrics: BrokerMetrics) -> Iterator[Any]:
@@ -114,3 +122,46 @@ def _loop_lag_families(metrics: BrokerMetrics) -> Iterator[Any]:
     yield family
     yield GaugeMetricFamily("tieredlog_event_loop_lag_max_seconds",
                             "The largest event-loop lag of the last one to two minutes", value=lag.max_s)
+
+
+def _group_families(metrics: BrokerMetrics) -> Iterator[Any]:
+    """Committed offsets of the groups coordinated here; lag and remote reads where this broker also
+    leads the partition (it knows the high watermark and the local log start of those only)."""
+    broker = metrics.broker
+    gc, rm = broker.group_coordinator, broker.replica_manager
+    labels = ["consumergroup", "topic", "partition"]
+    current = GaugeMetricFamily("kafka_consumergroup_current_offset", "A group's committed offset", labels=labels)
+    lag = GaugeMetricFamily("kafka_consumergroup_lag", "The high watermark minus a group's committed offset",
+                            labels=labels)
+    remote = GaugeMetricFamily("tieredlog_consumergroup_reads_remote", "1 when a group's next offset is below the "
+                               "local log start: its reads are served from the remote tier", labels=labels)
+    if gc is not None and gc.active:
+        partitions = dict(rm.partitions) if rm is not None else {}
+        for gid, group in list(gc.state.groups.items()):
+            for (topic, index), om in list(group.offsets.items()):
+                key = [gid, topic, str(index)]
+                current.add_metric(key, om.offset)
+                p = partitions.get(TopicPartition(topic, index))
+                if p is not None and p.is_leader:
+                    lag.add_metric(key, max(0, p.log.high_watermark - om.offset))
+                    remote.add_metric(key, int(om.offset < p.log.local_log_start_offset))
+    yield current
+    yield lag
+    yield remote
+
+
+def _log_dir_families(metrics: BrokerMetrics) -> Iterator[Any]:
+    """statvfs of each log dir, on the scrape thread (a hung disk delays a scrape, never the loop)."""
+    total = GaugeMetricFamily("tieredlog_log_dir_total_bytes", "Size of the file system holding a log dir",
+                              labels=["logdir"])
+    usable = GaugeMetricFamily("tieredlog_log_dir_usable_bytes", "Bytes a log dir may still grow by",
+                               labels=["logdir"])
+    for d in metrics.broker.log_dirs:
+        try:
+            st = os.statvfs(d)
+        except OSError:
+            continue  # an offline log dir: no series, as Kafka reports none for it
+        total.add_metric([str(d)], st.f_blocks * st.f_frsize)
+        usable.add_metric([str(d)], st.f_bavail * st.f_frsize)
+    yield total
+    yield usable
