@@ -68,3 +68,9 @@ def test_pages_render_from_a_snapshot_alone():
     assert 'data-field="remote-segments">2<' in page
     assert '>3 / 0 / 0 / 0</td>' in overview_page(snap)
     assert 'data-field="not-found"' in topic_page(snap, "other")
+
+
+def test_a_few_minutes_of_requests_are_priced_as_an_hour_of_them():
+    usage = TopicUsage(puts=1000)
+    assert monthly_cost(S3, 0, usage, 60_000).requests == monthly_cost(S3, 0, usage, 3_600_000).requests
+    assert monthly_cost(S3, 0, usage, 3_600_000).requests == pytest.approx(720 * 0.005)

@@ -120,7 +120,7 @@ def _topics_section(s: Snapshot) -> str:
         "<section><h2>Topics</h2>"
         '<p class="muted small">Local bytes of the partitions hosted here; remote bytes, tiering lag and cost of '
         "the partitions led here. Cost: remote bytes at the storage price plus the requests since start-up "
-        "extrapolated to 30 days.</p>"
+        "(at least an hour's worth) extrapolated to 30 days.</p>"
         f"<table>{head}{rows}</table>"
         f"<details><summary>internal topics</summary><table>{head}{internal}</table></details></section>"
     )
