@@ -87,6 +87,8 @@ def test_overview_shows_the_cluster_and_topics(tiered_broker, browser):
     assert (_field(browser, "brokers"), _field(browser, "controller")) == ("1", "0")
     assert (_field(browser, "offline"), _field(browser, "under-replicated"), _field(browser, "under-min-isr")) == (
         "0", "0", "0")
+    charts = [e.get_attribute("data-chart") for e in browser.find_elements(By.CSS_SELECTOR, "[data-chart]")]
+    assert charts == ["bytes_in", "bytes_out", "remote_copy_bytes", "remote_fetch_bytes", "remote_errors", "loop_lag"]
     row = browser.find_element(By.CSS_SELECTOR, '[data-topic="overview-t"]')
     assert (_field(row, "partitions"), _field(row, "tiered")) == ("1", "yes")
     # read-only, and no record data: a POST is refused, an unknown page is a 404

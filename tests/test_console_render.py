@@ -74,3 +74,19 @@ def test_a_few_minutes_of_requests_are_priced_as_an_hour_of_them():
     usage = TopicUsage(puts=1000)
     assert monthly_cost(S3, 0, usage, 60_000).requests == monthly_cost(S3, 0, usage, 3_600_000).requests
     assert monthly_cost(S3, 0, usage, 3_600_000).requests == pytest.approx(720 * 0.005)
+
+
+def test_charts_turn_counter_samples_into_rates():
+    from tieredlog.console.charts import chart_svg
+    from tieredlog.console.history import History, points
+
+    totals = iter([{"bytes_in": 0.0, "loop_lag": 0.01}, {"bytes_in": 1000.0, "loop_lag": 0.02},
+                   {"bytes_in": 500.0, "loop_lag": 0.0}])  # the last: a restart reset the counter
+    h = History(lambda: next(totals))
+    for at in (0.0, 10.0, 20.0):
+        h.sample(at)
+    assert points(h.samples(), "bytes_in") == [(10.0, 100.0), (20.0, 0.0)]
+    assert points(h.samples(), "loop_lag") == [(0.0, 0.01), (10.0, 0.02), (20.0, 0.0)]
+    svg = chart_svg("bytes_in", h.samples())
+    assert "<polyline" in svg and 'data-field="chart-bytes_in-now">0 B/s<' in svg
+    assert "collecting" in chart_svg("bytes_in", h.samples()[:1])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from tieredlog.console.history import Sample
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerInfo:
@@ -208,6 +210,7 @@ class Snapshot:
     groups: tuple[GroupView, ...]  # coordinated here
     remote_tier: bool
     prices: Prices
+    history: tuple[Sample, ...] = ()  # the last hour of totals, for the charts
 
     def topic(self, name: str) -> TopicView | None:
         return next((t for t in self.topics if t.name == name), None)

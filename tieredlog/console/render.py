@@ -10,6 +10,7 @@ import time
 from html import escape
 from urllib.parse import quote
 
+from tieredlog.console.charts import charts_section
 from tieredlog.console.cost import monthly_cost
 from tieredlog.console.model import GroupView, PartitionView, Snapshot, TopicView
 from tieredlog.console.offset_line import fmt_bytes, offset_line_svg
@@ -142,7 +143,7 @@ def _groups_section(s: Snapshot) -> str:
 
 
 def overview_page(s: Snapshot) -> str:
-    return page(s, "overview", _cluster_section(s) + _topics_section(s) + _groups_section(s))
+    return page(s, "overview", _cluster_section(s) + charts_section(s.history) + _topics_section(s) + _groups_section(s))
 
 
 def _partition_block(p: PartitionView) -> str:

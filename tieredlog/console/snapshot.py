@@ -17,6 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from tieredlog.console.history import History
 from tieredlog.console.model import (
     BrokerInfo,
     ClusterPartition,
@@ -151,7 +152,7 @@ def _groups(gc: GroupCoordinator | None, hosted: dict[TopicPartition, PartitionV
     return tuple(out)
 
 
-def take(broker: Broker, prices: Prices, started_ms: int) -> Snapshot:
+def take(broker: Broker, prices: Prices, started_ms: int, history: History | None = None) -> Snapshot:
     """ON the event loop: copy what the console shows of ``broker``."""
     brokers, controller_id, cluster_parts = _cluster(broker)
     rm = broker.replica_manager
@@ -170,6 +171,7 @@ def take(broker: Broker, prices: Prices, started_ms: int) -> Snapshot:
         started_ms=started_ms, brokers=brokers, controller_id=controller_id, cluster_partitions=cluster_parts,
         topics=tuple(topics), partitions=tuple(sorted(views, key=lambda v: (v.topic, v.partition))),
         groups=_groups(broker.group_coordinator, hosted, _topic_names_by_id(broker)), remote_tier=tier, prices=prices,
+        history=history.samples() if history is not None else (),
     )
 
 

@@ -8,6 +8,7 @@ import concurrent.futures
 import time
 from typing import TYPE_CHECKING, Iterable
 
+from tieredlog.console.history import History
 from tieredlog.console.model import Prices, Snapshot
 from tieredlog.console.snapshot import UsageSource, add_remote_tier, take, with_usage
 
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 
 class LoopSnapshotSource:
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, prices: Prices, usage: UsageSource,
-                 timeout_s: float = 10.0) -> None:
+                 history: History | None = None, timeout_s: float = 10.0) -> None:
         self._broker = broker
+        self._history = history
         self._loop = loop
         self._prices = prices
         self._usage = usage
@@ -32,7 +34,7 @@ class LoopSnapshotSource:
         def run() -> None:
             if fut.set_running_or_notify_cancel():
                 try:
-                    fut.set_result(take(self._broker, self._prices, self._started_ms))
+                    fut.set_result(take(self._broker, self._prices, self._started_ms, self._history))
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                     fut.set_exception(exc)
 

@@ -22,6 +22,8 @@ svg.offset-line{width:100%;height:auto;max-width:1400px;background:#fbfbfc}
 .key.finished{background:#3d6fc4}.key.copying{background:#e2a33a}.key.deleting{background:#b5b9c1}
 .key.local{background:#3c9a52}.key.tiered{background:#9fd3ab;outline:1.5px solid #3d6fc4}.key.active{background:#c9e86b}
 tr.remote td{background:#eef3fc}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #dde1e7;border-radius:6px;padding:4px 8px}
+.chart svg{display:block;background:#fbfbfc}.chart .line{fill:none;stroke:#3d6fc4;stroke-width:1.5}
 """
 
 # Refresh the page's main part in place every 5 s (a checkbox turns it off), keeping the scroll position.

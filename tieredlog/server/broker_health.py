@@ -11,7 +11,7 @@ kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs (histogram, ms)      kaf
 kafka.controller:type=KafkaController,name=PreferredReplicaImbalanceCount    kafka_controller_kafkacontroller_preferredreplicaimbalancecount
 (tieredlog's) tiered partitions here whose remote log metadata is loading    tieredlog_rlmm_not_ready_partitions
 (tieredlog's) the event loop's wake-up delay (histogram, seconds)            tieredlog_event_loop_lag_seconds
-(tieredlog's) its largest value over the last one to two minutes             tieredlog_event_loop_lag_max_seconds
+(tieredlog's) its largest value over the last 30 to 60 seconds             tieredlog_event_loop_lag_max_seconds
 (kafka-exporter's names) a group's committed offset, groups coordinated here   kafka_consumergroup_current_offset                          consumergroup, topic, partition
 (kafka-exporter's names) its lag behind the HW, partitions also led here     kafka_consumergroup_lag                                     consumergroup, topic, partition
 (tieredlog's) 1 when that next offset is only in the remote tier             tieredlog_consumergroup_reads_remote                        consumergroup, topic, partition
@@ -121,7 +121,7 @@ def _loop_lag_families(metrics: BrokerMetrics) -> Iterator[Any]:
     family.add_metric([], buckets, sum_value=lag.sum_s)
     yield family
     yield GaugeMetricFamily("tieredlog_event_loop_lag_max_seconds",
-                            "The largest event-loop lag of the last one to two minutes", value=lag.max_s)
+                            "The largest event-loop lag of the last 30 to 60 seconds", value=lag.max_s)
 
 
 def _group_families(metrics: BrokerMetrics) -> Iterator[Any]:

@@ -64,16 +64,18 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import REGISTRY, make_wsgi_app
+from prometheus_client import REGISTRY, Counter, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from tieredlog.console.app import ConsoleApp
 from tieredlog.console.cost import prices_of
+from tieredlog.console.history import History
 from tieredlog.console.snapshot import rlm_usage
 from tieredlog.console.source import LoopSnapshotSource
 from tieredlog.controller.context import PartitionState
 from tieredlog.protocol.api import api_name
+from tieredlog.rlm.metrics import metrics as remote_storage_metrics
 from tieredlog.server.broker_health import broker_health_families, cumulative
 from tieredlog.server.loop_lag import EventLoopLag
 from tieredlog.server.open_transactions import has_late_transaction, open_transactions
@@ -157,6 +159,18 @@ class BrokerMetrics:
             stats = self.queue_time[api_key] = _ApiStats()
         stats.buckets[bisect_left(TOTAL_TIME_BUCKETS_MS, ms)] += 1
         stats.sum_ms += ms
+
+    def history_totals(self) -> dict[str, float]:
+        """On the event loop, every 10 s: the totals the console charts (tieredlog.console.history)."""
+        rsm = remote_storage_metrics()
+        return {
+            "bytes_in": float(sum(list(self.bytes_in.values()))),
+            "bytes_out": float(sum(list(self.bytes_out.values()))),
+            "remote_copy_bytes": _counter_total(rsm.copy_bytes),
+            "remote_fetch_bytes": _counter_total(rsm.fetch_bytes),
+            "remote_errors": sum(_counter_total(c) for c in (rsm.copy_errors, rsm.fetch_errors, rsm.delete_errors)),
+            "loop_lag": self.loop_lag.max_s,
+        }
 
     # ---- the scrape (HTTP server thread) -----------------------------------------------------------
 
@@ -331,6 +345,11 @@ class BrokerMetrics:
         yield queue_time
 
 
+def _counter_total(counter: Counter) -> float:
+    """A labelled counter's sum over its series (its _total samples)."""
+    return float(sum(s.value for f in counter.collect() for s in f.samples if s.name.endswith("_total")))
+
+
 class _BoundCollector:
     """The one collector in prometheus-client's process-wide registry; it reports the newest broker
     (a process runs one, tests may start several in turn)."""
@@ -368,14 +387,17 @@ class MetricsEndpoint:
     def __init__(self, metrics: BrokerMetrics, port: int, host: str) -> None:
         bind(metrics)
         broker = metrics.broker
-        source = LoopSnapshotSource(broker, asyncio.get_running_loop(), prices_of(broker.config), rlm_usage)
         self._loop = asyncio.get_running_loop()
-        self._lag_task = self._loop.create_task(metrics.loop_lag.run(), name="event-loop-lag")
+        history = History(metrics.history_totals)
+        source = LoopSnapshotSource(broker, self._loop, prices_of(broker.config), rlm_usage, history)
         app = ConsoleApp(source, make_wsgi_app(REGISTRY))
         server = make_server(host, int(port), app, ThreadingWSGIServer, handler_class=_QuietHandler)
         self._thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()
         self._server: WSGIServer = server
+        # the samplers run on the loop they measure, once the port is bound
+        self._lag_task = self._loop.create_task(metrics.loop_lag.run(), name="event-loop-lag")
+        self._history_task = self._loop.create_task(history.run(), name="console-history")
 
     @property
     def port(self) -> int:
@@ -385,6 +407,7 @@ class MetricsEndpoint:
         """Blocks until the server thread has stopped (up to its poll interval): call it off the loop."""
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._lag_task.cancel)
+            self._loop.call_soon_threadsafe(self._history_task.cancel)
         self._server.shutdown()
         self._server.server_close()
 

@@ -12,7 +12,7 @@ from bisect import bisect_left
 
 LAG_BUCKETS_S: tuple[float, ...] = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 INTERVAL_S = 0.25
-WINDOW_S = 60.0
+WINDOW_S = 30.0  # a one-off stall (start-up) leaves the maximum within a minute, before an alert's `for: 2m`
 
 
 class EventLoopLag:
@@ -45,5 +45,5 @@ class EventLoopLag:
 
     @property
     def max_s(self) -> float:
-        """The largest lag of the last one to two minutes."""
+        """The largest lag of the last 30 to 60 seconds."""
         return max(self._max_now, self._max_before)
