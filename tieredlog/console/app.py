@@ -44,7 +44,8 @@ class ConsoleApp:
             log.warning("console page %s failed", path, exc_info=True)
             return _reply(start_response, "500 Internal Server Error", "the console failed to render this page\n",
                           "text/plain")
-        return _reply(start_response, status, html, "text/html; charset=utf-8")
+        body = _reply(start_response, status, html, "text/html; charset=utf-8")
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else body  # HEAD: the headers alone
 
     def _route(self, path: str) -> tuple[str, str]:
         base = render.BASE

@@ -106,6 +106,12 @@ class PartitionView:
     topic_id: uuid.UUID | None = None
     followers: tuple[FollowerState, ...] = ()
     # filled off the event loop, from the remote log metadata (leaders of tiered partitions only)
+    # sums over the local segments (also when local_segments is not filled)
+    local_size: int = 0
+    local_segment_count: int = 0
+    pending_bytes: int = 0  # rolled, not yet wholly in the remote tier
+    pending_segments: int = 0
+    first_pending_base: int | None = None
     remote_segments: tuple[RemoteSegment, ...] = ()
     remote_note: str = ""  # why the remote segments are not shown, when they are not
     tiering_lag: TieringLag | None = None
@@ -116,7 +122,7 @@ class PartitionView:
 
     @property
     def local_bytes(self) -> int:
-        return sum(s.size for s in self.local_segments)
+        return self.local_size
 
     @property
     def remote_bytes(self) -> int:

@@ -160,7 +160,7 @@ def _partition_block(p: PartitionView) -> str:
         + _td("high-watermark", p.high_watermark, "ListOffsets -1") + _td("lso", p.last_stable_offset)
         + _td("log-end", p.log_end_offset)
         + _td("remote-end", p.highest_offset_in_remote_storage, "ListOffsets -5: the last tiered offset")
-        + _td("remote-segments", len(remote)) + _td("local-segments", len(p.local_segments))
+        + _td("remote-segments", len(remote)) + _td("local-segments", p.local_segment_count)
         + _td("tiered-local-segments", sum(1 for seg in p.local_segments if seg.tiered))
         + _td("remote-bytes", fmt_bytes(p.remote_bytes)) + _td("local-bytes", fmt_bytes(p.local_bytes))
         + _td("tiering-lag-bytes", "—" if lag is None else lag.bytes)

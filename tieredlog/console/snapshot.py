@@ -82,20 +82,31 @@ def _cluster(broker: Broker) -> tuple[tuple[BrokerInfo, ...], int | None, tuple[
     return tuple(brokers), md.controller_id, tuple(parts_list)
 
 
-def _partition(p: Partition, tiered_tier: bool) -> PartitionView:
+def _partition(p: Partition, tiered_tier: bool, detail: bool) -> PartitionView:
+    """``detail``: with each local segment (a topic page); otherwise their sums only, so an overview of
+    a broker with many partitions builds no object per segment on the loop."""
     plog = p.log
+    local: list[LocalSegment] = []
+    size = pending_bytes = pending = 0
+    first_pending: int | None = None
     with plog.local_log.lock:  # the RLM's threads move the remote offset and retention the segments
         segs = plog.segments
         highest_remote = plog.highest_offset_in_remote_storage
         log_start, local_start = plog.log_start_offset, plog.local_log_start_offset
         hw, lso, leo = plog.high_watermark, plog.last_stable_offset, plog.log_end_offset
         tiered = tiered_tier and plog.remote_enabled
-        local = []
+        last = len(segs) - 1
         for i, seg in enumerate(segs):
             # a rolled segment ends where the next begins (gaps included), so nothing is read from disk
-            active = i == len(segs) - 1
-            end = leo if active else segs[i + 1].base_offset
-            local.append(LocalSegment(seg.base_offset, end, seg.size, active, not active and end - 1 <= highest_remote))
+            end = leo if i == last else segs[i + 1].base_offset
+            in_remote = i != last and end - 1 <= highest_remote
+            size += seg.size
+            if i != last and not in_remote:
+                pending_bytes += seg.size
+                pending += 1
+                first_pending = seg.base_offset if first_pending is None else first_pending
+            if detail:
+                local.append(LocalSegment(seg.base_offset, end, seg.size, i == last, in_remote))
     followers = tuple(
         FollowerState(rid, st.log_end_offset, rid in p.isr)
         for rid, st in sorted(list(p.remote_replicas.items()))
@@ -106,6 +117,8 @@ def _partition(p: Partition, tiered_tier: bool) -> PartitionView:
         log_start_offset=log_start, local_log_start_offset=local_start, high_watermark=hw,
         last_stable_offset=lso, log_end_offset=leo, highest_offset_in_remote_storage=highest_remote,
         tiered=tiered, local_segments=tuple(local), topic_id=plog.topic_id, followers=followers,
+        local_size=size, local_segment_count=len(segs), pending_bytes=pending_bytes, pending_segments=pending,
+        first_pending_base=first_pending,
     )
 
 
@@ -152,12 +165,15 @@ def _groups(gc: GroupCoordinator | None, hosted: dict[TopicPartition, PartitionV
     return tuple(out)
 
 
-def take(broker: Broker, prices: Prices, started_ms: int, history: History | None = None) -> Snapshot:
-    """ON the event loop: copy what the console shows of ``broker``."""
+def take(broker: Broker, prices: Prices, started_ms: int, history: History | None = None,
+         detail: Iterable[str] = ()) -> Snapshot:
+    """ON the event loop: copy what the console shows of ``broker`` (with each local segment of the
+    ``detail`` topics)."""
     brokers, controller_id, cluster_parts = _cluster(broker)
     rm = broker.replica_manager
     tier = broker.remote_log_manager is not None
-    views = [_partition(p, tier) for p in (list(rm.partitions.values()) if rm is not None else [])]
+    shown = set(detail)
+    views = [_partition(p, tier, p.tp.topic in shown) for p in (list(rm.partitions.values()) if rm is not None else [])]
     hosted = {TopicPartition(v.topic, v.partition): v for v in views}
     rf: dict[str, int] = {}
     for cp in cluster_parts:
@@ -195,17 +211,17 @@ def _remote_of(rlm: RemoteLogManager, view: PartitionView) -> PartitionView:
 
 
 def _tiering_lag(broker: Broker, view: PartitionView, now_ms: int) -> TieringLag:
-    pending = [s for s in view.local_segments if not s.active and not s.tiered]
     oldest_ms = None
-    if pending:
+    if view.first_pending_base is not None:
         plog = broker.log_manager.get_log(TopicPartition(view.topic, view.partition))
-        seg = next((s for s in (plog.segments if plog is not None else []) if s.base_offset == pending[0].base_offset), None)
+        seg = next((s for s in (plog.segments if plog is not None else []) if s.base_offset == view.first_pending_base),
+                   None)
         if seg is not None:
             try:
                 oldest_ms = max(0, now_ms - seg.largest_timestamp)  # a rolled segment: written no more
             except OSError:
                 oldest_ms = None  # deleted meanwhile
-    return TieringLag(sum(s.size for s in pending), len(pending), oldest_ms)
+    return TieringLag(view.pending_bytes, view.pending_segments, oldest_ms)
 
 
 def add_remote_tier(snapshot: Snapshot, broker: Broker, only: Iterable[str] | None = None) -> Snapshot:

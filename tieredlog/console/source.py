@@ -29,12 +29,13 @@ class LoopSnapshotSource:
 
     def __call__(self, topics: Iterable[str] | None) -> Snapshot:
         """An HTTP server thread: never the loop itself (it would wait on its own work)."""
+        topics = None if topics is None else tuple(topics)
         fut: concurrent.futures.Future[Snapshot] = concurrent.futures.Future()
 
         def run() -> None:
             if fut.set_running_or_notify_cancel():
                 try:
-                    fut.set_result(take(self._broker, self._prices, self._started_ms, self._history))
+                    fut.set_result(take(self._broker, self._prices, self._started_ms, self._history, topics or ()))
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                     fut.set_exception(exc)
 
