@@ -62,9 +62,10 @@ def _cluster(broker: Broker) -> tuple[tuple[BrokerInfo, ...], int | None, tuple[
     node = broker.cluster_node
     if node is None:
         me = BrokerInfo(broker.node_id, broker.advertised_host, broker.advertised_port, None, True, True)
+        me_only = (broker.node_id,)
         parts = tuple(
-            ClusterPartition(t.name, p, broker.node_id, (broker.node_id,), (broker.node_id,), _min_isr(broker, t.name))
-            for t in list(broker.topics.values()) for p in range(t.partitions)
+            ClusterPartition(t.name, p, broker.node_id, me_only, me_only, min_isr)
+            for t in list(broker.topics.values()) for min_isr in (_min_isr(broker, t.name),) for p in range(t.partitions)
         )
         return (me,), broker.node_id, parts
     md = node.metadata
