@@ -36,7 +36,7 @@ TOPIC = "kit"
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is needed (Debian's prometheus package: make system-deps)")
+        pytest.fail(f"{name} is needed (Debian's prometheus and systemd packages: make system-deps)")
     return path
 
 
@@ -163,3 +163,14 @@ def test_the_stuck_copy_alert_fires_when_the_object_store_fails(kit):
     fired = wait_for(lambda: "TieredlogRemoteCopyErrors" in (f := firing()) and f, what="the stuck-copy alert",
                      timeout_s=60)
     assert "TieredlogRemoteCopyErrors" in fired
+
+
+def test_systemd_accepts_the_unit(tmp_path):
+    analyze = _tool("systemd-analyze")
+    unit = (DEPLOY / "systemd" / "tieredlog.service").read_text()
+    assert "ExecStart=/opt/tieredlog/venv/bin/tieredlog broker --config /etc/tieredlog/server.properties" in unit
+    # the same unit with a command that exists here: verify checks every directive and the command's path
+    (tmp_path / "tieredlog.service").write_text(unit.replace("/opt/tieredlog/venv/bin/tieredlog", "/bin/true"))
+    out = subprocess.run([analyze, "verify", str(tmp_path / "tieredlog.service")], capture_output=True, text=True)
+    # an unknown directive is only a warning: any output at all fails
+    assert (out.returncode, out.stdout + out.stderr) == (0, "")
