@@ -113,6 +113,7 @@ def test_partition_picture_follows_tiering_and_local_retention(tiered_broker, br
     before = _picture(block)
     assert before["remote"] == 0 and before["local_tiered"] == 0 and before["local"] > 2, before
     assert int(_field(block, "tiering-lag-bytes")) > 0 and int(_field(block, "tiering-lag-segments")) == before["local"] - 1
+    assert _field(block, "tiering-lag-time") != "—"  # the oldest waiting segment's age, from its timestamps
     assert int(_field(block, "high-watermark")) == list_offset(b.bootstrap, topic, -1) == 1500
 
     # copying on: the rolled segments go to the remote tier and stay local too
