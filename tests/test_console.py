@@ -15,6 +15,8 @@ from typing import Iterator
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from selenium import webdriver
+from selenium.webdriver.common.by import By
 
 from tests.broker_harness import BrokerProcess
 from tests.helpers import free_port, wait_for
@@ -22,8 +24,6 @@ from tests.test_tiered_integration import FAST, create, list_offset, produce
 
 pytestmark = pytest.mark.integration
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="the console tests drive Chromium with selenium")
-from selenium.webdriver.common.by import By  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
