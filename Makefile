@@ -22,11 +22,14 @@ $(VENV)/.installed-test: pyproject.toml $(wildcard plugins/*/pyproject.toml) | $
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
-# kcat and zookeeper are Debian packages; tests that need them say so if they are missing.
+# kcat, zookeeper, chromium (+ chromium-driver: the console tests) and prometheus (promtool: the deploy kit's
+# tests) are Debian packages; tests that need them say so if they are missing.
 # The cluster tests start ZooKeeper from /usr/share/java/zookeeper.jar (the package brings a JRE).
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null 2>&1 || echo "warning: could not install kcat"; }
 	@test -f /usr/share/java/zookeeper.jar || { (apt-get update -qq && apt-get install -y -qq zookeeper) >/dev/null 2>&1 || echo "warning: could not install zookeeper"; }
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 || echo "warning: could not install chromium"; }
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { (apt-get update -qq && apt-get install -y -qq prometheus) >/dev/null 2>&1 || echo "warning: could not install prometheus"; }
 
 run: install
 	$(VENV)/bin/tieredlog broker

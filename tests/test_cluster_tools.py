@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -298,10 +299,11 @@ def _port_free(port: int) -> bool:
 
 
 def test_dev_cluster_serves_clients_and_sigterm_stops_every_process_it_started(tmp_path: Path) -> None:
-    base_port, zk_port = _consecutive_free_ports(3), free_port()
+    base_port, zk_port, metrics_port = _consecutive_free_ports(3), free_port(), _consecutive_free_ports(3)
     err_log = open(tmp_path / "dev-cluster.stderr", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "tieredlog.cli", "dev-cluster", "--dir", str(tmp_path / "cluster"),
-                             "--base-port", str(base_port), "--zookeeper-port", str(zk_port)],
+                             "--base-port", str(base_port), "--zookeeper-port", str(zk_port),
+                             "--metrics-base-port", str(metrics_port)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=err_log, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
@@ -316,6 +318,11 @@ def test_dev_cluster_serves_clients_and_sigterm_stops_every_process_it_started(t
         assert f"zookeeper.connect=127.0.0.1:{zk_port}\n" in lines
         pids = [int(m.group(1)) for x in lines if (m := re.match(r"(?:zookeeper|broker \d+)\s+pid (\d+)", x))]
         assert len(pids) == 4, lines
+        # each broker's console, printed beside it, sees the whole cluster
+        consoles = [m.group(1) for x in lines if (m := re.search(r"console (http://\S+)", x))]
+        assert consoles == [f"http://127.0.0.1:{metrics_port + i}/console" for i in range(3)], lines
+        page = urllib.request.urlopen(consoles[0], timeout=10).read().decode()
+        assert '<div class="num" data-field="brokers">3</div>' in page
 
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("dev", 3, 3)])["dev"].result(60)

@@ -264,6 +264,11 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("remote.log.manager.fetch.max.bytes.per.second", "int", LONG_MAX, "", 1),
     _d("remote.log.manager.fetch.quota.window.num", "int", 11, "", 1),
     _d("remote.log.manager.fetch.quota.window.size.seconds", "int", 1, "", 1),
+    # tieredlog only: the object-store prices the console's monthly cost estimate uses (USD); the
+    # defaults are S3 Standard's in US East (N. Virginia), first 50 TB (docs/console.md gives the date)
+    _d("remote.log.cost.storage.per.gb.month", "float", 0.023, "object-store price of a GB stored for a month", 0),
+    _d("remote.log.cost.put.per.1000.requests", "float", 0.005, "price of 1,000 PUT, COPY, POST or LIST requests", 0),
+    _d("remote.log.cost.get.per.1000.requests", "float", 0.0004, "price of 1,000 GET and other requests", 0),
     _d("remote.fetch.max.wait.ms", "int", 500, "how long a Fetch waits for the remote tier", 1),
     _d("remote.list.offsets.request.timeout.ms", "int", 30000, "", 1),
 )

@@ -15,11 +15,13 @@ import logging
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
 from tieredlog.atomic_file import fsync_dir
 from tieredlog.log.config import LogConfig
+from tieredlog.log.flush_stats import LOG_FLUSH_STATS
 from tieredlog.log.index import AbortedTxn, collect_aborted_across
 from tieredlog.log.scheduler import InlineScheduler, Scheduler
 from tieredlog.log.segment import (
@@ -256,6 +258,7 @@ class LocalLog:
             dir_changes = self._dir_changes
             sync_dir = dir_changes > self._dir_synced
             truncations = self._truncations
+        started = time.monotonic()
         try:
             for p in paths:
                 _fsync_path(p)
@@ -265,6 +268,7 @@ class LocalLog:
             with self.lock:
                 self._unsynced_files[:0] = unsynced  # still not durable: the next flush tries again
             raise
+        LOG_FLUSH_STATS.record((time.monotonic() - started) * 1000.0)
         with self.lock:
             self._dir_synced = max(self._dir_synced, dir_changes) if sync_dir else self._dir_synced
             if truncations == self._truncations and offset > self.recovery_point:

@@ -43,6 +43,10 @@ class DelayedProduce:
                 if not waiters:
                     del self._waiters[tp]
 
+    def size(self) -> int:
+        """Parked appends (Kafka's PurgatorySize of the Produce purgatory); any thread may ask."""
+        return sum(len(w) for w in list(self._waiters.values()))
+
     def check(self, tp: TopicPartition) -> None:
         """The partition changed: complete every waiter that is done now."""
         waiters = self._waiters.get(tp)

@@ -93,6 +93,8 @@ class RLMCopyTask:
             state.copied_offset = self._highest_remote_offset(plog)
             plog.update_highest_offset_in_remote_storage(state.copied_offset)
         lso = plog.last_stable_offset
+        # before copying, as Kafka records it: with the object store down the lag still shows growing
+        update_copy_lag(self._metrics, state, plog)
         if lso > 0 and state.copied_offset < lso:
             from_offset = max(state.copied_offset + 1, plog.log_start_offset)
             for segment in candidate_segments(plog, from_offset, lso):

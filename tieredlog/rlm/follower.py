@@ -14,6 +14,7 @@ from tieredlog.log.types import EpochEntry
 from tieredlog.rlm.contracts import LogProvider
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.lineage import as_pairs, highest_remote_offset
+from tieredlog.rlm.metrics import metrics
 from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
 from tieredlog.rsm.api import (
@@ -71,11 +72,15 @@ def fetch_aux_state(lifecycle: RemoteSegmentLifecycle, rsm: RemoteStorageManager
         raise RemoteStorageException(
             f"{tip}: previous remote log segment metadata was not found for epoch {target_epoch} "
             f"and offset {target_offset}")
+    usage = metrics().object_store
     with rsm.fetch_index(md, IndexType.LEADER_EPOCH) as f:
-        epochs = parse_leader_epoch_checkpoint(f.read(), f"remote leader-epoch index of {md.remote_log_segment_id.id}")
+        raw = f.read()
+    usage.record(tip.topic, "GET", 1, len(raw))
+    epochs = parse_leader_epoch_checkpoint(raw, f"remote leader-epoch index of {md.remote_log_segment_id.id}")
     try:
         with rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) as f:
             snapshot: bytes | None = f.read()
     except RemoteResourceNotFoundException:
         snapshot = None  # segments tiered before producer snapshots existed: the state starts empty
+    usage.record(tip.topic, "GET", 1, len(snapshot or b""))
     return RemoteLogAuxState(md, epochs, snapshot)

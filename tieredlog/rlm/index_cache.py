@@ -31,6 +31,7 @@ from tieredlog.log.index import (
     read_txn_index,
 )
 from tieredlog.log.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from tieredlog.rlm.metrics import metrics
 from tieredlog.rsm.api import (
     IndexType,
     RemoteLogSegmentMetadata,
@@ -223,7 +224,9 @@ class RemoteIndexCache:
         # No fsync: a cache file lost to a crash is fetched again.
         try:
             stream = self.rsm.fetch_index(md, index_type)
+            metrics().object_store.record(md.topic_id_partition.topic, "GET")
         except RemoteResourceNotFoundException:
+            metrics().object_store.record(md.topic_id_partition.topic, "GET")  # a 404 is billed too
             if index_type is not IndexType.TRANSACTION:
                 raise
             atomic_write(dest, b"", sync=False)  # a segment without transactions has no txn index

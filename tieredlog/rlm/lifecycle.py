@@ -10,8 +10,10 @@ expiration task, KIP-950's disable-with-delete and topic deletion all go through
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
+from pathlib import Path
 from typing import Callable
 
 from tieredlog.errors import ReplicaNotAvailableError
@@ -32,6 +34,25 @@ from tieredlog.rsm.api import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _parts(data: LogSegmentData) -> list[Path | bytes]:
+    """The objects a copy hands the RSM: log, offset and time indexes, transaction index (when there
+    is one), producer snapshot, leader-epoch index."""
+    parts: list[Path | bytes] = [data.log_segment, data.offset_index, data.time_index]
+    if data.transaction_index is not None:
+        parts.append(data.transaction_index)
+    parts += [data.producer_snapshot_index, bytes(data.leader_epoch_index)]
+    return parts
+
+
+def _size(part: Path | bytes) -> int:
+    if isinstance(part, bytes):
+        return len(part)
+    try:
+        return os.stat(part).st_size
+    except OSError:
+        return 0  # deleted since: counted without its bytes
 
 
 class CustomMetadataSizeLimitExceededException(RemoteStorageException):
@@ -111,6 +132,8 @@ class RemoteSegmentLifecycle:
                 log.debug("%s: could not delete failed upload %s", md.topic_id_partition,
                           md.remote_log_segment_id.id, exc_info=True)
             raise
+        parts = _parts(data)
+        self.metrics.object_store.record(topic, "PUT", len(parts), sum(_size(p) for p in parts))
         if custom is not None and len(custom.value) > custom_metadata_max_bytes:
             self.delete(md)
             raise CustomMetadataSizeLimitExceededException(
@@ -130,6 +153,7 @@ class RemoteSegmentLifecycle:
         except Exception:
             self.metrics.delete_errors.labels(topic).inc()
             raise
+        self.metrics.object_store.record(topic, "DELETE", 6 if md.tx_index_present else 5)
         self._on_segment_deleted(md.remote_log_segment_id.id)
         try:
             self._update(md, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)

@@ -243,6 +243,8 @@ class RemoteLogManager:
         self.rlmm.on_partition_leadership_changes(
             {self._tip(tp, plog) for tp, plog in leaders}, {self._tip(tp, plog) for tp, plog in followers}
         )
+        for tp, _ in leaders + followers:
+            self.metrics.touch_topic(tp.topic)
         interval = self.config.task_interval_ms
         with self._lock:
             for tp, plog in followers:

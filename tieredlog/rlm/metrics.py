@@ -27,8 +27,17 @@ kafka.log.remote:type=RemoteLogManager,name=RemoteLogManagerTasksAvgIdlePercent 
 kafka.server:type=RemoteLogManager,name=remote-copy-throttle-time (ms, summed)       kafka_server_remotelogmanager_remote_copy_throttle_time_ms_total
 kafka.server:type=RemoteLogManager,name=remote-fetch-throttle-time (ms, summed)      kafka_server_remotelogmanager_remote_fetch_throttle_time_ms_total
 RemoteIndexCache hits / misses / evictions (KAFKA-15094, proposed in Kafka)          kafka_storage_remoteindexcache_{hits,misses,evictions}_total
+object-store requests the RLM made, per topic (tieredlog's)                          tieredlog_remote_storage_requests_total                               topic, operation
+object-store bytes written and read, per topic (tieredlog's)                         tieredlog_remote_storage_bytes_total                                  topic, direction
 worker threads of each remote pool (tieredlog's; follows dynamic resizes)              kafka_storage_remotestoragethreadpool_threads                          pool
 ==================================================================================  ====================================================================  =======
+
+Object-store requests are counted where the RLM calls the RSM, so every backend and plugin is counted
+alike: a copy is one PUT per part of the segment it hands over (log, offset, time and transaction
+indexes, producer snapshot, leader-epoch index; the built-in backends add a manifest), a delete one
+DELETE per part, a remote read or an index fetch one GET. The RLM never lists the bucket (the remote
+log metadata topic is its index), so LIST stays 0 here; tools and the Spark reader list. The console
+prices these counts (remote.log.cost.*).
 
 The metric objects live in the process-wide default registry and are created once, so several
 RemoteLogManagers in one process (tests) share them; labels keep their series apart.
@@ -37,12 +46,62 @@ RemoteLogManagers in one process (tests) share them; labels keep their series ap
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
+from prometheus_client.core import CounterMetricFamily
 
 _lock = threading.Lock()
 _metrics: "RemoteStorageMetrics | None" = None
+
+OPERATIONS = ("PUT", "GET", "LIST", "DELETE")
+
+
+class ObjectStoreUsage:
+    """Object-store requests and bytes per topic. ``record`` runs on the RLM's threads, ``snapshot``
+    and ``collect`` on the scrape or console thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[tuple[str, str], int] = {}
+        self._bytes: dict[tuple[str, str], int] = {}
+
+    def record(self, topic: str, operation: str, requests: int = 1, nbytes: int = 0) -> None:
+        with self._lock:
+            key = (topic, operation)
+            self._requests[key] = self._requests.get(key, 0) + requests
+            if nbytes:
+                d = (topic, "out" if operation == "PUT" else "in")
+                self._bytes[d] = self._bytes.get(d, 0) + nbytes
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """topic -> {"PUT": n, "GET": n, "LIST": n, "DELETE": n, "bytes_out": n, "bytes_in": n}."""
+        with self._lock:
+            requests, nbytes = dict(self._requests), dict(self._bytes)
+        out: dict[str, dict[str, int]] = {}
+        for (topic, op), n in requests.items():
+            out.setdefault(topic, {})[op] = n
+        for (topic, direction), n in nbytes.items():
+            out.setdefault(topic, {})["bytes_" + direction] = n
+        return out
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            requests, nbytes = dict(self._requests), dict(self._bytes)
+        r = CounterMetricFamily("tieredlog_remote_storage_requests", "Object-store requests the remote log "
+                                "manager made, per topic and operation (PUT, GET, LIST, DELETE)",
+                                labels=["topic", "operation"])
+        for (topic, op), n in sorted(requests.items()):
+            r.add_metric([topic, op], n)
+        yield r
+        b = CounterMetricFamily("tieredlog_remote_storage_bytes", "Object-store bytes written (out) and read (in), "
+                                "per topic", labels=["topic", "direction"])
+        for (topic, direction), n in sorted(nbytes.items()):
+            b.add_metric([topic, direction], n)
+        yield b
+
+    def describe(self) -> list[Any]:
+        return []
 
 
 class RemoteStorageMetrics:
@@ -85,6 +144,15 @@ class RemoteStorageMetrics:
         self.index_cache_hits = Counter(c + "hits", "RemoteIndexCache hits")
         self.index_cache_misses = Counter(c + "misses", "RemoteIndexCache misses (index fetched from the RSM)")
         self.index_cache_evictions = Counter(c + "evictions", "RemoteIndexCache evictions")
+        self.object_store = ObjectStoreUsage()
+        REGISTRY.register(self.object_store)
+
+    def touch_topic(self, topic: str) -> None:
+        """Create a topic's counters at 0, as Kafka creates a topic's BrokerTopicMetrics meters whole: a
+        rate or an alert over errors has a series before the first error."""
+        for c in (self.copy_bytes, self.copy_requests, self.copy_errors, self.fetch_bytes, self.fetch_requests,
+                  self.fetch_errors, self.delete_requests, self.delete_errors):
+            c.labels(topic)
 
     def remove_partition(self, topic: str, partition: int) -> None:
         for g in (self.copy_lag_bytes, self.copy_lag_segments, self.remote_log_size_bytes, self.remote_log_metadata_count):

@@ -37,6 +37,7 @@ from tieredlog.rlm.lineage import (
     is_within_lineage,
     lineage_end_in_segment,
 )
+from tieredlog.rlm.metrics import metrics
 from tieredlog.rlm.pool import RemoteReaderPool
 from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
@@ -274,12 +275,13 @@ class RemoteReadPath:
         if start >= end:
             return b""
         stream = self._rsm.fetch_log_segment(md, start, end - 1)
+        parts: list[bytes] = []
         try:
             want = end - start
             first = stream.read(want) or b""
+            parts.append(first)
             if len(first) >= want:
                 return first
-            parts = [first]
             want -= len(first)
             while want > 0:
                 chunk = stream.read(want)
@@ -289,6 +291,8 @@ class RemoteReadPath:
                 want -= len(chunk)
         finally:
             stream.close()
+            # one ranged GET, whatever it returned
+            metrics().object_store.record(md.topic_id_partition.topic, "GET", 1, sum(len(p) for p in parts))
         return b"".join(parts)
 
     def read_inline(

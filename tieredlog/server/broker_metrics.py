@@ -33,7 +33,11 @@ kafka.server:type=BrokerTopicMetrics,name=BytesOutPerSec                     kaf
 kafka.server:type=BrokerTopicMetrics,name=ReplicationBytesOutPerSec          kafka_server_brokertopicmetrics_replicationbytesout_total   topic
 kafka.network:type=RequestMetrics,name=RequestsPerSec                        kafka_network_requestmetrics_requests_total                 request
 kafka.network:type=RequestMetrics,name=TotalTimeMs (a histogram, in ms)      kafka_network_requestmetrics_totaltimems                    request
+kafka.network:type=RequestMetrics,name=RequestQueueTimeMs (histogram, ms)    kafka_network_requestmetrics_requestqueuetimems             request
 ==========================================================================  ==========================================================  =======
+
+tieredlog.server.broker_health adds the purgatories, remote-fetch expiries, log flush time, leader
+imbalance, remote metadata readiness and the event loop's lag.
 
 Hanging transactions: PartitionsWithLateTransactionsCount is Kafka's (KIP-664: partitions led here whose
 oldest open transaction's producer has been silent for transaction.max.timeout.ms plus 5 minutes). The two
@@ -53,17 +57,28 @@ event loop or the controller's thread waits on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import REGISTRY, start_http_server
+from prometheus_client import REGISTRY, Counter, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 
+from tieredlog.console.app import ConsoleApp
+from tieredlog.console.cost import prices_of
+from tieredlog.console.history import History
+from tieredlog.console.snapshot import rlm_usage
+from tieredlog.console.source import LoopSnapshotSource
 from tieredlog.controller.context import PartitionState
 from tieredlog.protocol.api import api_name
+from tieredlog.rlm.metrics import metrics as remote_storage_metrics
+from tieredlog.server.broker_health import broker_health_families, cumulative
+from tieredlog.server.loop_lag import EventLoopLag
 from tieredlog.server.open_transactions import has_late_transaction, open_transactions
 
 log = logging.getLogger(__name__)
@@ -106,6 +121,15 @@ class BrokerMetrics:
         self.bytes_out: dict[str, int] = {}
         self.replication_bytes_out: dict[str, int] = {}
         self.requests: dict[int, _ApiStats] = {}
+        self.queue_time: dict[int, _ApiStats] = {}
+        # remote reads a Fetch waits on now, and those that outlived remote.fetch.max.wait.ms
+        self.remote_fetch_waiting = 0
+        self.remote_fetch_expires = 0
+        self.loop_lag = EventLoopLag()
+
+    @property
+    def broker(self) -> Broker:
+        return self._broker
 
     # ---- the request path (event loop) -------------------------------------------------------------
 
@@ -130,6 +154,28 @@ class BrokerMetrics:
         stats.buckets[bisect_left(TOTAL_TIME_BUCKETS_MS, ms)] += 1
         stats.sum_ms += ms
 
+    def record_queue_time(self, api_key: int, received: float) -> None:
+        """A request read at ``received`` has just started (Kafka's RequestQueueTimeMs: on one event
+        loop, the wait behind the work ahead of it)."""
+        ms = (time.monotonic() - received) * 1000.0
+        stats = self.queue_time.get(api_key)
+        if stats is None:
+            stats = self.queue_time[api_key] = _ApiStats()
+        stats.buckets[bisect_left(TOTAL_TIME_BUCKETS_MS, ms)] += 1
+        stats.sum_ms += ms
+
+    def history_totals(self) -> dict[str, float]:
+        """On the event loop, every 10 s: the totals the console charts (tieredlog.console.history)."""
+        rsm = remote_storage_metrics()
+        return {
+            "bytes_in": float(sum(list(self.bytes_in.values()))),
+            "bytes_out": float(sum(list(self.bytes_out.values()))),
+            "remote_copy_bytes": _counter_total(rsm.copy_bytes),
+            "remote_fetch_bytes": _counter_total(rsm.fetch_bytes),
+            "remote_errors": sum(_counter_total(c) for c in (rsm.copy_errors, rsm.fetch_errors, rsm.delete_errors)),
+            "loop_lag": self.loop_lag.max_s,
+        }
+
     # ---- the scrape (HTTP server thread) -----------------------------------------------------------
 
     def collect(self) -> Iterator[Any]:
@@ -140,6 +186,7 @@ class BrokerMetrics:
         yield from self._topic_families()
         yield from self._request_families()
         yield from self._fetch_session_families()
+        yield from broker_health_families(self)
 
     def _replica_manager_families(self) -> Iterator[Any]:
         rm = self._broker.replica_manager
@@ -287,16 +334,24 @@ class BrokerMetrics:
                                            "TotalTimeMs: from the request read to its response written, in ms",
                                            labels=["request"])
         for api_key, stats in sorted(list(self.requests.items())):
-            counts = list(stats.buckets)  # one copy: +Inf and _count agree even mid-update
-            cumulative, running = [], 0
-            for label, count in zip(_BUCKET_LABELS, counts):
-                running += count
-                cumulative.append((label, running))
+            # one copy of the counts: +Inf and _count agree even mid-update
+            buckets, running = cumulative(list(stats.buckets), _BUCKET_LABELS)
             name = api_name(api_key)
             requests.add_metric([name], running)
-            total_time.add_metric([name], cumulative, sum_value=stats.sum_ms)
+            total_time.add_metric([name], buckets, sum_value=stats.sum_ms)
         yield requests
         yield total_time
+        queue_time = HistogramMetricFamily(n + "requestqueuetimems", "RequestQueueTimeMs: from the request read to "
+                                           "its handler started, in ms", labels=["request"])
+        for api_key, stats in sorted(list(self.queue_time.items())):
+            queue_time.add_metric([api_name(api_key)], cumulative(list(stats.buckets), _BUCKET_LABELS)[0],
+                                  sum_value=stats.sum_ms)
+        yield queue_time
+
+
+def _counter_total(counter: Counter) -> float:
+    """A labelled counter's sum over its series (its _total samples)."""
+    return float(sum(s.value for f in counter.collect() for s in f.samples if s.name.endswith("_total")))
 
 
 class _BoundCollector:
@@ -349,12 +404,23 @@ def start_metrics_endpoint(metrics: BrokerMetrics, config: BrokerConfig) -> Metr
 
 
 class MetricsEndpoint:
-    """``/metrics`` on ``metrics.host:metrics.port``, on prometheus-client's HTTP server thread."""
+    """``/metrics`` and the console (``/console``, tieredlog.console) on ``metrics.host:metrics.port``, on
+    an HTTP server thread of their own; built on the event loop, whose broker state the console reads."""
 
     def __init__(self, metrics: BrokerMetrics, port: int, host: str) -> None:
         bind(metrics)
-        server, self._thread = start_http_server(int(port), addr=host, registry=REGISTRY)
+        broker = metrics.broker
+        self._loop = asyncio.get_running_loop()
+        history = History(metrics.history_totals)
+        source = LoopSnapshotSource(broker, self._loop, prices_of(broker.config), rlm_usage, history)
+        app = ConsoleApp(source, make_wsgi_app(REGISTRY))
+        server = make_server(host, int(port), app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        self._thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+        self._thread.start()
         self._server: WSGIServer = server
+        # the samplers run on the loop they measure, once the port is bound
+        self._lag_task = self._loop.create_task(metrics.loop_lag.run(), name="event-loop-lag")
+        self._history_task = self._loop.create_task(history.run(), name="console-history")
 
     @property
     def port(self) -> int:
@@ -362,5 +428,13 @@ class MetricsEndpoint:
 
     def close(self) -> None:
         """Blocks until the server thread has stopped (up to its poll interval): call it off the loop."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._lag_task.cancel)
+            self._loop.call_soon_threadsafe(self._history_task.cancel)
         self._server.shutdown()
         self._server.server_close()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """Scrapes and page views are not logged."""

@@ -40,6 +40,10 @@ class PartitionWatchers:
             if not fut.done():
                 fut.cancel()
 
+    def size(self) -> int:
+        """Watches of parked requests over all keys (Kafka's PurgatorySize); any thread may ask."""
+        return sum(len(s) for s in list(self._watchers.values()))
+
     def notify(self, key: Hashable) -> None:
         for fut in self._watchers.pop(key, ()):
             if not fut.done():

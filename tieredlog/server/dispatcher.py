@@ -73,7 +73,9 @@ class Dispatcher:
             return None
         return self.handlers.get(api_key)
 
-    async def run(self, handler: Handler, ctx: RequestContext, body: Any) -> Any:
+    async def run(self, handler: Handler, ctx: RequestContext, body: Any, received: float | None = None) -> Any:
+        if received is not None:  # the request waited this long for the event loop to start it
+            ctx.broker.metrics.record_queue_time(ctx.api_key, received)
         # an API's per-request authorization (its cluster operation, group or transactional id): a
         # denied request is answered with the API's own error response and its handler never runs
         result = check_request(ctx, body)

@@ -280,9 +280,12 @@ async def _read_remote(broker: Broker, pr: _PartitionRead, fut: Future, isolatio
     the partition comes back empty without an error, so the client simply fetches again, unless the
     partition's remote reads have kept failing for longer than that wait: then it gets their error."""
     wait_s = broker.config["remote.fetch.max.wait.ms"] / 1000
+    metrics = broker.metrics
+    metrics.remote_fetch_waiting += 1
     try:
         result = await asyncio.wait_for(asyncio.wrap_future(fut), wait_s)
     except asyncio.TimeoutError:
+        metrics.remote_fetch_expires += 1
         rlm = broker.remote_log_manager
         failure = None if rlm is None else rlm.read_failure(TopicPartition(pr.topic, pr.partition))
         if failure is not None:
@@ -293,6 +296,8 @@ async def _read_remote(broker: Broker, pr: _PartitionRead, fut: Future, isolatio
     except Exception as exc:  # noqa: BLE001
         _remote_failed(pr, exc)
         return
+    finally:
+        metrics.remote_fetch_waiting -= 1
     _remote_done(pr, result)
 
 

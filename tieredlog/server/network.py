@@ -280,7 +280,7 @@ class Connection:
                 return
             # Tasks start in creation order, so handlers' synchronous parts (e.g. a Produce's
             # append) run in request order even though later requests need not wait.
-            task = loop.create_task(self.server.dispatcher.run(handler, ctx, body))
+            task = loop.create_task(self.server.dispatcher.run(handler, ctx, body, received))
             self.server.track(task)
             self._received.append((api_key, received))
             await self.queue.put(task)

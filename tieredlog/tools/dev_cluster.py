@@ -1,11 +1,12 @@
 """`tieredlog dev-cluster`: a ZooKeeper and N brokers on 127.0.0.1 in one command, for development.
 
     tieredlog dev-cluster [--brokers 3] [--dir ./cluster] [--base-port 9092] [--zookeeper-port 2181]
-                          [--override KEY=VALUE ...]
+                          [--metrics-base-port 9404] [--override KEY=VALUE ...]
 
 ZooKeeper is the server the tests run (tieredlog.tools.zookeeper_server: Debian's zookeeper.jar, a
 development configuration) with its data in DIR/zookeeper; broker i (ids 1..N) listens on
-base-port + i - 1 with its log dir DIR/broker-i/data and its log in DIR/broker-i.log. Every
+base-port + i - 1 with its log dir DIR/broker-i/data and its log in DIR/broker-i.log, and serves
+/metrics and its console on metrics-base-port + i - 1. Every
 ``--override`` goes to every broker. Once every broker is registered and a controller is elected, the
 tool prints the bootstrap servers and the ZooKeeper connect string and waits; Ctrl-C or SIGTERM stops
 the brokers (each one's orderly shutdown), then ZooKeeper. Running it again on the same DIR brings the
@@ -39,9 +40,10 @@ class DevClusterError(Exception):
 
 class Broker:
     def __init__(self, broker_id: int, port: int, base: Path, zk_connect: str, n_brokers: int,
-                 overrides: dict[str, str]) -> None:
+                 overrides: dict[str, str], metrics_port: int = -1) -> None:
         self.broker_id = broker_id
         self.port = port
+        self.metrics_port = int(overrides.get("metrics.port", metrics_port))
         self.data_dir = base / f"broker-{broker_id}" / "data"
         self.log_path = base / f"broker-{broker_id}.log"
         self.props = {"zookeeper.connect": zk_connect, "broker.id": str(broker_id),
@@ -49,6 +51,8 @@ class Broker:
                       # Kafka's default of 3 would leave consumer groups without a coordinator on a
                       # cluster of one or two brokers (Kafka's own single-broker sample config sets 1)
                       "offsets.topic.replication.factor": str(min(3, n_brokers)),
+                      # one metrics port (and console) per broker, as they share the host
+                      "metrics.port": str(metrics_port),
                       **overrides}
         self.proc: subprocess.Popen[bytes] | None = None
         self.reported_exit = False
@@ -114,11 +118,14 @@ def _cluster_ready(brokers: list[Broker]) -> bool:
 
 
 class DevCluster:
-    def __init__(self, base: Path, n_brokers: int, base_port: int, zk_port: int, overrides: dict[str, str]) -> None:
+    def __init__(self, base: Path, n_brokers: int, base_port: int, zk_port: int, overrides: dict[str, str],
+                 metrics_base_port: int = -1) -> None:
         self.base = base
         self.zookeeper = ZooKeeperServer(base / "zookeeper", port=zk_port)
         connect = self.zookeeper.connect
-        self.brokers = [Broker(i, base_port + i - 1, base, connect, n_brokers, overrides) for i in range(1, n_brokers + 1)]
+        self.brokers = [Broker(i, base_port + i - 1, base, connect, n_brokers, overrides,
+                               metrics_base_port + i - 1 if metrics_base_port >= 0 else -1)
+                        for i in range(1, n_brokers + 1)]
         self.stopping = threading.Event()
 
     @property
@@ -157,6 +164,7 @@ class DevCluster:
         zk = self.zookeeper
         lines = [f"zookeeper  pid {zk.proc.pid if zk.proc else '-'}  {zk.connect}  log {zk.log_path}"]
         lines += [f"broker {b.broker_id}   pid {b.proc.pid if b.proc else '-'}  {b.address}  log {b.log_path}"
+                  + (f"  console http://{HOST}:{b.metrics_port}/console" if b.metrics_port >= 0 else "")
                   for b in self.brokers]
         lines += [f"bootstrap.servers={self.bootstrap}", f"zookeeper.connect={zk.connect}",
                   f"{len(self.brokers)} broker(s) ready; Ctrl-C or SIGTERM stops the cluster."]
@@ -193,6 +201,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--brokers", type=int, default=3, help="how many brokers (ids 1..N), default 3")
     p.add_argument("--dir", default="./cluster", help="where the data and logs go, default ./cluster")
     p.add_argument("--base-port", type=int, default=9092, help="broker i listens on base-port + i - 1")
+    p.add_argument("--metrics-base-port", type=int, default=9404,
+                   help="broker i serves /metrics and its console on metrics-base-port + i - 1 (-1: none)")
     p.add_argument("--zookeeper-port", type=int, default=2181)
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="a broker config for every broker")
     return p
@@ -208,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     except DevClusterError as exc:
         print(f"tieredlog dev-cluster: {exc}", file=sys.stderr)
         return 2
-    cluster = DevCluster(Path(a.dir).resolve(), a.brokers, a.base_port, a.zookeeper_port, overrides)
+    cluster = DevCluster(Path(a.dir).resolve(), a.brokers, a.base_port, a.zookeeper_port, overrides,
+                         a.metrics_base_port)
 
     def on_signal(_signum: int, _frame: Any) -> None:
         cluster.stopping.set()

@@ -1,0 +1,167 @@
+"""The broker's health metrics beside broker_metrics's: purgatories, remote-fetch expiries, log flush
+time, leader imbalance, remote metadata readiness and the event loop's lag. Computed at scrape time,
+on the HTTP server's thread, from copies of loop-owned containers (as broker_metrics does).
+
+==========================================================================  ==========================================================  ================
+Kafka MBean                                                                  Prometheus                                                  labels
+==========================================================================  ==========================================================  ================
+kafka.server:type=DelayedOperationPurgatory,name=PurgatorySize               kafka_server_delayedoperationpurgatory_purgatorysize        delayedoperation
+kafka.server:type=DelayedRemoteFetchMetrics,name=ExpiresPerSec               kafka_server_delayedremotefetchmetrics_expires_total
+kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs (histogram, ms)      kafka_log_logflushstats_logflushrateandtimems
+kafka.controller:type=KafkaController,name=PreferredReplicaImbalanceCount    kafka_controller_kafkacontroller_preferredreplicaimbalancecount
+(tieredlog's) tiered partitions here whose remote log metadata is loading    tieredlog_rlmm_not_ready_partitions
+(tieredlog's) the event loop's wake-up delay (histogram, seconds)            tieredlog_event_loop_lag_seconds
+(tieredlog's) its largest value over the last 30 to 60 seconds             tieredlog_event_loop_lag_max_seconds
+(kafka-exporter's names) a group's committed offset, groups coordinated here   kafka_consumergroup_current_offset                          consumergroup, topic, partition
+(kafka-exporter's names) its lag behind the HW, partitions also led here     kafka_consumergroup_lag                                     consumergroup, topic, partition
+(tieredlog's) 1 when that next offset is only in the remote tier             tieredlog_consumergroup_reads_remote                        consumergroup, topic, partition
+(KIP-827's TotalBytes / UsableBytes) each log dir's file system              tieredlog_log_dir_total_bytes, tieredlog_log_dir_usable_bytes  logdir
+==========================================================================  ==========================================================  ================
+
+Purgatories: Fetch counts the partition watches of parked Fetch requests, Produce the parked acks=all
+appends, RemoteFetch the remote reads a Fetch waits on now.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from tieredlog.log.flush_stats import FLUSH_TIME_BUCKETS_MS, LOG_FLUSH_STATS
+from tieredlog.log.types import TopicPartition
+from tieredlog.server.loop_lag import LAG_BUCKETS_S
+
+if TYPE_CHECKING:
+    from tieredlog.server.broker_metrics import BrokerMetrics
+
+_FLUSH_LABELS = [repr(float(b)) for b in FLUSH_TIME_BUCKETS_MS] + ["+Inf"]
+_LAG_LABELS = [repr(float(b)) for b in LAG_BUCKETS_S] + ["+Inf"]
+
+
+def cumulative(counts: list[int], labels: list[str]) -> tuple[list[tuple[str, int]], int]:
+    out, running = [], 0
+    for label, count in zip(labels, counts):
+        running += count
+        out.append((label, running))
+    return out, running
+
+
+def broker_health_families(metrics: BrokerMetrics) -> Iterator[Any]:
+    yield from _purgatory_families(metrics)
+    yield from _flush_families()
+    yield _imbalance_family(metrics)
+    yield _rlmm_family(metrics)
+    yield from _loop_lag_families(metrics)
+    yield from _group_families(metrics)
+    yield from _log_dir_families(metrics)
+
+
+def _purgatory_families(metrics: BrokerMetrics) -> Iterator[Any]:
+    broker = metrics.broker
+    rm = broker.replica_manager
+    size = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_purgatorysize",
+                             "PurgatorySize: requests parked in each purgatory", labels=["delayedoperation"])
+    size.add_metric(["Fetch"], broker.append_watchers.size())
+    size.add_metric(["Produce"], rm.delayed_produce.size() if rm is not None else 0)
+    size.add_metric(["RemoteFetch"], metrics.remote_fetch_waiting)
+    yield size
+    yield CounterMetricFamily("kafka_server_delayedremotefetchmetrics_expires",
+                              "ExpiresPerSec: remote reads that outlived remote.fetch.max.wait.ms",
+                              value=metrics.remote_fetch_expires)
+
+
+def _flush_families() -> Iterator[Any]:
+    counts, sum_ms = LOG_FLUSH_STATS.snapshot()
+    buckets, _ = cumulative(counts, _FLUSH_LABELS)
+    flush = HistogramMetricFamily("kafka_log_logflushstats_logflushrateandtimems",
+                                  "LogFlushRateAndTimeMs: log flushes and the time their fsyncs took, in ms")
+    flush.add_metric([], buckets, sum_value=sum_ms)
+    yield flush
+
+
+def _imbalance_family(metrics: BrokerMetrics) -> Any:
+    """Partitions not led by their preferred (first) replica, from the metadata every broker holds;
+    reported by the active controller only, as Kafka's. Alone, every leader is the preferred one."""
+    broker = metrics.broker
+    controller, node = broker.controller, broker.cluster_node
+    count = 0
+    if node is not None and controller is not None and controller.is_active:
+        for entry in list(node.metadata.topics.values()):
+            for pm in list(entry.partitions.values()):
+                count += pm.leader >= 0 and bool(pm.replicas) and pm.leader != pm.replicas[0]
+    return GaugeMetricFamily("kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+                             "PreferredReplicaImbalanceCount: partitions not led by their preferred replica "
+                             "(active controller only)", value=count)
+
+
+def _rlmm_family(metrics: BrokerMetrics) -> Any:
+    broker = metrics.broker
+    rlm, rm = broker.remote_log_manager, broker.replica_manager
+    waiting = 0
+    if rlm is not None and rm is not None:
+        from tieredlog.rsm.api import TopicIdPartition
+
+        for p in list(rm.partitions.values()):
+            plog = p.log
+            if plog.remote_enabled and plog.topic_id is not None:
+                waiting += not rlm.rlmm_ready(TopicIdPartition(plog.topic_id, p.tp.topic, p.tp.partition))
+    return GaugeMetricFamily("tieredlog_rlmm_not_ready_partitions",
+                             "Tiered partitions hosted here whose remote log metadata is not loaded yet: they "
+                             "neither copy nor serve remote reads meanwhile", value=waiting)
+
+
+def _loop_lag_families(metrics: BrokerMetrics) -> Iterator[Any]:
+    lag = metrics.loop_lag
+    buckets, _ = cumulative(list(lag.buckets), _LAG_LABELS)
+    family = HistogramMetricFamily("tieredlog_event_loop_lag_seconds",
+                                   "How late the event loop woke a task that sleeps a fixed interval: every "
+                                   "request waits this long behind the work ahead of it")
+    family.add_metric([], buckets, sum_value=lag.sum_s)
+    yield family
+    yield GaugeMetricFamily("tieredlog_event_loop_lag_max_seconds",
+                            "The largest event-loop lag of the last 30 to 60 seconds", value=lag.max_s)
+
+
+def _group_families(metrics: BrokerMetrics) -> Iterator[Any]:
+    """Committed offsets of the groups coordinated here; lag and remote reads where this broker also
+    leads the partition (it knows the high watermark and the local log start of those only)."""
+    broker = metrics.broker
+    gc, rm = broker.group_coordinator, broker.replica_manager
+    labels = ["consumergroup", "topic", "partition"]
+    current = GaugeMetricFamily("kafka_consumergroup_current_offset", "A group's committed offset", labels=labels)
+    lag = GaugeMetricFamily("kafka_consumergroup_lag", "The high watermark minus a group's committed offset",
+                            labels=labels)
+    remote = GaugeMetricFamily("tieredlog_consumergroup_reads_remote", "1 when a group's next offset is below the "
+                               "local log start: its reads are served from the remote tier", labels=labels)
+    if gc is not None and gc.active:
+        partitions = dict(rm.partitions) if rm is not None else {}
+        for gid, group in list(gc.state.groups.items()):
+            for (topic, index), om in list(group.offsets.items()):
+                key = [gid, topic, str(index)]
+                current.add_metric(key, om.offset)
+                p = partitions.get(TopicPartition(topic, index))
+                if p is not None and p.is_leader:
+                    lag.add_metric(key, max(0, p.log.high_watermark - om.offset))
+                    remote.add_metric(key, int(om.offset < p.log.local_log_start_offset))
+    yield current
+    yield lag
+    yield remote
+
+
+def _log_dir_families(metrics: BrokerMetrics) -> Iterator[Any]:
+    """statvfs of each log dir, on the scrape thread (a hung disk delays a scrape, never the loop)."""
+    total = GaugeMetricFamily("tieredlog_log_dir_total_bytes", "Size of the file system holding a log dir",
+                              labels=["logdir"])
+    usable = GaugeMetricFamily("tieredlog_log_dir_usable_bytes", "Bytes a log dir may still grow by",
+                               labels=["logdir"])
+    for d in metrics.broker.log_dirs:
+        try:
+            st = os.statvfs(d)
+        except OSError:
+            continue  # an offline log dir: no series, as Kafka reports none for it
+        total.add_metric([str(d)], st.f_blocks * st.f_frsize)
+        usable.add_metric([str(d)], st.f_bavail * st.f_frsize)
+    yield total
+    yield usable
