@@ -17,6 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from tieredlog.console.contracts import AssignmentDecoder, BrokerState
 from tieredlog.console.history import History
 from tieredlog.console.model import (
     BrokerInfo,
@@ -40,14 +41,13 @@ if TYPE_CHECKING:
     from tieredlog.coordinator.group_coordinator import GroupCoordinator
     from tieredlog.replication.partition import Partition
     from tieredlog.rlm.manager import RemoteLogManager
-    from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
 UsageSource = Callable[[], dict[str, TopicUsage]]
 
 
-def _min_isr(broker: Broker, topic: str) -> int:
+def _min_isr(broker: BrokerState, topic: str) -> int:
     t = broker.topics.get(topic)
     try:
         cfg = broker.log_config_for(t.configs) if t is not None else broker.default_log_config
@@ -56,7 +56,7 @@ def _min_isr(broker: Broker, topic: str) -> int:
     return int(cfg.min_insync_replicas)
 
 
-def _cluster(broker: Broker) -> tuple[tuple[BrokerInfo, ...], int | None, tuple[ClusterPartition, ...]]:
+def _cluster(broker: BrokerState) -> tuple[tuple[BrokerInfo, ...], int | None, tuple[ClusterPartition, ...]]:
     """The brokers, the controller and every partition, from the metadata cache in a cluster; alone,
     this broker is all three."""
     node = broker.cluster_node
@@ -123,17 +123,14 @@ def _partition(p: Partition, tiered_tier: bool, detail: bool) -> PartitionView:
     )
 
 
-def _topic_names_by_id(broker: Broker) -> dict[object, str]:
+def _topic_names_by_id(broker: BrokerState) -> dict[object, str]:
     return {tid: t.name for tid, t in list(broker.topics_by_id.items())}
 
 
 def _groups(gc: GroupCoordinator | None, hosted: dict[TopicPartition, PartitionView],
-            names: dict[object, str]) -> tuple[GroupView, ...]:
+            names: dict[object, str], decode_assignment: AssignmentDecoder | None) -> tuple[GroupView, ...]:
     if gc is None or not gc.active:
         return ()
-    from tieredlog.server.consumer_protocol import ConsumerProtocolCodec
-
-    codec = ConsumerProtocolCodec()
     state = gc.state
     out = []
     ids = set(state.groups) | set(state.consumer_groups)
@@ -149,7 +146,8 @@ def _groups(gc: GroupCoordinator | None, hosted: dict[TopicPartition, PartitionV
         elif classic is not None:
             protocol, group_state = "classic", classic.state.value
             for cm in list(classic.members.values()):
-                decoded = codec.assignment(cm.assignment) if classic.protocol_type == "consumer" else None
+                decoded = (decode_assignment(cm.assignment)
+                           if decode_assignment is not None and classic.protocol_type == "consumer" else None)
                 assigned = tuple(sorted((t, p) for t, ps in (decoded or {}).items() for p in ps))
                 members.append(GroupMember(cm.member_id, cm.client_id, cm.client_host, assigned))
         else:
@@ -166,8 +164,8 @@ def _groups(gc: GroupCoordinator | None, hosted: dict[TopicPartition, PartitionV
     return tuple(out)
 
 
-def take(broker: Broker, prices: Prices, started_ms: int, history: History | None = None,
-         detail: Iterable[str] = ()) -> Snapshot:
+def take(broker: BrokerState, prices: Prices, started_ms: int, history: History | None = None,
+         detail: Iterable[str] = (), decode_assignment: AssignmentDecoder | None = None) -> Snapshot:
     """ON the event loop: copy what the console shows of ``broker`` (with each local segment of the
     ``detail`` topics)."""
     brokers, controller_id, cluster_parts = _cluster(broker)
@@ -187,7 +185,7 @@ def take(broker: Broker, prices: Prices, started_ms: int, history: History | Non
         broker_id=broker.node_id, cluster_id=broker.cluster_id, taken_ms=time.time_ns() // 1_000_000,
         started_ms=started_ms, brokers=brokers, controller_id=controller_id, cluster_partitions=cluster_parts,
         topics=tuple(topics), partitions=tuple(sorted(views, key=lambda v: (v.topic, v.partition))),
-        groups=_groups(broker.group_coordinator, hosted, _topic_names_by_id(broker)), remote_tier=tier, prices=prices,
+        groups=_groups(broker.group_coordinator, hosted, _topic_names_by_id(broker), decode_assignment), remote_tier=tier, prices=prices,
         history=history.samples() if history is not None else (),
     )
 
@@ -211,7 +209,7 @@ def _remote_of(rlm: RemoteLogManager, view: PartitionView) -> PartitionView:
     return dataclasses.replace(view, remote_segments=remote)
 
 
-def _tiering_lag(broker: Broker, view: PartitionView, now_ms: int) -> TieringLag:
+def _tiering_lag(broker: BrokerState, view: PartitionView, now_ms: int) -> TieringLag:
     oldest_ms = None
     if view.first_pending_base is not None:
         plog = broker.log_manager.get_log(TopicPartition(view.topic, view.partition))
@@ -225,7 +223,7 @@ def _tiering_lag(broker: Broker, view: PartitionView, now_ms: int) -> TieringLag
     return TieringLag(view.pending_bytes, view.pending_segments, oldest_ms)
 
 
-def add_remote_tier(snapshot: Snapshot, broker: Broker, only: Iterable[str] | None = None) -> Snapshot:
+def add_remote_tier(snapshot: Snapshot, broker: BrokerState, only: Iterable[str] | None = None) -> Snapshot:
     """OFF the event loop: the remote segments and tiering lag of the tiered partitions led here
     (``only``: of these topics; None: of all)."""
     rlm = broker.remote_log_manager

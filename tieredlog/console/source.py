@@ -13,13 +13,15 @@ from tieredlog.console.model import Prices, Snapshot
 from tieredlog.console.snapshot import UsageSource, add_remote_tier, take, with_usage
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker import Broker
+    from tieredlog.console.contracts import AssignmentDecoder, BrokerState
 
 
 class LoopSnapshotSource:
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, prices: Prices, usage: UsageSource,
-                 history: History | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(self, broker: BrokerState, loop: asyncio.AbstractEventLoop, prices: Prices, usage: UsageSource,
+                 history: History | None = None, timeout_s: float = 10.0,
+                 decode_assignment: AssignmentDecoder | None = None) -> None:
         self._broker = broker
+        self._decode_assignment = decode_assignment
         self._history = history
         self._loop = loop
         self._prices = prices
@@ -35,7 +37,8 @@ class LoopSnapshotSource:
         def run() -> None:
             if fut.set_running_or_notify_cancel():
                 try:
-                    fut.set_result(take(self._broker, self._prices, self._started_ms, self._history, topics or ()))
+                    fut.set_result(take(self._broker, self._prices, self._started_ms, self._history, topics or (),
+                                       self._decode_assignment))
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                     fut.set_exception(exc)
 

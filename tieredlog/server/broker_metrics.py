@@ -78,6 +78,7 @@ from tieredlog.controller.context import PartitionState
 from tieredlog.protocol.api import api_name
 from tieredlog.rlm.metrics import metrics as remote_storage_metrics
 from tieredlog.server.broker_health import broker_health_families, cumulative
+from tieredlog.server.consumer_protocol import ConsumerProtocolCodec
 from tieredlog.server.loop_lag import EventLoopLag
 from tieredlog.server.open_transactions import has_late_transaction, open_transactions
 
@@ -412,7 +413,8 @@ class MetricsEndpoint:
         broker = metrics.broker
         self._loop = asyncio.get_running_loop()
         history = History(metrics.history_totals)
-        source = LoopSnapshotSource(broker, self._loop, prices_of(broker.config), rlm_usage, history)
+        source = LoopSnapshotSource(broker, self._loop, prices_of(broker.config), rlm_usage, history,
+                                    decode_assignment=ConsumerProtocolCodec().assignment)
         app = ConsoleApp(source, make_wsgi_app(REGISTRY))
         server = make_server(host, int(port), app, ThreadingWSGIServer, handler_class=_QuietHandler)
         self._thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
