@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.znodes import BrokerInfo, EndPoint
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from typing import Callable, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.connection import AsyncKafkaConnection
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import ALTER_PARTITION, CONTROLLED_SHUTDOWN, INTER_BROKER_VERSIONS
-from tieredlog.protocol.async_client import AsyncKafkaConnection
 from tieredlog.replication.partition import IsrChange, Partition, PartitionState
 from tieredlog.security.sasl.client import SaslClientCredentials
 

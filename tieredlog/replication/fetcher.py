@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.connection import AsyncKafkaConnection
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
-from tieredlog.protocol.async_client import AsyncKafkaConnection
 from tieredlog.rate_limited_log import RateLimitedLog
 
 if TYPE_CHECKING:

@@ -37,8 +37,8 @@ from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, PRODUCE
-from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch, iter_batches_records
 from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.connection import AsyncKafkaConnection
 from tieredlog.protocol.api import WRITE_TXN_MARKERS
-from tieredlog.protocol.async_client import AsyncKafkaConnection
 from tieredlog.server.txn_apis import write_markers_locally
 
 if TYPE_CHECKING:

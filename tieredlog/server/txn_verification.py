@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.coordinator.transaction.coordinator import TRANSACTION_STATE_TOPIC
 from tieredlog.protocol.api import ADD_PARTITIONS_TO_TXN
-from tieredlog.protocol.client import KafkaProtocolError
 from tieredlog.server.txn_apis import FIRST_BROKER_VERSION
 from tieredlog.server.txn_markers import BrokerConnections
 
