@@ -39,25 +39,33 @@ class ListenerSecurity:
 PLAINTEXT = ListenerSecurity()
 
 
+@dataclass(frozen=True)
+class ConnectSettings:
+    """How a connection is opened: the client id it announces, the bound on connecting (and each
+    request's default timeout), the listener's security."""
+
+    client_id: str
+    timeout_s: float
+    security: ListenerSecurity = PLAINTEXT
+
+
 class NodeConnections(Generic[N]):
     """One ``AsyncKafkaConnection`` per node, opened on first use (``endpoint_of(node)`` says where;
     None: ConnectionError) and dropped when it fails. Requests to one node share its connection and
     are pipelined on it."""
 
-    def __init__(self, endpoint_of: Callable[[N], Endpoint | None], security: Callable[[], ListenerSecurity], *,
-                 client_id: str, timeout_s: float, describe: Callable[[N], str] = str) -> None:
-        """``security`` is asked at each connect; ``timeout_s`` bounds a connect and is each request's
-        default; ``describe(node)`` names the node in errors."""
+    def __init__(self, endpoint_of: Callable[[N], Endpoint | None], settings: Callable[[], ConnectSettings], *,
+                 describe: Callable[[N], str] = str) -> None:
+        """``settings`` is asked at each connect (the owner's configuration may not exist before its
+        first request); ``describe(node)`` names the node in errors."""
         self._endpoint_of = endpoint_of
-        self._security = security
-        self.client_id = client_id
-        self.timeout_s = timeout_s
+        self._settings = settings
         self._describe = describe
         self._conns: dict[N, AsyncKafkaConnection] = {}
         self._locks: dict[N, asyncio.Lock] = {}
 
     async def get(self, node: N, timeout_s: float | None = None) -> AsyncKafkaConnection:
-        """The node's open connection, connecting (within ``timeout_s``) when there is none."""
+        """The node's open connection, connecting (within ``timeout_s``, else the settings') when there is none."""
         conn = self._conns.get(node)
         if conn is not None and not conn.closed:
             return conn  # the per-request path: no lock, no await
@@ -68,11 +76,11 @@ class NodeConnections(Generic[N]):
                 endpoint = self._endpoint_of(node)
                 if endpoint is None:
                     raise ConnectionError(f"{self._describe(node)} has no known endpoint")
-                security = self._security()
+                settings = self._settings()
                 conn = self._conns[node] = await AsyncKafkaConnection.open(
-                    endpoint[0], endpoint[1], client_id=self.client_id,
-                    timeout_s=self.timeout_s if timeout_s is None else timeout_s,
-                    ssl_context=security.ssl_context, sasl=security.sasl)
+                    endpoint[0], endpoint[1], client_id=settings.client_id,
+                    timeout_s=settings.timeout_s if timeout_s is None else timeout_s,
+                    ssl_context=settings.security.ssl_context, sasl=settings.security.sasl)
             return conn
 
     async def request(self, node: N, api_key: int, body: Any, version: int | None = None,

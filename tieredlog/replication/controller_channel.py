@@ -15,7 +15,7 @@ from typing import Callable, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.clients.node_clients import ListenerSecurity, NodeConnections
+from tieredlog.clients.node_clients import ConnectSettings, ListenerSecurity, NodeConnections
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import ALTER_PARTITION, CONTROLLED_SHUTDOWN, INTER_BROKER_VERSIONS
 from tieredlog.replication.partition import IsrChange, Partition, PartitionState
@@ -50,8 +50,8 @@ class ControllerChannel:
         # keyed by the whole target: a controller that moved, or came back on another port, gets a new connection
         self._connections: NodeConnections[ControllerTarget] = NodeConnections(
             lambda target: (target[1], target[2]),
-            lambda: ListenerSecurity(locator.inter_broker_ssl, locator.inter_broker_sasl),
-            client_id=f"broker-{broker_id}-to-controller", timeout_s=timeout_s)
+            lambda: ConnectSettings(f"broker-{broker_id}-to-controller", timeout_s,
+                                    ListenerSecurity(locator.inter_broker_ssl, locator.inter_broker_sasl)))
         self._conn_target: ControllerTarget | None = None
         self._lock = asyncio.Lock()
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.clients.node_clients import ListenerSecurity, NodeConnections
+from tieredlog.clients.node_clients import ConnectSettings, ListenerSecurity, NodeConnections
 from tieredlog.protocol.api import WRITE_TXN_MARKERS
 from tieredlog.server.txn_apis import write_markers_locally
 
@@ -49,13 +49,13 @@ def broker_connections(broker: Broker, purpose: str) -> NodeConnections[int]:
         assert node is not None
         return node.inter_broker_endpoint(broker_id)
 
-    def security() -> ListenerSecurity:
+    def settings() -> ConnectSettings:
         node = broker.cluster_node
         assert node is not None
-        return ListenerSecurity(node.inter_broker_ssl, node.inter_broker_sasl)
+        return ConnectSettings(f"broker-{broker.node_id}-{purpose}", broker.config["request.timeout.ms"] / 1000,
+                               ListenerSecurity(node.inter_broker_ssl, node.inter_broker_sasl))
 
-    return NodeConnections(endpoint_of, security, client_id=f"broker-{broker.node_id}-{purpose}",
-                           timeout_s=broker.config["request.timeout.ms"] / 1000, describe=lambda b: f"broker {b}")
+    return NodeConnections(endpoint_of, settings, describe=lambda b: f"broker {b}")
 
 
 class ClusterMarkerWriter:
