@@ -15,10 +15,11 @@ import struct
 from typing import Any
 
 from tieredlog.clients.errors import KafkaProtocolError
+from tieredlog.clients.sasl import authenticate_blocking
 from tieredlog.clients.versions import highest_local_version, parse_bootstrap
 from tieredlog.protocol.api import API_VERSIONS
 from tieredlog.protocol.codec import decode_response, encode_request
-from tieredlog.security.sasl.client import SaslClientCredentials, authenticate_blocking
+from tieredlog.security.sasl.client import SaslClientCredentials
 
 __all__ = ["KafkaClient", "KafkaProtocolError", "parse_bootstrap"]
 

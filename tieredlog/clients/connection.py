@@ -27,12 +27,13 @@ from typing import Any
 
 from tieredlog import __version__
 from tieredlog.clients.errors import InvalidReceive, KafkaProtocolError
+from tieredlog.clients.sasl import authenticate_async
 from tieredlog.clients.versions import highest_local_version
 from tieredlog.protocol.api import API_VERSIONS, api_name
 from tieredlog.protocol.codec import decode_response, encode_request
 from tieredlog.protocol.guard import entity_checker
 from tieredlog.protocol.schemas import load_response_schema
-from tieredlog.security.sasl.client import SaslClientCredentials, authenticate_async
+from tieredlog.security.sasl.client import SaslClientCredentials
 
 __all__ = ["AsyncKafkaConnection", "InvalidReceive", "KafkaProtocolError"]
 
