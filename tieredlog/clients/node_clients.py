@@ -163,8 +163,8 @@ def _shut(client: KafkaClient | None) -> None:
         return
     sock = client.sock
     if sock is not None:
-        # wakes a thread blocked reading this socket; close alone would leave it waiting
+        # shutdown wakes a thread blocked reading this socket (close alone would leave it waiting); the
+        # socket object stays in place, closed, so that thread fails with an OSError wherever it is
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(OSError):
-        client.close()
+        sock.close()
