@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.clients.node_clients import BlockingNodeConnection, ListenerSecurity
+from tieredlog.clients.routing import Retry, call_leader
 from tieredlog.clients.versions import format_address
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, PRODUCE
 from tieredlog.records.errors import RecordError
@@ -95,15 +95,6 @@ class MetadataTopicError(Exception):
         self.error_code = error_code
 
 
-class _Retry:
-    """An attempt that should be made again (after the backoff, with the leader asked anew)."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
 class ReplicatedMetadataTopic:
     """``tieredlog.rlmm.topic.MetadataTopic`` over the Kafka protocol, as a client of each
     partition's leader (see the module docstring)."""
@@ -152,7 +143,7 @@ class ReplicatedMetadataTopic:
     def append(self, partition: int, value: bytes) -> int:
         batch = build_batch([(None, value)])
 
-        def attempt(endpoint: tuple[str, int], deadline: float) -> int | _Retry:
+        def attempt(endpoint: tuple[str, int], deadline: float) -> int | Retry:
             remaining = deadline - time.monotonic()
             # the broker gives up waiting for the ISR a little before we stop waiting for its answer
             wait_ms = max(int(remaining * 800), 1)
@@ -221,7 +212,7 @@ class ReplicatedMetadataTopic:
         if cached is not None and time.monotonic() - cached[1] < self._end_offset_max_age_s:
             return cached[0]
 
-        def attempt(endpoint: tuple[str, int], deadline: float) -> int | _Retry:
+        def attempt(endpoint: tuple[str, int], deadline: float) -> int | Retry:
             r = self._request(endpoint, LIST_OFFSETS, {
                 "replica_id": -1, "isolation_level": 0, "topics": [{"name": METADATA_TOPIC, "partitions": [
                     {"partition_index": partition, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}]}],
@@ -274,10 +265,10 @@ class ReplicatedMetadataTopic:
         return self._with_leader(partition, "fetch from", attempt)
 
     def _failed(self, what: str, partition: int, endpoint: tuple[str, int], code: ErrorCode,
-                message: str | None) -> _Retry:
+                message: str | None) -> Retry:
         reason = f"{format_address(endpoint)} answered {code.name}" + (f" ({message})" if message else "")
         if code in RETRIABLE_ERRORS:
-            return _Retry(reason)
+            return Retry(reason)
         raise MetadataTopicError(f"{what} {METADATA_TOPIC}-{partition}: {reason}", code)
 
     def _learn_end(self, partition: int, hw: int) -> None:
@@ -292,32 +283,16 @@ class ReplicatedMetadataTopic:
             return True
 
     def _with_leader(self, partition: int, what: str,
-                     attempt: Callable[[tuple[str, int], float], T | _Retry]) -> T:
+                     attempt: Callable[[tuple[str, int], float], T | Retry]) -> T:
         """Run ``attempt(leader endpoint, deadline)`` until it gives an answer, asking the routing for
         the leader before each try; TimeoutError once request_timeout_s have passed."""
-        deadline = time.monotonic() + self._request_timeout_s
-        reason = "no leader known"
-        while True:
-            if self._closed:
-                raise RuntimeError(f"{METADATA_TOPIC} client {self._client_id} is closed")
-            endpoint = self._routing.leader_endpoint(partition)
-            if endpoint is None:
-                reason = "no leader known"
-            else:
-                try:
-                    result = attempt(endpoint, deadline)
-                except (OSError, KafkaProtocolError) as exc:  # TimeoutError is an OSError
-                    reason = f"{format_address(endpoint)}: {exc!r}"
-                else:
-                    if not isinstance(result, _Retry):
-                        return result
-                    reason = result.reason
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"{what} {METADATA_TOPIC}-{partition}: gave up after "
-                                   f"{self._request_timeout_s:g} s: {reason}")
-            log.debug("%s %s-%d: %s; retrying", what, METADATA_TOPIC, partition, reason)
-            time.sleep(min(self._retry_backoff_s, remaining))
+        return call_leader(lambda: self._routing.leader_endpoint(partition), attempt,
+                           what=f"{what} {METADATA_TOPIC}-{partition}", timeout_s=self._request_timeout_s,
+                           backoff_s=self._retry_backoff_s, check_open=self._check_open)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{METADATA_TOPIC} client {self._client_id} is closed")
 
     def _connection(self, endpoint: tuple[str, int]) -> BlockingNodeConnection:
         with self._lock:
