@@ -63,8 +63,8 @@ def _wait(predicate: Any, what: str, timeout: float = WAIT_S) -> Any:
 
 def partition_states(bootstrap: str, topic: str) -> list[tuple[int, int, list[int]]]:
     """(leader, leader epoch, ISR) per partition, from one broker's Metadata."""
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import METADATA
-    from tieredlog.protocol.client import KafkaClient
 
     with KafkaClient(bootstrap, timeout=5) as c:
         r = c.request(METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})

@@ -84,8 +84,8 @@ def remote_bytes(remote_dir: Path, topic: str) -> int:
 
 
 def isr(bootstrap: str, topic: str) -> list[int]:
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import METADATA
-    from tieredlog.protocol.client import KafkaClient
 
     with KafkaClient(bootstrap, timeout=5) as c:
         r = c.request(METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
@@ -95,8 +95,8 @@ def isr(bootstrap: str, topic: str) -> list[int]:
 
 def add_replica(bootstrap: str, topic: str) -> float:
     """Reassign ``topic``-0 from [1] to [1, 2]; seconds until broker 2 is in the ISR."""
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS
-    from tieredlog.protocol.client import KafkaClient
 
     t0 = time.perf_counter()
     with KafkaClient(bootstrap, timeout=30) as c:
@@ -110,8 +110,8 @@ def add_replica(bootstrap: str, topic: str) -> float:
 
 
 def controller_bootstrap(brokers: dict[int, Any]) -> str:
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import METADATA
-    from tieredlog.protocol.client import KafkaClient
 
     with KafkaClient(brokers[1].bootstrap, timeout=5) as c:
         cid = int(c.request(METADATA, {"topics": [], "allow_auto_topic_creation": False}).controller_id)

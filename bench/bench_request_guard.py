@@ -100,7 +100,7 @@ def _guard_and_decode_us(frame: bytes) -> tuple[float, float]:
 def main() -> None:
     from broker_harness import BrokerProcess
 
-    from tieredlog.protocol.client import KafkaClient
+    from tieredlog.clients.blocking import KafkaClient
 
     batch = _batch()
     with tempfile.TemporaryDirectory() as tmp:

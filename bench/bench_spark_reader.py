@@ -94,8 +94,8 @@ def produce(bootstrap: str, total: int) -> None:
 
 
 def tiered_ends(bootstrap: str) -> dict[int, int]:
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import LIST_OFFSETS
-    from tieredlog.protocol.client import KafkaClient
 
     with KafkaClient(bootstrap, timeout=10) as c:
         r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [

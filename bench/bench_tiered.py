@@ -70,8 +70,8 @@ def _read_files(paths: list[Path]) -> tuple[int, float]:
 # 1. through the broker
 # ---------------------------------------------------------------------------------------------
 def _list_offset(bootstrap: str, topic: str, partition: int, ts: int) -> int:
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import LIST_OFFSETS
-    from tieredlog.protocol.client import KafkaClient
 
     with KafkaClient(bootstrap) as c:
         r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [

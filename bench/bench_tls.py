@@ -86,8 +86,8 @@ def main() -> None:
     from tests.broker_harness import BrokerProcess
     from tests.helpers import free_port
     from tests.tls_certs import Pki
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import METADATA
-    from tieredlog.protocol.client import KafkaClient
 
     print(f"command: .venv/bin/python -m bench bench_tls  (TLS_BENCH_RECORDS={RECORDS}, TLS_BENCH_REPEATS={REPEATS}); "
           f"{VALUE_SIZE} B random records, one partition per topic, acks=1, no compression, confluent-kafka, "

@@ -75,8 +75,8 @@ def produce_transactional(bootstrap: str, topic: str, per_txn: int, abort_every:
 
 
 def tiered_end(bootstrap: str, topic: str) -> int:
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import LIST_OFFSETS
-    from tieredlog.protocol.client import KafkaClient
 
     with KafkaClient(bootstrap, timeout=10) as c:
         r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [

@@ -13,8 +13,8 @@ PROBE_INTERVAL_S = 0.005
 
 def probe(bootstrap: str, topic: str, stop: threading.Event, out: list[float]) -> None:
     """Append each round trip in milliseconds to ``out`` until ``stop`` is set."""
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import PRODUCE
-    from tieredlog.protocol.client import KafkaClient
     from tieredlog.records.record import build_batch
 
     with KafkaClient(bootstrap) as c:

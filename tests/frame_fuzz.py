@@ -18,8 +18,8 @@ import struct
 import threading
 from dataclasses import dataclass, field
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import API_VERSIONS
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.protocol.codec import _request_codec, encode_request
 
 _I32 = struct.Struct(">i")

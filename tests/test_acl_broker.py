@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import (
     CREATE_ACLS,
     CREATE_PARTITIONS,
@@ -42,7 +43,6 @@ from tieredlog.protocol.api import (
     METADATA,
     OFFSET_FETCH,
 )
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.security.authorizer import acl
 from tieredlog.security.authorizer.file_store import FileAclStore
 

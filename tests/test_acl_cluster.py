@@ -12,9 +12,9 @@ from broker_harness import BrokerProcess
 from test_cluster_replication import start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import CREATE_ACLS, CREATE_TOPICS, DELETE_ACLS, METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.security.authorizer.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,

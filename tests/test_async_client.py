@@ -13,9 +13,9 @@ from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.response import MetadataResponse
 
+from tieredlog.clients.connection import AsyncKafkaConnection, InvalidReceive
+from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.protocol.api import API_VERSIONS, CORE_VERSIONS, LEADER_AND_ISR, METADATA
-from tieredlog.protocol.async_client import AsyncKafkaConnection, InvalidReceive
-from tieredlog.protocol.client import KafkaProtocolError
 from tieredlog.protocol.codec import RequestHeader, decode_request, encode_response
 
 Handler = Callable[["Peer"], Awaitable[None]]

@@ -20,12 +20,12 @@ from test_cluster_replication import member, partition_state
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tests.helpers import free_port
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.log.config import LogConfig
 from tieredlog.log.types import TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.protocol.api import METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.replication.partition import IsrChange, Partition, PartitionState
 from tieredlog.server.broker_metrics import TOTAL_TIME_BUCKETS_MS
 

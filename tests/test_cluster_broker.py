@@ -13,10 +13,10 @@ import pytest
 from broker_harness import REPO, BrokerProcess
 from zk_harness import free_port, wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.meta_properties import read_meta_properties
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from test_cluster_replication import bootstrap, partition_state, start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import DESCRIBE_CONFIGS
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")]
 

@@ -14,9 +14,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from test_cluster_replication import consume_all, member, partition_state
 from zk_harness import wait_until, zookeeper_factory  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import ELECT_LEADERS, METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.tools.zookeeper_server import ZooKeeperServer
 
 pytestmark = pytest.mark.integration

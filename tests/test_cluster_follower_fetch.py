@@ -30,10 +30,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from zk_harness import ZooKeeperServer, free_port, wait_until, zookeeper  # noqa: F401
 
 from tieredlog import cli
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
 from tieredlog.protocol.api import DESCRIBE_CONFIGS, FETCH, LIST_OFFSETS, METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -15,10 +15,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from test_cluster_replication import bootstrap, member, partition_state, start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.protocol.api import FIND_COORDINATOR
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from broker_harness import BrokerProcess
 from test_cluster_replication import bootstrap, start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import CREATE_TOPICS, METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic
 from tieredlog.rlmm.partitioner import metadata_partition
 from tieredlog.rlmm.topic import METADATA_TOPIC

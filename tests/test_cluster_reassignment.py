@@ -14,10 +14,10 @@ from confluent_kafka import Producer
 from test_cluster_replication import consume_all, member, partition_state
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
 from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

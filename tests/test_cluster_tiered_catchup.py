@@ -55,9 +55,9 @@ from tiered_cluster import (
 )
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import FETCH, OFFSET_FOR_LEADER_EPOCH
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import iter_batches_records
 
 pytestmark = pytest.mark.integration

@@ -31,10 +31,10 @@ from tiered_cluster import (
 )
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
 from tieredlog.protocol.api import LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

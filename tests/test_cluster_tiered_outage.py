@@ -47,8 +47,8 @@ from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tests.helpers import free_port
 from tests.s3servers import BUCKET, FaultyS3Proxy, S3Endpoint, SeenRequest, moto_s3, unique_prefix  # noqa: F401
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

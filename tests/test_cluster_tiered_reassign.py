@@ -42,8 +42,8 @@ from tiered_cluster import (
 )
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

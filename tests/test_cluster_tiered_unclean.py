@@ -60,10 +60,10 @@ from tiered_cluster import (
 )
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.config_changes import notify_topic_config_change
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import DESCRIBE_CONFIGS, FETCH, OFFSET_FOR_LEADER_EPOCH
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import decode_batch
 

@@ -26,11 +26,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from zk_harness import ZooKeeperServer, free_port, wait_until, zookeeper  # noqa: F401
 
 from tieredlog import cli
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
 from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.protocol.api import METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from test_cluster_replication import bootstrap, partition_state, start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.protocol.api import FIND_COORDINATOR, INIT_PRODUCER_ID
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

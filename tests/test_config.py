@@ -108,8 +108,8 @@ def test_group_coordinator_keys_are_known_with_kafka_defaults(caplog):
 
 
 def test_group_max_size_and_offset_metadata_limit_apply_on_a_real_broker(broker_factory):
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import CREATE_TOPICS, JOIN_GROUP, OFFSET_COMMIT
-    from tieredlog.protocol.client import KafkaClient
 
     b = broker_factory({"group.max.size": "1", "offset.metadata.max.bytes": "5",
                         "group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"})

@@ -20,8 +20,8 @@ from broker_harness import BrokerProcess
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 from test_dynamic_broker_config import _default_level, _synonyms
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import DESCRIBE_CONFIGS
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import CONSUMER_GROUP_DESCRIBE
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import (
     CONSUMER_GROUP_DESCRIBE,
     CONSUMER_GROUP_HEARTBEAT,
@@ -17,7 +18,6 @@ from tieredlog.protocol.api import (
     JOIN_GROUP,
     METADATA,
 )
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,9 @@ from typing import Any, Iterator
 import pytest
 from helpers import free_port
 
+from tieredlog.clients.routing import inter_broker_endpoint
 from tieredlog.cluster.znodes import BrokerInfo, EndPoint
-from tieredlog.controller.channel import ChannelClosedError, ControllerChannelManager, inter_broker_endpoint
+from tieredlog.controller.channel import ChannelClosedError, ControllerChannelManager
 from tieredlog.controller.request_batch import UPDATE_METADATA, UPDATE_METADATA_VERSION
 from tieredlog.protocol.api import API_VERSIONS
 from tieredlog.protocol.codec import decode_request, encode_response

@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import API_VERSIONS, DESCRIBE_LOG_DIRS
-from tieredlog.protocol.client import KafkaClient
 
 
 def _local_bytes(dirs: list[Path], topic: str, partition: int) -> int:

@@ -378,8 +378,8 @@ def test_broker_survives_full_log_dir_end_to_end(broker_factory, tmp_path, monke
     from confluent_kafka import KafkaError, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import PRODUCE
-    from tieredlog.protocol.client import KafkaClient
 
     healthy, full = tmp_path / "disk", tmp_path / "full"
     mounted = _try_mount_tmpfs(full)

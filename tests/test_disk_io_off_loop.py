@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import CREATE_TOPICS, DELETE_TOPICS, PRODUCE
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
 
 pytestmark = pytest.mark.integration

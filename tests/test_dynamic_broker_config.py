@@ -17,8 +17,8 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from tieredlog.protocol.client import KafkaClient
 
 BROKER = ConfigResource.Type.BROKER
 TOPIC = ConfigResource.Type.TOPIC

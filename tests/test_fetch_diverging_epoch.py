@@ -29,9 +29,9 @@ from test_cluster_tiered_catchup import local_records
 from tiered_cluster import epoch_checkpoint, produce_values
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import FETCH, METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import decode_batch
 

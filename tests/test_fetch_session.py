@@ -19,8 +19,8 @@ from helpers import free_port
 from kafka import KafkaConsumer
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import FETCH, METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.server.fetch_session import FetchSessionCache, new_context
 
 # ---- the cache ------------------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from frame_fuzz import (
 )
 
 from tests.helpers import wait_for
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

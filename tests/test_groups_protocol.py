@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import (
     CREATE_TOPICS,
     DELETE_GROUPS,
@@ -22,7 +23,6 @@ from tieredlog.protocol.api import (
     OFFSET_FETCH,
     SYNC_GROUP,
 )
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

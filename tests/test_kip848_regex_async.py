@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import CONSUMER_GROUP_DESCRIBE, CONSUMER_GROUP_HEARTBEAT, METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from broker_harness import BrokerProcess
 from helpers import free_port
 from test_cluster_metadata_topic import ClientRouting
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import DELETE_RECORDS, PRODUCE
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.batch import HEADER_SIZE
 from tieredlog.records.record import build_batch
 from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic

@@ -25,8 +25,8 @@ from collections import Counter
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import CREATE_TOPICS, FETCH, LIST_OFFSETS, METADATA, PRODUCE
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.batch import CRC_OFFSET, HEADER_SIZE, compute_crc, iter_headers, peek_size, read_header
 from tieredlog.records.codecs import compress, decompress
 from tieredlog.records.errors import RecordError

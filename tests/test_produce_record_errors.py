@@ -10,8 +10,8 @@ import time
 import pytest
 from confluent_kafka import KafkaError, Producer
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import CREATE_TOPICS, LIST_OFFSETS, PRODUCE
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
 
 pytestmark = pytest.mark.integration

@@ -15,9 +15,9 @@ from txn_helpers import HOUR_MS, create_topic, idempotent_batch, now_ms, open_tr
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog import cli
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import DESCRIBE_PRODUCERS
-from tieredlog.protocol.client import KafkaClient
 
 STANDALONE = {"remote.log.storage.system.enable": "false"}
 

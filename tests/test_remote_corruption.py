@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Producer
 from test_rlm_units import _catch_up, tiered_log  # noqa: F401 - the fixture, shared
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.errors import KafkaStorageError, UnknownServerError
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.batch import iter_headers
 from tieredlog.rlm.index_cache import DIR_NAME
 from tieredlog.rsm.api import RemoteLogSegmentState

@@ -23,9 +23,9 @@ from helpers import wait_for
 from s3servers import FaultyS3Proxy, S3Endpoint, SeenRequest, moto_s3, unique_prefix  # noqa: F401
 from test_rlm_units import tiered_log  # noqa: F401 - the fixture, shared
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.errors import UnknownServerError
 from tieredlog.protocol.api import CREATE_TOPICS, FETCH, LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.batch import iter_headers
 from tieredlog.rlm import manager as rlm_manager
 from tieredlog.rsm.api import RemoteLogSegmentState, RemoteResourceNotFoundException, RetriableRemoteStorageException

@@ -16,8 +16,8 @@ from test_tiered_integration import FAST, consume, create, list_offset, produce
 from zk_harness import zk_connect, zookeeper  # noqa: F401
 
 from tests.helpers import wait_for
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -17,10 +17,11 @@ from helpers import free_port
 from kio.schema.errors import ErrorCode
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
+from tieredlog.clients.sasl import authenticate_blocking
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import ALTER_USER_SCRAM_CREDENTIALS
-from tieredlog.protocol.client import KafkaClient
-from tieredlog.security.sasl.client import SaslClientCredentials, SaslClientError, authenticate_blocking
+from tieredlog.security.sasl.client import SaslClientCredentials, SaslClientError
 from tieredlog.tools.users import alteration
 
 pytestmark = pytest.mark.integration

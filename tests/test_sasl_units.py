@@ -13,6 +13,7 @@ import pytest
 from helpers import FakeClock
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.sasl import exchange
 from tieredlog.config import BrokerConfig, BrokerConfigError
 from tieredlog.protocol.api import (
     ALTER_USER_SCRAM_CREDENTIALS,
@@ -25,7 +26,7 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.security import scram
 from tieredlog.security.sasl.authenticator import Admit, SaslClose, SaslServerAuthenticator, SaslState
-from tieredlog.security.sasl.client import SaslClientCredentials, SaslClientError, exchange
+from tieredlog.security.sasl.client import SaslClientCredentials, SaslClientError
 from tieredlog.security.sasl.config import ListenerSasl, inter_broker_credentials, sasl_listeners
 from tieredlog.security.sasl.mechanisms import plain_users_check
 from tieredlog.security.scram_store import FileScramCredentialStore

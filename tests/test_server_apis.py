@@ -9,6 +9,7 @@ import struct
 import pytest
 from confluent_kafka import Producer
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import (
     API_VERSIONS,
     CREATE_TOPICS,
@@ -20,7 +21,6 @@ from tieredlog.protocol.api import (
     METADATA,
     OFFSET_FOR_LEADER_EPOCH,
 )
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.protocol.codec import decode_response, encode_request
 
 pytestmark = pytest.mark.integration

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import API_VERSIONS, CREATE_PARTITIONS, CREATE_TOPICS, FETCH, METADATA, PRODUCE
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.protocol.codec import decode_response, encode_request
 
 pytestmark = pytest.mark.integration

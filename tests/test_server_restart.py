@@ -43,8 +43,8 @@ def _consume_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
 
 
 def _topic_id(bootstrap: str, topic: str):
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import METADATA
-    from tieredlog.protocol.client import KafkaClient
 
     with KafkaClient(bootstrap) as c:
         return c.request(METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False}, version=12).topics[0].topic_id

@@ -22,8 +22,8 @@ from spark_harness import s3_tier_overrides, spark  # noqa: F401  (fixture)
 
 from tests.helpers import wait_for
 from tests.s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (fixture)
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 
 TOPIC = "spark-stream"
 LATEST_TOPIC = "spark-stream-latest"

@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from spark_harness import spark  # noqa: F401  (fixture)
 
 from tests.helpers import wait_for
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.rlmm.partitioner import murmur2, to_positive
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers import free_port, wait_for
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

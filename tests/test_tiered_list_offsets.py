@@ -8,8 +8,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 from test_tiered_integration import FAST, PLUGINS, TS0, create, list_offset, produce, value_of, wait_for
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

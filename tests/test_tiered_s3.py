@@ -40,9 +40,9 @@ from tests.s3servers import (  # noqa: F401  (fixtures)
     wait_for_bucket,
     write_seaweed_identity,
 )
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.protocol.api import LIST_OFFSETS, METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import iter_batches_records
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from helpers import FakeClock, wait_for
 from s3servers import FaultyS3Proxy, S3Endpoint, SeenRequest, moto_s3, unique_prefix  # noqa: F401
 from test_remote_read_errors import FAST, TIERED, _create, _local_start, _produce
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.config import BrokerConfig
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.rate_limited_log import RateLimitedLog
 from tieredlog.rlm import manager as rlm_manager
 

@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from helpers import free_port
 from tls_certs import KEY_PASSWORD, Pki, tls_certs  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import METADATA
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from test_cluster_replication import member
 from tls_certs import KEY_PASSWORD, Pki, _cert_pem, _key_pem, name_of
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import INCREMENTAL_ALTER_CONFIGS
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.security.password_encoder import PasswordEncoder, PasswordEncoderError
 
 pytestmark = pytest.mark.integration

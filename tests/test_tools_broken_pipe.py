@@ -47,8 +47,8 @@ def test_remote_dump_metadata_into_a_closed_pipe(tmp_path):
 
 @pytest.mark.integration
 def test_topics_list_into_a_closed_pipe(broker):
+    from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import CREATE_TOPICS
-    from tieredlog.protocol.client import KafkaClient
 
     with KafkaClient(broker.bootstrap) as c:
         c.request(CREATE_TOPICS, {"topics": [{"name": "piped", "num_partitions": 1, "replication_factor": 1}],

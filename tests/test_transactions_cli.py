@@ -20,8 +20,8 @@ from confluent_kafka import Producer
 from txn_helpers import HOUR_MS, create_topic, idempotent_batch, now_ms, open_transaction, produce_batch
 
 from tieredlog import cli
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.tools.hanging_transactions import HEADERS as HANGING_HEADERS
 
 pytestmark = pytest.mark.integration

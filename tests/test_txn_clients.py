@@ -19,8 +19,8 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import wait_for
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import DESCRIBE_TRANSACTIONS, LIST_OFFSETS, LIST_TRANSACTIONS
-from tieredlog.protocol.client import KafkaClient
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.helpers import wait_for
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import decode_batch
 

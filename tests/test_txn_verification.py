@@ -20,6 +20,7 @@ from test_cluster_replication import member, partition_state
 from txn_helpers import create_topic
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import (
     ADD_PARTITIONS_TO_TXN,
@@ -29,7 +30,6 @@ from tieredlog.protocol.api import (
     LIST_OFFSETS,
     PRODUCE,
 )
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
 from tieredlog.server.txn_verification import AddPartitionsToTxnManager, VerificationGuards
 

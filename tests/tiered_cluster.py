@@ -18,10 +18,10 @@ from test_cluster_replication import member, partition_state
 from zk_harness import wait_until
 
 from tests.s3servers import ACCESS_KEY, REGION, SECRET_KEY
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
 from tieredlog.protocol.api import LIST_OFFSETS, METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
 from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate
 from tieredlog.rsm.keys import uuid_to_base64

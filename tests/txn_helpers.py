@@ -13,8 +13,8 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import CREATE_TOPICS, PRODUCE
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.records.record import build_batch
 
 HOUR_MS = 3_600_000

@@ -2,8 +2,8 @@
 
 One queue and one sender thread per live broker (Kafka's RequestSendThread), so a slow or dead broker
 never delays requests to the others, and the requests to one broker arrive in the order the controller
-sent them. Each thread connects to the broker's endpoint of the inter-broker listener with the blocking
-``KafkaClient``, sends one request at a time and hands the response to the request's callback, which
+sent them. Each thread connects to the broker's endpoint of the inter-broker listener with a
+``BlockingNodeConnection``, sends one request at a time and hands the response to the request's callback, which
 puts an event on the controller's queue (callbacks run on the sender thread and must not block). A
 failed request is sent again over a new connection, with backoff, for as long as the broker is live;
 ``remove_broker`` (the broker left /brokers/ids) drops its queue and stops the thread.
@@ -18,8 +18,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
+from tieredlog.clients.node_clients import BlockingNodeConnection, ListenerSecurity
+from tieredlog.clients.retry import ExponentialBackoff
+from tieredlog.clients.routing import inter_broker_endpoint
 from tieredlog.cluster.znodes import BrokerInfo, EndPoint
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
@@ -47,17 +49,6 @@ class BrokerRequestSender(Protocol):
                      callback: ResponseCallback | None = None) -> None: ...
 
 
-def inter_broker_endpoint(broker: BrokerInfo, listener_name: str | None, security_protocol: str) -> EndPoint | None:
-    """The endpoint brokers and the controller talk to each other on: ``inter.broker.listener.name``,
-    else the listener named after ``security.inter.broker.protocol`` (Kafka's default), else the first
-    listener using that protocol."""
-    if listener_name:
-        return next((e for e in broker.endpoints if e.listener_name == listener_name.upper()), None)
-    protocol = security_protocol.upper()
-    return next((e for e in broker.endpoints if e.listener_name == protocol), None) or \
-        next((e for e in broker.endpoints if e.security_protocol == protocol), None)
-
-
 class ChannelClosedError(Exception):
     """The request was dropped: its broker left, or the controller stopped."""
 
@@ -82,12 +73,11 @@ class RequestSendThread:
         self.broker = broker
         self.endpoint = endpoint
         self.socket_timeout_s = socket_timeout_s
-        self.ssl_context = ssl_context
-        self.sasl = sasl
         self.queue: queue.Queue[Any] = queue.Queue()
         self._stopped = threading.Event()
-        self._client: KafkaClient | None = None
-        self._client_lock = threading.Lock()  # guards _client against close() from another thread, never held while waiting
+        self._connection = None if endpoint is None else BlockingNodeConnection(
+            (endpoint.host, endpoint.port), client_id=f"controller-{controller_id}",
+            security=ListenerSecurity(ssl_context, sasl))
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"Controller-{controller_id}-to-broker-{broker.broker_id}-send-thread")
 
@@ -98,13 +88,11 @@ class RequestSendThread:
         """Stop without waiting: a thread blocked on the socket wakes up when it is closed here."""
         self._stopped.set()
         self.queue.put(_STOP)
-        with self._client_lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        if self._connection is not None:
+            self._connection.close()
 
     def _run(self) -> None:
-        backoff = RECONNECT_BACKOFF_S
+        backoff = ExponentialBackoff(RECONNECT_BACKOFF_S, RECONNECT_BACKOFF_MAX_S)
         while not self._stopped.is_set():
             item = self.queue.get()
             if item is _STOP:
@@ -117,18 +105,18 @@ class RequestSendThread:
                     if self._stopped.is_set():
                         _call(item.callback, None, ChannelClosedError(f"broker {self.broker.broker_id} is gone"))
                         break
+                    wait = backoff.failed()
                     log.warning("Controller %d's connection to broker %s was unsuccessful (%s); retrying in %.1f s",
-                                self.controller_id, self._target(), exc, backoff)
-                    self._close_client()
-                    self._stopped.wait(backoff)
-                    backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX_S)
+                                self.controller_id, self._target(), exc, wait)
+                    self._stopped.wait(wait)
                     continue
-                backoff = RECONNECT_BACKOFF_S
+                backoff.reset()
                 _call(item.callback, response, None)
                 break
             else:
                 _call(item.callback, None, ChannelClosedError(f"broker {self.broker.broker_id} is gone"))
-        self._close_client()
+        if self._connection is not None:
+            self._connection.close()
         self._drain()
 
     def _drain(self) -> None:
@@ -146,26 +134,10 @@ class RequestSendThread:
             f"{self.broker.broker_id} (no inter-broker endpoint)"
 
     def _send(self, item: _QueueItem) -> Any:
-        if self.endpoint is None:
+        if self._connection is None:
             raise ConnectionError("the broker registered no endpoint for the inter-broker listener")
-        with self._client_lock:
-            client = self._client
-        if client is None:
-            client = KafkaClient(f"{self.endpoint.host}:{self.endpoint.port}", client_id=f"controller-{self.controller_id}",
-                                 timeout=self.socket_timeout_s, ssl_context=self.ssl_context, sasl=self.sasl)
-            client.connect()
-            with self._client_lock:
-                if self._stopped.is_set():
-                    client.close()
-                    raise ChannelClosedError("stopped")
-                self._client = client
-        return client.request(item.api_key, item.body, version=item.version)
-
-    def _close_client(self) -> None:
-        with self._client_lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        # a failed request closes the connection; the retry opens a new one
+        return self._connection.request(item.api_key, item.body, item.version, self.socket_timeout_s)
 
 
 def _call(callback: ResponseCallback | None, response: Any, error: BaseException | None) -> None:

@@ -26,17 +26,14 @@ from typing import Any, Callable, Iterable
 from kazoo.protocol.states import EventType, WatchedEvent
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.routing import inter_broker_endpoint
 from tieredlog.cluster import znodes
 from tieredlog.cluster.errors import ControllerMovedError
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import BrokerInfo, EndPoint, ReplicaAssignment, TopicAssignment
 from tieredlog.controller import events as ev
 from tieredlog.controller.alter_partition import AlterPartitionHandler
-from tieredlog.controller.channel import (
-    BrokerRequestSender,
-    ControllerChannelManager,
-    inter_broker_endpoint,
-)
+from tieredlog.controller.channel import BrokerRequestSender, ControllerChannelManager
 from tieredlog.controller.config import ControllerConfig
 from tieredlog.controller.context import (
     ControllerContext,

@@ -15,9 +15,9 @@ from typing import Callable, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.node_clients import ConnectSettings, ListenerSecurity, NodeConnections
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import ALTER_PARTITION, CONTROLLED_SHUTDOWN, INTER_BROKER_VERSIONS
-from tieredlog.protocol.async_client import AsyncKafkaConnection
 from tieredlog.replication.partition import IsrChange, Partition, PartitionState
 from tieredlog.security.sasl.client import SaslClientCredentials
 
@@ -39,13 +39,20 @@ class ControllerLocator(Protocol):
     def broker_epoch(self) -> int: ...
 
 
+ControllerTarget = tuple[int, str, int]  # the controller's broker id, host, port
+
+
 class ControllerChannel:
     def __init__(self, broker_id: int, locator: ControllerLocator, *, timeout_s: float = 30.0) -> None:
         self.broker_id = broker_id
         self._locator = locator
         self._timeout_s = timeout_s
-        self._conn: AsyncKafkaConnection | None = None
-        self._conn_target: tuple[int, str, int] | None = None
+        # keyed by the whole target: a controller that moved, or came back on another port, gets a new connection
+        self._connections: NodeConnections[ControllerTarget] = NodeConnections(
+            lambda target: (target[1], target[2]),
+            lambda: ConnectSettings(f"broker-{broker_id}-to-controller", timeout_s,
+                                    ListenerSecurity(locator.inter_broker_ssl, locator.inter_broker_sasl)))
+        self._conn_target: ControllerTarget | None = None
         self._lock = asyncio.Lock()
 
     async def request(self, api_key: int, body: dict, version: int) -> object:
@@ -54,25 +61,14 @@ class ControllerChannel:
         if target is None:
             raise ConnectionError("no controller is known")
         async with self._lock:
-            if self._conn is None or self._conn.closed or self._conn_target != target:
+            if self._conn_target != target:
                 await self.close()
-                _, host, port = target
-                self._conn = await AsyncKafkaConnection.open(host, port, client_id=f"broker-{self.broker_id}-to-controller",
-                                                             timeout_s=self._timeout_s,
-                                                             ssl_context=self._locator.inter_broker_ssl,
-                                                             sasl=self._locator.inter_broker_sasl)
                 self._conn_target = target
-            conn = self._conn
-        try:
-            return await conn.request(api_key, body, version=version, timeout_s=self._timeout_s)
-        except (ConnectionError, OSError, asyncio.TimeoutError):
-            await self.close()
-            raise
+            await self._connections.get(target)
+        return await self._connections.request(target, api_key, body, version=version, timeout_s=self._timeout_s)
 
     async def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        await self._connections.close()
 
     async def controlled_shutdown(self) -> tuple[ErrorCode, list[TopicPartition]]:
         """Ask the controller to move this broker's leaderships away: (error, partitions still led here)."""

@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.connection import AsyncKafkaConnection
+from tieredlog.clients.node_clients import ConnectSettings, ListenerSecurity, NodeConnections
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
-from tieredlog.protocol.async_client import AsyncKafkaConnection
 from tieredlog.rate_limited_log import RateLimitedLog
 
 if TYPE_CHECKING:
@@ -138,7 +139,10 @@ class ReplicaFetcher:
         self._config = config
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
         self._wakeup = asyncio.Event()
-        self._conn: AsyncKafkaConnection | None = None
+        settings = ConnectSettings(f"{config.client_id_prefix}-{broker_id}", config.socket_timeout_ms / 1000,
+                                   ListenerSecurity(config.ssl_context, config.sasl))
+        self._connections: NodeConnections[int] = NodeConnections(
+            lambda _leader: endpoint, lambda: settings, describe=lambda b: f"broker {b}")
         self._task: asyncio.Task | None = None
         self._rebuilds: set[asyncio.Task] = set()
         self.requests = 0  # Fetch requests sent (Kafka's FetcherStats RequestsPerSec)
@@ -167,18 +171,10 @@ class ReplicaFetcher:
         return self.partitions.pop(tp, None) is not None
 
     async def _close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        await self._connections.close()
 
     async def _connection(self) -> AsyncKafkaConnection:
-        if self._conn is None or self._conn.closed:
-            host, port = self.endpoint
-            self._conn = await AsyncKafkaConnection.open(
-                host, port, client_id=f"{self._config.client_id_prefix}-{self.broker_id}",
-                timeout_s=self._config.socket_timeout_ms / 1000, ssl_context=self._config.ssl_context,
-                sasl=self._config.sasl)
-        return self._conn
+        return await self._connections.get(self.leader_id)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -7,7 +7,7 @@ produces to and fetches from each partition's leader over the Kafka protocol, as
 ``tieredlog.rlmm.topic.MetadataTopic``.
 
 - Every method blocks and is called from many worker threads at once (RLM copier, expiration and
-  reader threads, the RLMM loader). There is one ``KafkaClient`` per leader endpoint, each used under
+  reader threads, the RLMM loader). There is one ``BlockingNodeConnection`` per leader endpoint, each used under
   its own lock, so the requests to one broker go one at a time over one connection; a connection that
   fails is closed and opened again by the next request.
 - Leaders come from ``MetadataTopicRouting`` (the broker's metadata cache). A request answered
@@ -29,7 +29,6 @@ ListOffsets v7.
 from __future__ import annotations
 
 import logging
-import socket
 import ssl
 import threading
 import time
@@ -37,8 +36,10 @@ from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.node_clients import BlockingNodeConnection, ListenerSecurity
+from tieredlog.clients.routing import Retry, call_leader
+from tieredlog.clients.versions import format_address
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, PRODUCE
-from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch, iter_batches_records
 from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
@@ -94,37 +95,6 @@ class MetadataTopicError(Exception):
         self.error_code = error_code
 
 
-class _Retry:
-    """An attempt that should be made again (after the backoff, with the leader asked anew)."""
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-class _Connection:
-    __slots__ = ("endpoint", "lock", "client")
-
-    def __init__(self, endpoint: tuple[str, int]) -> None:
-        self.endpoint = endpoint
-        self.lock = threading.Lock()
-        self.client: KafkaClient | None = None
-
-    def drop(self) -> None:
-        client, self.client = self.client, None
-        if client is not None:
-            try:
-                client.close()
-            except OSError:
-                pass
-
-
-def _address(endpoint: tuple[str, int]) -> str:
-    host, port = endpoint
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class ReplicatedMetadataTopic:
     """``tieredlog.rlmm.topic.MetadataTopic`` over the Kafka protocol, as a client of each
     partition's leader (see the module docstring)."""
@@ -144,15 +114,14 @@ class ReplicatedMetadataTopic:
         """``ssl_context``: TLS to the leaders' listener (its protocol is SSL or SASL_SSL); ``sasl``: the
         login there (SASL_PLAINTEXT or SASL_SSL)."""
         self._routing = routing
-        self._ssl_context = ssl_context
-        self._sasl = sasl
+        self._security = ListenerSecurity(ssl_context, sasl)
         self._client_id = client_id
         self._request_timeout_s = request_timeout_s
         self._retry_backoff_s = retry_backoff_s
         self._end_offset_max_age_s = end_offset_max_age_s
         self._retention_ms = retention_ms
         self._lock = threading.Lock()  # guards the maps below
-        self._connections: dict[tuple[str, int], _Connection] = {}
+        self._connections: dict[tuple[str, int], BlockingNodeConnection] = {}
         self._ends: dict[int, tuple[int, float]] = {}  # partition -> (high watermark, monotonic time learned)
         self._reported: dict[tuple[int, str], int] = {}  # (partition, what) -> offset last logged
         self._closed = False
@@ -174,7 +143,7 @@ class ReplicatedMetadataTopic:
     def append(self, partition: int, value: bytes) -> int:
         batch = build_batch([(None, value)])
 
-        def attempt(endpoint: tuple[str, int], deadline: float) -> int | _Retry:
+        def attempt(endpoint: tuple[str, int], deadline: float) -> int | Retry:
             remaining = deadline - time.monotonic()
             # the broker gives up waiting for the ISR a little before we stop waiting for its answer
             wait_ms = max(int(remaining * 800), 1)
@@ -243,7 +212,7 @@ class ReplicatedMetadataTopic:
         if cached is not None and time.monotonic() - cached[1] < self._end_offset_max_age_s:
             return cached[0]
 
-        def attempt(endpoint: tuple[str, int], deadline: float) -> int | _Retry:
+        def attempt(endpoint: tuple[str, int], deadline: float) -> int | Retry:
             r = self._request(endpoint, LIST_OFFSETS, {
                 "replica_id": -1, "isolation_level": 0, "topics": [{"name": METADATA_TOPIC, "partitions": [
                     {"partition_index": partition, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}]}],
@@ -264,21 +233,8 @@ class ReplicatedMetadataTopic:
             connections = list(self._connections.values())
             self._connections.clear()
         for conn in connections:
-            if conn.lock.acquire(blocking=False):
-                try:
-                    conn.drop()
-                finally:
-                    conn.lock.release()
-            else:
-                # a request in flight: cut its socket under it (it fails, drops the client and sees
-                # the close) rather than wait for its answer
-                client = conn.client
-                sock = client.sock if client is not None else None
-                if sock is not None:
-                    try:
-                        sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
+            # a request in flight fails at once (its socket is cut under it) rather than wait for its answer
+            conn.close()
 
     # -- internals ----------------------------------------------------------------------------------
 
@@ -309,10 +265,10 @@ class ReplicatedMetadataTopic:
         return self._with_leader(partition, "fetch from", attempt)
 
     def _failed(self, what: str, partition: int, endpoint: tuple[str, int], code: ErrorCode,
-                message: str | None) -> _Retry:
-        reason = f"{_address(endpoint)} answered {code.name}" + (f" ({message})" if message else "")
+                message: str | None) -> Retry:
+        reason = f"{format_address(endpoint)} answered {code.name}" + (f" ({message})" if message else "")
         if code in RETRIABLE_ERRORS:
-            return _Retry(reason)
+            return Retry(reason)
         raise MetadataTopicError(f"{what} {METADATA_TOPIC}-{partition}: {reason}", code)
 
     def _learn_end(self, partition: int, hw: int) -> None:
@@ -327,40 +283,25 @@ class ReplicatedMetadataTopic:
             return True
 
     def _with_leader(self, partition: int, what: str,
-                     attempt: Callable[[tuple[str, int], float], T | _Retry]) -> T:
+                     attempt: Callable[[tuple[str, int], float], T | Retry]) -> T:
         """Run ``attempt(leader endpoint, deadline)`` until it gives an answer, asking the routing for
         the leader before each try; TimeoutError once request_timeout_s have passed."""
-        deadline = time.monotonic() + self._request_timeout_s
-        reason = "no leader known"
-        while True:
-            if self._closed:
-                raise RuntimeError(f"{METADATA_TOPIC} client {self._client_id} is closed")
-            endpoint = self._routing.leader_endpoint(partition)
-            if endpoint is None:
-                reason = "no leader known"
-            else:
-                try:
-                    result = attempt(endpoint, deadline)
-                except (OSError, KafkaProtocolError) as exc:  # TimeoutError is an OSError
-                    reason = f"{_address(endpoint)}: {exc!r}"
-                else:
-                    if not isinstance(result, _Retry):
-                        return result
-                    reason = result.reason
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"{what} {METADATA_TOPIC}-{partition}: gave up after "
-                                   f"{self._request_timeout_s:g} s: {reason}")
-            log.debug("%s %s-%d: %s; retrying", what, METADATA_TOPIC, partition, reason)
-            time.sleep(min(self._retry_backoff_s, remaining))
+        return call_leader(lambda: self._routing.leader_endpoint(partition), attempt,
+                           what=f"{what} {METADATA_TOPIC}-{partition}", timeout_s=self._request_timeout_s,
+                           backoff_s=self._retry_backoff_s, check_open=self._check_open)
 
-    def _connection(self, endpoint: tuple[str, int]) -> _Connection:
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{METADATA_TOPIC} client {self._client_id} is closed")
+
+    def _connection(self, endpoint: tuple[str, int]) -> BlockingNodeConnection:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{METADATA_TOPIC} client {self._client_id} is closed")
             conn = self._connections.get(endpoint)
             if conn is None:
-                conn = self._connections[endpoint] = _Connection(endpoint)
+                conn = self._connections[endpoint] = BlockingNodeConnection(
+                    endpoint, client_id=self._client_id, security=self._security)
             return conn
 
     def _request(self, endpoint: tuple[str, int], api_key: int, body: dict, version: int, deadline: float) -> Any:
@@ -370,23 +311,10 @@ class ReplicatedMetadataTopic:
         conn = self._connection(endpoint)
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not conn.lock.acquire(timeout=remaining):
-            raise TimeoutError(f"the connection to {_address(endpoint)} stayed busy")
+            raise TimeoutError(f"the connection to {format_address(endpoint)} stayed busy")
         try:
             if self._closed:
                 raise RuntimeError(f"{METADATA_TOPIC} client {self._client_id} is closed")
-            remaining = max(deadline - time.monotonic(), 0.001)
-            try:
-                client = conn.client
-                if client is None:
-                    client = KafkaClient(_address(endpoint), client_id=self._client_id, timeout=remaining,
-                                         ssl_context=self._ssl_context, sasl=self._sasl)
-                    conn.client = client
-                    client.connect()
-                elif client.sock is not None:
-                    client.sock.settimeout(remaining)
-                return client.request(api_key, body, version=version)
-            except BaseException:
-                conn.drop()
-                raise
+            return conn.request(api_key, body, version, max(deadline - time.monotonic(), 0.001))
         finally:
             conn.lock.release()

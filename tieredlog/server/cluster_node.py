@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tieredlog.clients.routing import inter_broker_endpoint
 from tieredlog.cluster import znodes
 from tieredlog.cluster.config_changes import notify_topic_config_change
 from tieredlog.cluster.membership import ZkClusterMembership
 from tieredlog.cluster.znodes import ReplicaAssignment, TopicAssignment
 from tieredlog.config import BrokerConfig
-from tieredlog.controller.channel import inter_broker_endpoint
 from tieredlog.errors import InvalidReplicationFactorError, TopicAlreadyExistsError
 from tieredlog.replication.metadata_cache import MetadataCache
 from tieredlog.security.sasl.client import SaslClientCredentials

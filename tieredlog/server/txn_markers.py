@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.node_clients import ConnectSettings, ListenerSecurity, NodeConnections
 from tieredlog.protocol.api import WRITE_TXN_MARKERS
-from tieredlog.protocol.async_client import AsyncKafkaConnection
 from tieredlog.server.txn_apis import write_markers_locally
 
 if TYPE_CHECKING:
@@ -40,45 +40,28 @@ class LocalMarkerWriter:
         pass
 
 
-class BrokerConnections:
-    """One connection per other broker, opened on first use and dropped when it fails (shared shape of
-    the coordinator's marker channel and the partition leaders' verification requests)."""
+def broker_connections(broker: Broker, purpose: str) -> NodeConnections[int]:
+    """One connection per other broker on the inter-broker listener, opened on first use and dropped
+    when it fails (the coordinator's marker channel, the partition leaders' verification requests)."""
 
-    def __init__(self, broker: Broker, purpose: str) -> None:
-        self._broker = broker
-        self._purpose = purpose
-        self._conns: dict[int, AsyncKafkaConnection] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+    def endpoint_of(broker_id: int) -> tuple[str, int] | None:
+        node = broker.cluster_node
+        assert node is not None
+        return node.inter_broker_endpoint(broker_id)
 
-    async def get(self, broker_id: int, timeout_s: float) -> AsyncKafkaConnection:
-        lock = self._locks.setdefault(broker_id, asyncio.Lock())
-        async with lock:
-            conn = self._conns.get(broker_id)
-            if conn is None or conn.closed:
-                node = self._broker.cluster_node
-                assert node is not None
-                ep = node.inter_broker_endpoint(broker_id)
-                if ep is None:
-                    raise ConnectionError(f"broker {broker_id} has no known endpoint")
-                conn = self._conns[broker_id] = await AsyncKafkaConnection.open(
-                    ep[0], ep[1], client_id=f"broker-{self._broker.node_id}-{self._purpose}", timeout_s=timeout_s,
-                    ssl_context=node.inter_broker_ssl, sasl=node.inter_broker_sasl)
-            return conn
+    def settings() -> ConnectSettings:
+        node = broker.cluster_node
+        assert node is not None
+        return ConnectSettings(f"broker-{broker.node_id}-{purpose}", broker.config["request.timeout.ms"] / 1000,
+                               ListenerSecurity(node.inter_broker_ssl, node.inter_broker_sasl))
 
-    async def drop(self, broker_id: int) -> None:
-        conn = self._conns.pop(broker_id, None)
-        if conn is not None:
-            await conn.close()
-
-    async def close(self) -> None:
-        for broker_id in list(self._conns):
-            await self.drop(broker_id)
+    return NodeConnections(endpoint_of, settings, describe=lambda b: f"broker {b}")
 
 
 class ClusterMarkerWriter:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self._connections = BrokerConnections(broker, "txn-markers")
+        self._connections = broker_connections(broker, "txn-markers")
 
     async def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
                             partitions: set[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
@@ -115,11 +98,10 @@ class ClusterMarkerWriter:
                              "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}]}
         timeout_s = self._broker.config["request.timeout.ms"] / 1000
         try:
-            conn = await self._connections.get(leader, timeout_s)
-            resp = await conn.request(WRITE_TXN_MARKERS, body, version=1, timeout_s=timeout_s)
+            # a connection that fails is dropped; the next markers to this broker open another
+            resp = await self._connections.request(leader, WRITE_TXN_MARKERS, body, version=1, timeout_s=timeout_s)
         except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
             log.warning("WriteTxnMarkers to broker %d failed: %s", leader, exc)
-            await self._connections.drop(leader)
             return {tp: ErrorCode.coordinator_not_available for tp in partitions}
         result = {tp: ErrorCode.request_timed_out for tp in partitions}
         for m in resp.markers:

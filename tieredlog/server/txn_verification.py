@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.coordinator.transaction.coordinator import TRANSACTION_STATE_TOPIC
 from tieredlog.protocol.api import ADD_PARTITIONS_TO_TXN
-from tieredlog.protocol.client import KafkaProtocolError
 from tieredlog.server.txn_apis import FIRST_BROKER_VERSION
-from tieredlog.server.txn_markers import BrokerConnections
+from tieredlog.server.txn_markers import broker_connections
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -98,7 +98,7 @@ def _fail(v: _Verification, code: ErrorCode) -> None:
 class AddPartitionsToTxnManager:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self._connections = BrokerConnections(broker, "txn-verification")
+        self._connections = broker_connections(broker, "txn-verification")
         self._queued: dict[int, dict[str, _Verification]] = {}  # coordinator's broker -> transactional id -> ...
         self._senders: dict[int, asyncio.Task] = {}
 

@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import METADATA
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.tools.command_config import same_as
 
 # How long a tool keeps looking for a controller that answers (an election after the controller

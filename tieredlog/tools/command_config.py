@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import ssl
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.config import read_properties
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.security import scram
 from tieredlog.security.jaas import JaasConfigError, parse_single_module
 from tieredlog.security.sasl.client import SaslClientCredentials

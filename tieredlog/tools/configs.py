@@ -24,9 +24,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
 from tieredlog.config import read_properties
 from tieredlog.protocol.api import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
-from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.security.sasl.client import SaslClientError
 from tieredlog.tools import add_version_argument, command_config, run_tool, users
 from tieredlog.tools.cluster_admin import AdminCommandFailed, describe_cluster, exception_text

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import (
     CONSUMER_GROUP_DESCRIBE,
@@ -39,7 +40,6 @@ from tieredlog.protocol.api import (
     OFFSET_DELETE,
     OFFSET_FETCH,
 )
-from tieredlog.protocol.client import KafkaProtocolError
 from tieredlog.tools import command_config, run_against_broker
 from tieredlog.tools.cluster_admin import Node, exception_name
 from tieredlog.tools.transaction_admin import AdminApiError, CoordinatorType, TransactionsAdmin

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable, TypeVar
 
-from tieredlog.protocol.client import KafkaProtocolError
+from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.records.errors import CorruptRecordError
 from tieredlog.records.record import read_uvarint
 

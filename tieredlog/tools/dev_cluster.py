@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tieredlog.protocol.client import KafkaClient
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.tools.cluster_admin import describe_cluster
 from tieredlog.tools.zookeeper_server import ZooKeeperNotAvailable, ZooKeeperServer, die_with_parent
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
 from tieredlog.protocol.api import ELECT_LEADERS
-from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.tools import command_config, run_tool
 from tieredlog.tools.cluster_admin import AdminCommandFailed, controller_request, exception_text, tp_name
 

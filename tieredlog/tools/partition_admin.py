@@ -1,7 +1,7 @@
 """What the console producer and consumer, `get-offsets`, `log-dirs` and `topics describe` ask of each
 partition's leader: ListOffsets, Produce, Fetch and DescribeLogDirs, routed as Kafka's clients route
 them (the leader Metadata names, asked again when it moved), over the blocking client of
-tieredlog.protocol.client with ``--command-config``'s security on every connection.
+tieredlog.clients.blocking with ``--command-config``'s security on every connection.
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
 from tieredlog.controller.placement import AdminOperationError, RackAwareMode, assign_replicas
 from tieredlog.errors import KafkaError
 from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS
-from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.tools import command_config, run_tool
 from tieredlog.tools.cluster_admin import (
     AdminCommandFailed,

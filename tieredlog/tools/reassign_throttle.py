@@ -17,8 +17,8 @@ from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import INCREMENTAL_ALTER_CONFIGS
-from tieredlog.protocol.client import KafkaClient
 from tieredlog.tools.cluster_admin import AdminCommandFailed, describe_cluster, exception_text
 from tieredlog.tools.command_config import same_as
 

@@ -11,7 +11,7 @@
 `--unavailable-partitions`). For a topic with remote.storage.enable=true each partition line goes on
 with where its records are: the remote and local offset ranges and their sizes (topic_tiers).
 
-Speaks the Kafka protocol like any admin client (tieredlog.protocol.client), so it works against any
+Speaks the Kafka protocol like any admin client (tieredlog.clients.blocking), so it works against any
 Kafka-compatible broker.
 """
 
@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
 from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.log.types import TopicPartition as TopicPartitionKey
 from tieredlog.protocol.api import (
@@ -35,7 +36,6 @@ from tieredlog.protocol.api import (
     LIST_PARTITION_REASSIGNMENTS,
     METADATA,
 )
-from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.rsm.api import TopicIdPartition
 from tieredlog.tools import add_version_argument, command_config, run_against_broker
 from tieredlog.tools.cluster_admin import AdminCommandFailed, PartitionInfo, controller_request, describe_cluster

@@ -1,6 +1,6 @@
 """What `tieredlog transactions` asks of a cluster, the way Kafka's Admin client asks it (KIP-664):
 describeProducers, listTransactions, describeTransactions and abortTransaction, over the blocking
-client of tieredlog.protocol.client, so it works against any Kafka-compatible cluster.
+client of tieredlog.clients.blocking, so it works against any Kafka-compatible cluster.
 
 Routing as Kafka's admin handlers do it:
 
@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import (
     DESCRIBE_PRODUCERS,
@@ -36,7 +37,6 @@ from tieredlog.protocol.api import (
     WRITE_TXN_MARKERS,
     api_name,
 )
-from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.protocol.codec import encode_request
 from tieredlog.tools.cluster_admin import ClusterView, Node, describe_cluster, exception_message
 from tieredlog.tools.command_config import ClientSettings

@@ -24,8 +24,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
 from tieredlog.protocol.api import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
-from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
 from tieredlog.security import scram
 from tieredlog.security.sasl.client import SaslClientError
 from tieredlog.tools import command_config, run_tool

@@ -1,21 +1,14 @@
-"""The client side of SASL over Kafka's protocol: SaslHandshake v1, then SaslAuthenticate until the
-mechanism is done (KIP-152). Used by a broker's own connections to other brokers (the inter-broker
-listener) and by the tools.
-
-The exchange is written once as a generator of requests; ``authenticate_blocking`` drives it over
-the blocking ``KafkaClient``, ``authenticate_async`` over ``AsyncKafkaConnection``.
+"""The client side of the SASL mechanisms: the credentials, and the tokens PLAIN and SCRAM send in
+answer to the broker's challenges. No I/O and no protocol: ``tieredlog.clients.sasl`` carries the
+tokens in SaslHandshake / SaslAuthenticate requests.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generator
 
-from tieredlog.protocol.api import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from tieredlog.security import scram
 from tieredlog.security.sasl.mechanisms import PLAIN
-
-HANDSHAKE_VERSION = 1  # v1: the tokens travel in SaslAuthenticate requests
 
 
 class SaslClientError(ConnectionError):
@@ -31,7 +24,7 @@ class SaslClientCredentials:
     password: str = field(repr=False)
 
 
-class _PlainClient:
+class PlainClient:
     def __init__(self, creds: SaslClientCredentials) -> None:
         self._creds = creds
         self._sent = False
@@ -44,7 +37,7 @@ class _PlainClient:
         return None
 
 
-class _ScramClient:
+class ScramClient:
     def __init__(self, creds: SaslClientCredentials) -> None:
         self._scram = scram.ScramClient(scram.MECHANISMS[creds.mechanism], creds.username, creds.password)
         self._step = 0
@@ -63,55 +56,11 @@ class _ScramClient:
         return None
 
 
-def _mechanism_client(creds: SaslClientCredentials) -> _PlainClient | _ScramClient:
+def mechanism_client(creds: SaslClientCredentials) -> PlainClient | ScramClient:
+    """The client of ``creds.mechanism``: ``initial()`` is the first token, ``respond(challenge)`` the
+    next one (None: done); SaslClientError when the mechanism is unknown or the server's answer is wrong."""
     if creds.mechanism == PLAIN:
-        return _PlainClient(creds)
+        return PlainClient(creds)
     if creds.mechanism in scram.MECHANISMS:
-        return _ScramClient(creds)
+        return ScramClient(creds)
     raise SaslClientError(f"SASL mechanism {creds.mechanism} is not supported by this client")
-
-
-Step = tuple[int, dict[str, Any], int]
-
-
-def exchange(creds: SaslClientCredentials, versions: dict[int, tuple[int, int]]) -> Generator[Step, Any, None]:
-    """Yields (api key, body, version) for each request; is sent each response; returns once the
-    broker accepted the credentials, raises SaslClientError when it did not."""
-    handshake = versions.get(SASL_HANDSHAKE)
-    authenticate = versions.get(SASL_AUTHENTICATE)
-    if handshake is None or handshake[1] < HANDSHAKE_VERSION or authenticate is None:
-        raise SaslClientError("the broker does not serve SaslHandshake v1 and SaslAuthenticate")
-    client = _mechanism_client(creds)
-    resp = yield SASL_HANDSHAKE, {"mechanism": creds.mechanism}, HANDSHAKE_VERSION
-    if int(resp.error_code) != 0:
-        raise SaslClientError(f"Client SASL mechanism '{creds.mechanism}' not enabled in the server, enabled "
-                              f"mechanisms are [{', '.join(resp.mechanisms)}]")
-    version = min(authenticate[1], 2)
-    token: bytes | None = client.initial()
-    while token is not None:
-        resp = yield SASL_AUTHENTICATE, {"auth_bytes": token}, version
-        if int(resp.error_code) != 0:
-            raise SaslClientError(resp.error_message or f"SASL authentication failed (error {int(resp.error_code)})")
-        token = client.respond(bytes(resp.auth_bytes))
-
-
-def authenticate_blocking(request: Callable[[int, dict[str, Any], int], Any], creds: SaslClientCredentials,
-                          versions: dict[int, tuple[int, int]]) -> None:
-    steps = exchange(creds, versions)
-    try:
-        step = next(steps)
-        while True:
-            step = steps.send(request(*step))
-    except StopIteration:
-        return
-
-
-async def authenticate_async(request: Callable[[int, dict[str, Any], int], Awaitable[Any]],
-                             creds: SaslClientCredentials, versions: dict[int, tuple[int, int]]) -> None:
-    steps = exchange(creds, versions)
-    try:
-        step = next(steps)
-        while True:
-            step = steps.send(await request(*step))
-    except StopIteration:
-        return

@@ -14,36 +14,16 @@ import ssl
 import struct
 from typing import Any
 
+from tieredlog.clients.errors import KafkaProtocolError
+from tieredlog.clients.sasl import authenticate_blocking
+from tieredlog.clients.versions import highest_local_version, parse_bootstrap
 from tieredlog.protocol.api import API_VERSIONS
 from tieredlog.protocol.codec import decode_response, encode_request
-from tieredlog.protocol.schemas import load_request_schema
-from tieredlog.security.sasl.client import SaslClientCredentials, authenticate_blocking
+from tieredlog.security.sasl.client import SaslClientCredentials
+
+__all__ = ["KafkaClient", "KafkaProtocolError", "parse_bootstrap"]
 
 _I32 = struct.Struct(">i")
-
-
-class KafkaProtocolError(Exception):
-    pass
-
-
-def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
-    first = bootstrap.split(",")[0].strip()
-    if "://" in first:
-        first = first.split("://", 1)[1]
-    host, _, port = first.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-def _kio_max(api_key: int, hi: int) -> int | None:
-    for v in range(hi, -1, -1):
-        try:
-            load_request_schema(api_key, v)
-            return v
-        except Exception:  # noqa: BLE001 - kio raises UnknownEntity for versions it lacks
-            continue
-    return None
 
 
 class KafkaClient:
@@ -99,7 +79,7 @@ class KafkaClient:
         rng = self.versions.get(api_key)
         if rng is None:
             raise KafkaProtocolError(f"broker does not serve API key {api_key}")
-        v = _kio_max(api_key, rng[1])
+        v = highest_local_version(api_key, rng[1])
         if v is None or v < rng[0]:
             raise KafkaProtocolError(f"no common version for API key {api_key}")
         return v

@@ -26,21 +26,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from tieredlog import __version__
+from tieredlog.clients.errors import InvalidReceive, KafkaProtocolError
+from tieredlog.clients.sasl import authenticate_async
+from tieredlog.clients.versions import highest_local_version
 from tieredlog.protocol.api import API_VERSIONS, api_name
-from tieredlog.protocol.client import KafkaProtocolError, _kio_max
 from tieredlog.protocol.codec import decode_response, encode_request
 from tieredlog.protocol.guard import entity_checker
 from tieredlog.protocol.schemas import load_response_schema
-from tieredlog.security.sasl.client import SaslClientCredentials, authenticate_async
+from tieredlog.security.sasl.client import SaslClientCredentials
+
+__all__ = ["AsyncKafkaConnection", "InvalidReceive", "KafkaProtocolError"]
 
 _I32 = struct.Struct(">i")
 
 # socket.request.max.bytes's default: no response a tieredlog broker sends to a peer comes near it
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
-
-
-class InvalidReceive(ConnectionError):
-    """A frame the connection cannot accept (too large, or answering no request): it is closed."""
 
 
 @dataclass(slots=True)
@@ -134,7 +134,7 @@ class AsyncKafkaConnection:
         if rng is None:
             raise KafkaProtocolError(f"{self.host}:{self.port} does not serve {api_name(api_key)}")
         if api_key not in self._common_versions:
-            self._common_versions[api_key] = _kio_max(api_key, rng[1])
+            self._common_versions[api_key] = highest_local_version(api_key, rng[1])
         v = self._common_versions[api_key]
         if v is None or v < rng[0]:
             raise KafkaProtocolError(f"no common version of {api_name(api_key)} with {self.host}:{self.port}")
