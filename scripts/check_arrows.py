@@ -40,8 +40,6 @@ MAP_END = "<!-- /arrows -->"
 # names what removes it; the check fails once the import is gone, so the entry goes with it.
 KNOWN_DEBT: dict[tuple[str, str], str] = {
     # clients/: the blocking and async clients leave protocol/, so protocol stops importing SASL
-    ("tieredlog.protocol.client", "tieredlog.security.sasl.client"): "clients/ takes the blocking client",
-    ("tieredlog.protocol.async_client", "tieredlog.security.sasl.client"): "clients/ takes the async client",
     # clients/: config validates with security's parsers; security's split ends the config<->security cycle
     ("tieredlog.config", "tieredlog.security.ssl_principal"): "security split: no config<->security cycle",
     ("tieredlog.config", "tieredlog.security.authorizer"): "security split: no config<->security cycle",
