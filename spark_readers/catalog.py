@@ -46,8 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from tieredlog.log.checkpoints import CorruptCheckpointError, parse_leader_epoch_checkpoint
-from tieredlog.rlm.lineage import filtered_epochs, segment_epoch_bounds, segment_leader_epochs
+from tieredlog.formats.checkpoints import CorruptCheckpointError, parse_leader_epoch_checkpoint
+from tieredlog.formats.lineage import filtered_epochs, segment_epoch_bounds, segment_leader_epochs
 from tieredlog.rsm.api import (
     IndexType,
     RemoteLogSegmentId,
@@ -232,8 +232,7 @@ def lineage_from_checkpoint(segment: Segment, data: bytes) -> Lineage:
     md = segment.metadata
     # The copier ships the entries below the segment's next offset; later ones would describe records
     # no tiered copy is known to hold on this history.
-    entries = [(e.epoch, e.start_offset) for e in parse_leader_epoch_checkpoint(data, source)
-               if e.start_offset <= md.end_offset]
+    entries = [(e, o) for e, o in parse_leader_epoch_checkpoint(data, source) if o <= md.end_offset]
     if not entries:
         raise CorruptCheckpointError(source, None, "no epoch starts at or below the segment's end")
     if any(e < 0 or o < 0 for e, o in entries) or any(

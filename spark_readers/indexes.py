@@ -13,7 +13,8 @@ tail of a file that was not) end the index instead of being trusted.
 
 from __future__ import annotations
 
-from tieredlog.log.index import OFFSET_ENTRY, TIME_ENTRY, AbortedTxn, decode_txn_entries
+from tieredlog.formats.index import OFFSET_ENTRY, TIME_ENTRY
+from tieredlog.formats.txn_index import AbortedTxn, decode_txn_entries
 from tieredlog.rsm.api import IndexType, RemoteLogSegmentMetadata
 from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
 

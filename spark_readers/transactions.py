@@ -24,8 +24,9 @@ from typing import Sequence
 
 from spark_readers.catalog import SegmentSlice
 from spark_readers.indexes import txn_index_entries
-from tieredlog.log.index import AbortedTxn, CorruptIndexError, collect_aborted_across
-from tieredlog.log.producer_state import CorruptSnapshotError, decode_snapshot
+from tieredlog.formats.index import CorruptIndexError
+from tieredlog.formats.producer_snapshot import NO_TXN_FIRST_OFFSET, CorruptSnapshotError, decode_producer_snapshot
+from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across
 from tieredlog.rsm.api import IndexType, RemoteResourceNotFoundException
 from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
 
@@ -79,7 +80,7 @@ def stable_end(rsm: ObjectStoreRemoteStorageManager, slices: Sequence[SegmentSli
                                "its producer snapshot does not say which transactions are open there")
     try:
         with rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) as stream:
-            producers = decode_snapshot(stream.read())
+            producers = decode_producer_snapshot(stream.read())
     except RemoteResourceNotFoundException:
         raise TransactionError(f"{_object(last)} has no producer snapshot: the transactions open at the end of "
                                "the tiered part are unknown (kafka.isolation.level=read_uncommitted reads it)") from None
@@ -87,7 +88,7 @@ def stable_end(rsm: ObjectStoreRemoteStorageManager, slices: Sequence[SegmentSli
         raise TransactionError(f"the producer snapshot of {_object(last)} is corrupt: {exc}") from None
     except Exception as exc:
         raise TransactionError(f"cannot read the producer snapshot of {_object(last)}: {exc}") from None
-    open_firsts = [p.current_txn_first_offset for p in producers if p.current_txn_first_offset is not None]
+    open_firsts = [p.current_txn_first_offset for p in producers if p.current_txn_first_offset != NO_TXN_FIRST_OFFSET]
     return min([end, *open_firsts])
 
 

@@ -5,9 +5,9 @@ import crc32c
 import pytest
 
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
+from tieredlog.formats.producer_snapshot import CorruptSnapshotError
 from tieredlog.log.producer_state import (
     CompletedTxn,
-    CorruptSnapshotError,
     DuplicateBatch,
     ProducerStateManager,
     decode_snapshot,

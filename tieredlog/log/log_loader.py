@@ -11,7 +11,8 @@ import logging
 import os
 from dataclasses import dataclass
 
-from tieredlog.log.index import AbortedTxn, CorruptIndexError
+from tieredlog.formats.index import CorruptIndexError
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.local_log import LocalLog
 from tieredlog.log.producer_state import ProducerStateManager, read_control_record

@@ -16,14 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, NamedTuple, Sequence
 
-from tieredlog.log.index import (
-    INT32_MAX,
-    NO_TIMESTAMP,
-    CorruptIndexError,
-    OffsetIndex,
-    TimeIndex,
-    TransactionIndex,
-)
+from tieredlog.formats.index import NO_TIMESTAMP, CorruptIndexError
+from tieredlog.log.index import INT32_MAX, OffsetIndex, TimeIndex, TransactionIndex
 from tieredlog.records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, peek_size, read_header, validate_batch
 from tieredlog.records.errors import RecordError
 

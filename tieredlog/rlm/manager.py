@@ -35,7 +35,7 @@ from tieredlog.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from tieredlog.log.index import AbortedTxn
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.types import FetchDataInfo, TopicPartition
 from tieredlog.rlm.aborted_txns import RemoteAbortedTxns, in_range
 from tieredlog.rlm.config import RemoteLogManagerConfig

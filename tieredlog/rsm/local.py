@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Mapping
 
 from tieredlog.atomic_file import atomic_copy, fsync_dir
+from tieredlog.formats.manifest import MAX_MANIFEST_BYTES
 from tieredlog.rsm import keys
 from tieredlog.rsm.api import (
     CustomMetadata,
@@ -41,7 +42,7 @@ from tieredlog.rsm.api import (
     TopicIdPartition,
 )
 from tieredlog.rsm.keys import uuid_from_base64, uuid_to_base64  # noqa: F401 - tools import them from here
-from tieredlog.rsm.objectstore import MAX_MANIFEST_BYTES, build_manifest, check_positions, config_int, parse_manifest
+from tieredlog.rsm.objectstore import build_manifest, check_positions, config_int, parse_manifest
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer

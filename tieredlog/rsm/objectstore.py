@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 import enum
 import io
-import json
 import logging
 from pathlib import Path
 from typing import (
@@ -27,6 +26,7 @@ from typing import (
     overload,
 )
 
+from tieredlog.formats.manifest import MAX_MANIFEST_BYTES, ManifestError, decode_manifest, encode_manifest
 from tieredlog.rsm.api import (
     CustomMetadata,
     IndexType,
@@ -55,10 +55,6 @@ if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
-
-MANIFEST_VERSION = 1
-# A manifest is about 1 KiB; anything this big is not one.
-MAX_MANIFEST_BYTES = 1 << 20
 
 
 class RemoteStorageConfigError(RemoteStorageException, ValueError):
@@ -164,40 +160,33 @@ class ConfigReader:
 
 
 def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str, int]) -> bytes:
-    """The commit marker: everything a broker-less reader needs to use the segment's objects. The
-    schema is the one ``LocalTieredStorage`` writes (``object_sizes`` maps suffix -> bytes)."""
+    """The commit marker (:mod:`tieredlog.formats.manifest`) of a segment whose objects have these
+    sizes (suffix -> bytes)."""
     tp = metadata.topic_id_partition
-    stem = segment_stem(metadata)
-    body = {
-        "version": MANIFEST_VERSION,
-        "topic": tp.topic,
-        "topic_id": uuid_to_base64(tp.topic_id),
-        "partition": tp.partition,
-        "segment_id": uuid_to_base64(metadata.remote_log_segment_id.id),
-        "start_offset": metadata.start_offset,
-        "end_offset": metadata.end_offset,
-        "max_timestamp_ms": metadata.max_timestamp_ms,
-        "broker_id": metadata.broker_id,
-        "event_timestamp_ms": metadata.event_timestamp_ms,
-        "segment_size_in_bytes": metadata.segment_size_in_bytes,
-        "segment_leader_epochs": [[e, o] for e, o in sorted(metadata.segment_leader_epochs.items())],
-        "tx_index_present": INDEX_SUFFIXES[IndexType.TRANSACTION] in object_sizes,
-        "files": {suffix: {"name": f"{stem}.{suffix}", "size": size} for suffix, size in object_sizes.items()},
-    }
-    return json.dumps(body, sort_keys=True).encode()
+    return encode_manifest(
+        topic=tp.topic,
+        topic_id=uuid_to_base64(tp.topic_id),
+        partition=tp.partition,
+        segment_id=uuid_to_base64(metadata.remote_log_segment_id.id),
+        start_offset=metadata.start_offset,
+        end_offset=metadata.end_offset,
+        max_timestamp_ms=metadata.max_timestamp_ms,
+        broker_id=metadata.broker_id,
+        event_timestamp_ms=metadata.event_timestamp_ms,
+        segment_size_in_bytes=metadata.segment_size_in_bytes,
+        segment_leader_epochs=metadata.segment_leader_epochs,
+        tx_index_present=INDEX_SUFFIXES[IndexType.TRANSACTION] in object_sizes,
+        stem=segment_stem(metadata),
+        object_sizes=object_sizes,
+    )
 
 
 def parse_manifest(data: bytes) -> dict[str, Any]:
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise RemoteStorageException(f"segment manifest is over {MAX_MANIFEST_BYTES} bytes")
+    """The manifest's body; RemoteStorageException for bytes that are not one."""
     try:
-        body = json.loads(data)
-    except (ValueError, RecursionError) as exc:  # deep nesting is a RecursionError
-        raise RemoteStorageException(f"segment manifest is not JSON: {exc}") from None
-    if not isinstance(body, dict) or body.get("version") != MANIFEST_VERSION:
-        raise RemoteStorageException(f"unsupported segment manifest version {body.get('version')!r}"
-                                     if isinstance(body, dict) else "segment manifest is not an object")
-    return body
+        return decode_manifest(data)
+    except ManifestError as exc:
+        raise RemoteStorageException(str(exc)) from None
 
 
 def check_positions(start_position: int, end_position: int | None) -> None:

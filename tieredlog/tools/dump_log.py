@@ -24,8 +24,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
-from tieredlog.log.index import OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY
-from tieredlog.log.producer_state import CorruptSnapshotError, decode_snapshot
+from tieredlog.formats.index import OFFSET_ENTRY, TIME_ENTRY
+from tieredlog.formats.producer_snapshot import CorruptSnapshotError
+from tieredlog.formats.txn_index import TXN_ENTRY
+from tieredlog.log.producer_state import decode_snapshot
 from tieredlog.records.batch import (
     COMPRESSION_NAMES,
     HEADER_SIZE,
