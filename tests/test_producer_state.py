@@ -6,6 +6,7 @@ import pytest
 
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
 from tieredlog.formats.producer_snapshot import CorruptSnapshotError
+from tieredlog.formats.varint import encode_varint
 from tieredlog.log.producer_state import (
     CompletedTxn,
     DuplicateBatch,
@@ -14,7 +15,7 @@ from tieredlog.log.producer_state import (
     read_control_record,
 )
 from tieredlog.records.batch import BatchHeader
-from tieredlog.records.record import ControlRecord, build_control_batch, encode_varint
+from tieredlog.records.record import ControlRecord, build_control_batch
 
 INT32_MAX = 2**31 - 1
 

@@ -11,6 +11,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from tieredlog.formats.errors import RecordError
 from tieredlog.formats.index import CorruptIndexError
 from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
@@ -29,7 +30,6 @@ from tieredlog.log.segment import (
 )
 from tieredlog.log.types import EpochEntry
 from tieredlog.records.batch import HEADER_SIZE, BatchHeader, peek_size, read_header, validate_batch
-from tieredlog.records.errors import RecordError
 from tieredlog.records.record import ControlRecord
 
 log = logging.getLogger(__name__)

@@ -31,6 +31,7 @@ from tieredlog.errors import (
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
+from tieredlog.formats.errors import CorruptRecordError
 from tieredlog.formats.producer_snapshot import (
     NO_TXN_FIRST_OFFSET,
     CorruptSnapshotError,
@@ -38,10 +39,11 @@ from tieredlog.formats.producer_snapshot import (
     decode_producer_snapshot,
     encode_producer_snapshot,
 )
+from tieredlog.formats.record_walk import key_length_position
+from tieredlog.formats.varint import read_varint
 from tieredlog.log.segment import SNAPSHOT_SUFFIX, filename_prefix
 from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, BytesLike, peek_size
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import CONTROL_ABORT, ControlRecord, read_varint
+from tieredlog.records.record import CONTROL_ABORT, ControlRecord
 
 log = logging.getLogger(__name__)
 
@@ -195,10 +197,7 @@ def read_control_record(buf: BytesLike, pos: int = 0) -> ControlRecord:
         view = memoryview(buf)[:end]
         p = pos + HEADER_SIZE
         _, p = read_varint(view, p)  # record length
-        p += 1  # attributes
-        _, p = read_varint(view, p)  # timestamp delta
-        _, p = read_varint(view, p)  # offset delta
-        key_len, p = read_varint(view, p)
+        key_len, p = read_varint(view, key_length_position(view, p))
         if key_len < 4 or p + key_len > end:
             raise ValueError(f"control record key of {key_len} bytes at byte {p}")
         version, control_type = struct.unpack_from(">hh", view, p)
@@ -207,7 +206,7 @@ def read_control_record(buf: BytesLike, pos: int = 0) -> ControlRecord:
         if value_len > end - p:
             raise ValueError(f"control record value of {value_len} bytes at byte {p}")
         coordinator_epoch = struct.unpack_from(">i", view, p + 2)[0] if value_len >= 6 else None
-    except (struct.error, CorruptRecordError) as e:
+    except (struct.error, IndexError, CorruptRecordError) as e:
         raise ValueError(f"truncated control record in batch at byte {pos}: {e}") from None
     return ControlRecord(version, control_type, coordinator_epoch)
 

@@ -37,9 +37,9 @@ from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.formats.errors import RecordError
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, PRODUCE
 from tieredlog.protocol.client import KafkaClient, KafkaProtocolError
-from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch, iter_batches_records
 from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
 from tieredlog.rlmm.topic import METADATA_TOPIC

@@ -17,6 +17,7 @@ from concurrent.futures import CancelledError, Future
 from typing import Callable, NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
+from tieredlog.formats.errors import CorruptRecordError
 from tieredlog.formats.index import CorruptIndexError
 from tieredlog.formats.lineage import (
     as_pairs,
@@ -33,7 +34,6 @@ from tieredlog.records.batch import (
     peek_size,
     read_header,
 )
-from tieredlog.records.errors import CorruptRecordError
 from tieredlog.records.record import record_at_or_after  # decompresses: only for timestamp lookups
 from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle

@@ -10,9 +10,9 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable, TypeVar
 
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.varint import read_uvarint
 from tieredlog.protocol.client import KafkaProtocolError
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_uvarint
 
 T = TypeVar("T")
 

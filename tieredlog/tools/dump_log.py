@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TextIO
 
+from tieredlog.formats.errors import RecordError
 from tieredlog.formats.index import OFFSET_ENTRY, TIME_ENTRY
 from tieredlog.formats.producer_snapshot import CorruptSnapshotError
 from tieredlog.formats.txn_index import TXN_ENTRY
@@ -37,7 +38,6 @@ from tieredlog.records.batch import (
     compute_crc,
     read_header,
 )
-from tieredlog.records.errors import RecordError
 from tieredlog.records.legacy import iter_legacy_messages
 from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, decode_batch, parse_control_record
 from tieredlog.tools import run_tool
