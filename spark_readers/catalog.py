@@ -50,6 +50,7 @@ from tieredlog.formats.checkpoints import CorruptCheckpointError, parse_leader_e
 from tieredlog.formats.lineage import filtered_epochs, segment_epoch_bounds, segment_leader_epochs
 from tieredlog.rsm.api import (
     IndexType,
+    ListableRemoteStorageManager,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -57,7 +58,6 @@ from tieredlog.rsm.api import (
     TopicIdPartition,
 )
 from tieredlog.rsm.keys import INDEX_SUFFIXES, MANIFEST_SUFFIX, InvalidKeyError, SegmentObjectKey, uuid_from_base64
-from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def segment_from_manifest(key: SegmentObjectKey, manifest: Mapping[str, Any]) ->
 class Catalog:
     """Committed segments of one topic's partitions, read from the manifests under the RSM's prefix."""
 
-    def __init__(self, rsm: ObjectStoreRemoteStorageManager) -> None:
+    def __init__(self, rsm: ListableRemoteStorageManager) -> None:
         self.rsm = rsm
 
     def topics(self) -> list[str]:

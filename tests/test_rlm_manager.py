@@ -323,10 +323,15 @@ def test_remote_storage_disabled_deletes_remote_segments_without_a_partition_del
     rlm.on_remote_storage_disabled([TP])
     assert TP not in rlm._leaders  # the copy and expiration tasks are gone
     deadline = time.monotonic() + 30  # a wait for the background task, not a performance bound
-    while list(rsm.iter_segment_files()) and time.monotonic() < deadline:
+
+    def deleted() -> list[int]:
+        return sorted(e.start_offset for e in events if e.type == "DELETE_SEGMENT")
+
+    # the event of a segment follows the removal of its files: wait for both
+    while (list(rsm.iter_segment_files()) or len(deleted()) < len(copied)) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert list(rsm.iter_segment_files()) == []
-    assert sorted(e.start_offset for e in events if e.type == "DELETE_SEGMENT") == [m.start_offset for m in copied]
+    assert deleted() == [m.start_offset for m in copied]
     assert finished(rlmm, state.tip) == []
     # the partition itself is not marked deleted: tiering it again later must work
     assert rlm.pending_deletes.read() == []

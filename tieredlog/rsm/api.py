@@ -12,7 +12,10 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Mapping, Self
+from typing import TYPE_CHECKING, Any, BinaryIO, Mapping, Self
+
+if TYPE_CHECKING:
+    from tieredlog.rsm.keys import SegmentObjectKey
 
 
 class RemoteStorageException(Exception):
@@ -169,6 +172,14 @@ class LogSegmentData:
     leader_epoch_index: bytes
 
 
+def check_positions(start_position: int, end_position: int | None) -> None:
+    """The positions rule of :meth:`RemoteStorageManager.fetch_log_segment`: ValueError otherwise."""
+    if start_position < 0:
+        raise ValueError(f"start_position {start_position} must be >= 0")
+    if end_position is not None and end_position < start_position:
+        raise ValueError(f"end_position {end_position} must be >= start_position {start_position}")
+
+
 class RemoteStorageManager(abc.ABC):
     """Stores and serves the data of rolled log segments. Implementations must be thread safe:
     the broker calls them from its copier, expiration and reader pools at once."""
@@ -210,3 +221,22 @@ class RemoteStorageManager(abc.ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class ListableRemoteStorageManager(RemoteStorageManager):
+    """A RemoteStorageManager that can also say what it holds, for readers without a broker (the Spark
+    reader, ``tieredlog remote``). Objects are named as :mod:`tieredlog.rsm.keys` lays them out, and a
+    segment is committed once its manifest (:mod:`tieredlog.formats.manifest`, written last) exists.
+    Keys that do not parse are skipped, never trusted."""
+
+    @abc.abstractmethod
+    def list_segment_objects(self, topic_id_partition: TopicIdPartition | None = None) -> list[SegmentObjectKey]:
+        """Every segment object (or those of one partition), ordered by topic, partition, offset, suffix."""
+
+    @abc.abstractmethod
+    def list_topic_segment_objects(self, topic: str) -> list[SegmentObjectKey]:
+        """Every segment object of ``topic``, under all its topic ids and partitions."""
+
+    @abc.abstractmethod
+    def read_manifest(self, key: SegmentObjectKey | str) -> dict[str, Any]:
+        """The body of the manifest at ``key``; RemoteStorageException when it is not one."""
