@@ -17,7 +17,7 @@ import crc32c as _crc32c
 SNAPSHOT_VERSION = 1
 NO_TXN_FIRST_OFFSET = -1
 
-_HEADER = struct.Struct(">hI")  # version, crc
+SNAPSHOT_HEADER = struct.Struct(">hI")  # version, crc
 _COUNT = struct.Struct(">i")
 _ENTRY = struct.Struct(">qhiqiqiq")
 
@@ -48,23 +48,23 @@ def encode_producer_snapshot(entries: Iterable[SnapshotEntry]) -> bytes:
     body = bytearray(_COUNT.pack(len(items)))
     for e in items:
         body += _ENTRY.pack(*e)
-    return _HEADER.pack(SNAPSHOT_VERSION, _crc32c.crc32c(bytes(body))) + bytes(body)
+    return SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, _crc32c.crc32c(bytes(body))) + bytes(body)
 
 
 def decode_producer_snapshot(data: bytes) -> list[SnapshotEntry]:
     """Parse snapshot bytes; raises CorruptSnapshotError with the byte position of the problem."""
-    if len(data) < _HEADER.size + _COUNT.size:
+    if len(data) < SNAPSHOT_HEADER.size + _COUNT.size:
         raise CorruptSnapshotError(f"snapshot truncated: {len(data)} bytes, header needs 10", len(data))
-    version, crc = _HEADER.unpack_from(data, 0)
+    version, crc = SNAPSHOT_HEADER.unpack_from(data, 0)
     if version != SNAPSHOT_VERSION:
         raise CorruptSnapshotError(f"unknown snapshot version {version} (expected {SNAPSHOT_VERSION})", 0)
-    computed = _crc32c.crc32c(data[_HEADER.size :])
+    computed = _crc32c.crc32c(data[SNAPSHOT_HEADER.size :])
     if computed != crc:
         raise CorruptSnapshotError(f"CRC-32C mismatch (stored {crc:#010x}, computed {computed:#010x})", 2)
-    (count,) = _COUNT.unpack_from(data, _HEADER.size)
-    pos = _HEADER.size + _COUNT.size
+    (count,) = _COUNT.unpack_from(data, SNAPSHOT_HEADER.size)
+    pos = SNAPSHOT_HEADER.size + _COUNT.size
     if count < 0 or pos + count * _ENTRY.size != len(data):
         raise CorruptSnapshotError(
-            f"entry count {count} does not match the {len(data) - pos} bytes of entries", _HEADER.size
+            f"entry count {count} does not match the {len(data) - pos} bytes of entries", SNAPSHOT_HEADER.size
         )
     return [SnapshotEntry(*fields) for fields in _ENTRY.iter_unpack(memoryview(data)[pos:])]
