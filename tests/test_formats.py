@@ -24,7 +24,14 @@ from tieredlog.formats.index import (
     encode_time_entries,
 )
 from tieredlog.formats.lineage import filtered_epochs, is_within_lineage, segment_epoch_bounds, segment_leader_epochs
-from tieredlog.formats.manifest import MAX_MANIFEST_BYTES, ManifestError, decode_manifest, encode_manifest
+from tieredlog.formats.manifest import (
+    MAX_MANIFEST_BYTES,
+    ManifestError,
+    SegmentManifest,
+    decode_manifest,
+    encode_manifest,
+    manifest_fields,
+)
 from tieredlog.formats.producer_snapshot import (
     CorruptSnapshotError,
     SnapshotEntry,
@@ -112,19 +119,30 @@ def test_producer_snapshot():
 
 
 def test_manifest():
-    fields = dict(topic="t", topic_id="tT1u5z2OS6eeQA0dXQ42oQ", partition=3, segment_id="AAAAAAAAAAAAAAAAAAAAAQ",
-                  start_offset=100, end_offset=199, max_timestamp_ms=5, broker_id=1, event_timestamp_ms=6,
-                  segment_size_in_bytes=4096, segment_leader_epochs={2: 150, 1: 100}, tx_index_present=False)
-    data = encode_manifest(**fields, stem="s", object_sizes={"log": 4096, "index": 8})
+    m = SegmentManifest(
+        topic="t", topic_id=uuid.UUID("b53d6ee7-3d8e-4ba7-9e40-0d1d5d0e36a1"), partition=3,
+        segment_id=uuid.UUID(int=1), start_offset=100, end_offset=199, max_timestamp_ms=5, broker_id=1,
+        event_timestamp_ms=6, segment_size_in_bytes=4096, segment_leader_epochs={2: 150, 1: 100},
+        tx_index_present=False, file_sizes={"log": 4096, "index": 8})
+    data = encode_manifest(m, "s")
     body = decode_manifest(data)
-    assert body["segment_leader_epochs"] == [[1, 100], [2, 150]]
-    assert body["files"] == {"log": {"name": "s.log", "size": 4096}, "index": {"name": "s.index", "size": 8}}
-    assert body["version"] == 1 and body["end_offset"] == 199
+    assert body == {
+        "version": 1, "topic": "t", "topic_id": "tT1u5z2OS6eeQA0dXQ42oQ", "partition": 3,
+        "segment_id": "AAAAAAAAAAAAAAAAAAAAAQ", "start_offset": 100, "end_offset": 199, "max_timestamp_ms": 5,
+        "broker_id": 1, "event_timestamp_ms": 6, "segment_size_in_bytes": 4096,
+        "segment_leader_epochs": [[1, 100], [2, 150]], "tx_index_present": False,
+        "files": {"log": {"name": "s.log", "size": 4096}, "index": {"name": "s.index", "size": 8}},
+    }
     assert data == json.dumps(body, sort_keys=True).encode()  # the same segment always gives the same bytes
+    assert manifest_fields(body) == m
     for bad, reason in [(b"[]", "not an object"), (b"{", "not JSON"), (b'{"version": 2}', "version 2"),
                         (b" " * (MAX_MANIFEST_BYTES + 1), "over")]:
         with pytest.raises(ManifestError, match=reason):
             decode_manifest(bad)
+    with pytest.raises(ManifestError, match="KeyError: 'end_offset'"):
+        manifest_fields({k: v for k, v in body.items() if k != "end_offset"})
+    with pytest.raises(ManifestError, match="ValueError"):
+        manifest_fields({**body, "topic_id": "not-a-uuid"})
 
 
 class _Seg:

@@ -14,7 +14,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Mapping
 
-from tieredlog.formats.manifest import MAX_MANIFEST_BYTES, ManifestError, decode_manifest, encode_manifest
+from tieredlog.formats.manifest import (
+    MAX_MANIFEST_BYTES,
+    ManifestError,
+    SegmentManifest,
+    decode_manifest,
+    encode_manifest,
+)
 from tieredlog.rsm.api import (
     CustomMetadata,
     IndexType,
@@ -36,7 +42,6 @@ from tieredlog.rsm.keys import (
     partition_prefix,
     segment_keys,
     segment_stem,
-    uuid_to_base64,
     validate_topic,
 )
 
@@ -50,11 +55,11 @@ def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str
     """The commit marker (:mod:`tieredlog.formats.manifest`) of a segment whose objects have these
     sizes (suffix -> bytes)."""
     tp = metadata.topic_id_partition
-    return encode_manifest(
+    return encode_manifest(SegmentManifest(
         topic=tp.topic,
-        topic_id=uuid_to_base64(tp.topic_id),
+        topic_id=tp.topic_id,
         partition=tp.partition,
-        segment_id=uuid_to_base64(metadata.remote_log_segment_id.id),
+        segment_id=metadata.remote_log_segment_id.id,
         start_offset=metadata.start_offset,
         end_offset=metadata.end_offset,
         max_timestamp_ms=metadata.max_timestamp_ms,
@@ -63,9 +68,8 @@ def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str
         segment_size_in_bytes=metadata.segment_size_in_bytes,
         segment_leader_epochs=metadata.segment_leader_epochs,
         tx_index_present=INDEX_SUFFIXES[IndexType.TRANSACTION] in object_sizes,
-        stem=segment_stem(metadata),
-        object_sizes=object_sizes,
-    )
+        file_sizes=object_sizes,
+    ), segment_stem(metadata))
 
 
 def parse_manifest(data: bytes) -> dict[str, Any]:
