@@ -16,6 +16,7 @@ from tieredlog.formats.checkpoints import (
     parse_offset_checkpoint,
     parse_partition_metadata,
 )
+from tieredlog.formats.errors import CorruptRecordError
 from tieredlog.formats.index import (
     CorruptIndexError,
     decode_offset_entries,
@@ -38,7 +39,16 @@ from tieredlog.formats.producer_snapshot import (
     decode_producer_snapshot,
     encode_producer_snapshot,
 )
+from tieredlog.formats.record_walk import MIN_RECORD_BODY, MIN_RECORD_SIZE, key_length_position
 from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across, decode_txn_entries
+from tieredlog.formats.varint import (
+    encode_uvarint,
+    encode_varint,
+    read_uvarint,
+    read_varint,
+    skip_varint,
+    varint_size,
+)
 
 
 def test_offset_index_entries():
@@ -157,3 +167,27 @@ def test_lineage_arithmetic():
     assert segment_epoch_bounds(_Seg({0: 5, 2: 10}, 19)) == [(0, 5, 9), (2, 10, 19)]
     assert is_within_lineage(_Seg({0: 5, 2: 10}, 19), entries, 30)
     assert not is_within_lineage(_Seg({0: 5, 1: 10}, 19), entries, 30)  # written by the leader of epoch 1
+
+
+def test_varints_are_kafkas():
+    # ByteUtils.writeVarint/writeVarlong: zigzag, then 7 bits a byte, low group first
+    cases = [(0, b"\x00"), (-1, b"\x01"), (1, b"\x02"), (63, b"\x7e"), (-64, b"\x7f"), (64, b"\x80\x01"),
+             (300, b"\xd8\x04"), ((1 << 63) - 1, b"\xfe" + b"\xff" * 8 + b"\x01"), (-(1 << 63), b"\xff" * 9 + b"\x01")]
+    for value, data in cases:
+        assert encode_varint(value) == data and varint_size(value) == len(data)
+        assert read_varint(b"\xaa" + data + b"\xaa", 1) == (value, 1 + len(data))
+        assert skip_varint(data, 0) == len(data)
+    assert encode_uvarint(300) == b"\xac\x02" and read_uvarint(b"\xac\x02", 0) == (300, 2)
+    with pytest.raises(CorruptRecordError, match="truncated at byte 0"):
+        read_varint(b"\x80\x80", 0)
+    with pytest.raises(CorruptRecordError, match="longer than 10 bytes"):
+        read_varint(b"\x80" * 10 + b"\x01", 0)
+
+
+def test_record_walk_finds_the_key():
+    # length | attributes | timestampDelta 1000 (2 bytes) | offsetDelta 3 | keyLength 2 | "k1" | ...
+    body = b"\x00" + encode_varint(1000) + encode_varint(3) + encode_varint(2) + b"k1" + encode_varint(-1) + b"\x00"
+    record = encode_varint(len(body)) + body
+    assert len(body) >= MIN_RECORD_BODY and MIN_RECORD_SIZE == MIN_RECORD_BODY + 1
+    pos = key_length_position(record, 1)
+    assert read_varint(record, pos) == (2, pos + 1) and record[pos + 1 : pos + 3] == b"k1"

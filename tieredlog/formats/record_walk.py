@@ -16,7 +16,6 @@ from __future__ import annotations
 from tieredlog.formats.varint import BytesLike, skip_varint
 
 ATTRIBUTES_SIZE = 1  # always 0 in v2; Kafka ignores it
-NULL_LENGTH = -1
 # attributes(1) timestampDelta(1) offsetDelta(1) keyLength(1) valueLength(1) headerCount(1), the
 # least a record body holds, and one more byte for its length varint.
 MIN_RECORD_BODY = 6
