@@ -39,7 +39,13 @@ from tieredlog.formats.producer_snapshot import (
     decode_producer_snapshot,
     encode_producer_snapshot,
 )
-from tieredlog.formats.record_walk import MIN_RECORD_BODY, MIN_RECORD_SIZE, key_length_position
+from tieredlog.formats.record_walk import (
+    CONTROL_KEY,
+    CONTROL_VALUE,
+    MIN_RECORD_BODY,
+    MIN_RECORD_SIZE,
+    key_length_position,
+)
 from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across, decode_txn_entries
 from tieredlog.formats.varint import (
     encode_uvarint,
@@ -191,3 +197,5 @@ def test_record_walk_finds_the_key():
     assert len(body) >= MIN_RECORD_BODY and MIN_RECORD_SIZE == MIN_RECORD_BODY + 1
     pos = key_length_position(record, 1)
     assert read_varint(record, pos) == (2, pos + 1) and record[pos + 1 : pos + 3] == b"k1"
+    # a COMMIT marker of coordinator epoch 5: key version 0 type 1, value version 0 epoch 5
+    assert CONTROL_KEY.pack(0, 1) + CONTROL_VALUE.pack(0, 5) == b"\0\0\0\1" + b"\0\0\0\0\0\5"

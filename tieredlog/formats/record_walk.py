@@ -6,12 +6,16 @@ reader's columnar decoder, the control-record reader of the producer state):
     keyLength varint | key | valueLength varint | value | headerCount varint |
     [headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue]...
 
-Varints are zigzag (:mod:`tieredlog.formats.varint`); a length of -1 means null. ``length`` counts the
+Varints are zigzag (:mod:`tieredlog.formats.varint`); a length of -1 means null. A control batch
+holds one record whose key is ``version i16 | type i16`` and, for a transaction marker, whose value is
+``version i16 | coordinatorEpoch i32``. ``length`` counts the
 bytes after itself. The records section follows the 61-byte batch header, compressed as a whole when
 the batch is.
 """
 
 from __future__ import annotations
+
+import struct
 
 from tieredlog.formats.varint import BytesLike, skip_varint
 
@@ -20,6 +24,10 @@ ATTRIBUTES_SIZE = 1  # always 0 in v2; Kafka ignores it
 # least a record body holds, and one more byte for its length varint.
 MIN_RECORD_BODY = 6
 MIN_RECORD_SIZE = MIN_RECORD_BODY + 1
+# The key and value of a control batch's one record (Kafka's ControlRecordType key and
+# EndTransactionMarker value).
+CONTROL_KEY = struct.Struct(">hh")  # version, type
+CONTROL_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
 
 
 def key_length_position(buf: BytesLike, body: int) -> int:

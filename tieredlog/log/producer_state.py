@@ -39,7 +39,7 @@ from tieredlog.formats.producer_snapshot import (
     decode_producer_snapshot,
     encode_producer_snapshot,
 )
-from tieredlog.formats.record_walk import key_length_position
+from tieredlog.formats.record_walk import CONTROL_KEY, CONTROL_VALUE, key_length_position
 from tieredlog.formats.varint import read_varint
 from tieredlog.log.segment import SNAPSHOT_SUFFIX, filename_prefix
 from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, BytesLike, peek_size
@@ -198,14 +198,14 @@ def read_control_record(buf: BytesLike, pos: int = 0) -> ControlRecord:
         p = pos + HEADER_SIZE
         _, p = read_varint(view, p)  # record length
         key_len, p = read_varint(view, key_length_position(view, p))
-        if key_len < 4 or p + key_len > end:
+        if key_len < CONTROL_KEY.size or p + key_len > end:
             raise ValueError(f"control record key of {key_len} bytes at byte {p}")
-        version, control_type = struct.unpack_from(">hh", view, p)
+        version, control_type = CONTROL_KEY.unpack_from(view, p)
         p += key_len
         value_len, p = read_varint(view, p)
         if value_len > end - p:
             raise ValueError(f"control record value of {value_len} bytes at byte {p}")
-        coordinator_epoch = struct.unpack_from(">i", view, p + 2)[0] if value_len >= 6 else None
+        coordinator_epoch = CONTROL_VALUE.unpack_from(view, p)[1] if value_len >= CONTROL_VALUE.size else None
     except (struct.error, IndexError, CorruptRecordError) as e:
         raise ValueError(f"truncated control record in batch at byte {pos}: {e}") from None
     return ControlRecord(version, control_type, coordinator_epoch)

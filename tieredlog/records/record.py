@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError, RecordError
-from tieredlog.formats.record_walk import MIN_RECORD_SIZE
+from tieredlog.formats.record_walk import CONTROL_KEY, CONTROL_VALUE, MIN_RECORD_SIZE
 from tieredlog.formats.varint import read_varint, write_varint
 from tieredlog.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -61,8 +61,6 @@ HeaderInput = tuple[Union[str, bytes], Union[bytes, None]]
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
-_CONTROL_KEY = struct.Struct(">hh")  # version, type
-_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -344,14 +342,14 @@ def _decode_records(
 
 def parse_control_record(record: Record) -> ControlRecord:
     """Read the key (version, type) and value (version, coordinatorEpoch) of a control record."""
-    if record.key is None or len(record.key) < _CONTROL_KEY.size:
+    if record.key is None or len(record.key) < CONTROL_KEY.size:
         raise CorruptRecordError(f"control record at offset {record.offset} has a short key")
-    version, ctype = _CONTROL_KEY.unpack_from(record.key)
+    version, ctype = CONTROL_KEY.unpack_from(record.key)
     epoch = None
     if ctype in (CONTROL_ABORT, CONTROL_COMMIT):
-        if record.value is None or len(record.value) < _CONTROL_VALUE.size:
+        if record.value is None or len(record.value) < CONTROL_VALUE.size:
             raise CorruptRecordError(f"transaction marker at offset {record.offset} has a short value")
-        _, epoch = _CONTROL_VALUE.unpack_from(record.value)
+        _, epoch = CONTROL_VALUE.unpack_from(record.value)
     return ControlRecord(version, ctype, epoch)
 
 
@@ -577,8 +575,8 @@ def build_control_batch(
     """A transaction marker batch: one control record, transactional and control bits set."""
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         raise ValueError(f"control_type must be 0 (ABORT) or 1 (COMMIT), not {control_type}")
-    key = _CONTROL_KEY.pack(0, control_type)
-    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    key = CONTROL_KEY.pack(0, control_type)
+    value = CONTROL_VALUE.pack(0, coordinator_epoch)
     return build_batch(
         [Record(base_offset, timestamp, key, value, [])],
         base_offset=base_offset,

@@ -14,11 +14,10 @@ Each kept record's bytes are copied unchanged unless the base timestamp moves to
 from __future__ import annotations
 
 import enum
-import struct
 from dataclasses import dataclass
 
 from tieredlog.formats.errors import CorruptRecordError
-from tieredlog.formats.record_walk import ATTRIBUTES_SIZE, key_length_position
+from tieredlog.formats.record_walk import ATTRIBUTES_SIZE, CONTROL_KEY, key_length_position
 from tieredlog.formats.varint import read_varint, skip_varint, write_varint
 from tieredlog.log.cleaner.offset_map import OffsetMap
 from tieredlog.records.batch import (
@@ -32,8 +31,6 @@ from tieredlog.records.batch import (
 )
 from tieredlog.records.codecs import compress, decompress
 from tieredlog.records.record import build_empty_batch, seal_batch
-
-_CONTROL_TYPE = struct.Struct(">hh")
 
 
 class BatchRetention(enum.Enum):
@@ -120,9 +117,9 @@ def control_type(buf: BytesLike, pos: int, h: BatchHeader) -> int | None:
     p = pos + HEADER_SIZE
     _, p = read_varint(buf, p)  # record length
     key_len, p = read_varint(buf, key_length_position(buf, p))
-    if key_len < 4:
+    if key_len < CONTROL_KEY.size:
         return None
-    return int(_CONTROL_TYPE.unpack_from(buf, p)[1])
+    return int(CONTROL_KEY.unpack_from(buf, p)[1])
 
 
 def empty_batch(h: BatchHeader) -> bytes:
