@@ -54,28 +54,11 @@ KNOWN_DEBT: dict[tuple[str, str], str] = {
     # issue 26 §1: rlm/config.py is handed what it needs instead of importing the broker's registry
     ("tieredlog.rlm.config", "tieredlog.config"): "rlm config handed in by server/",
     # formats/: the Spark reader reads formats/ and the rsm contract, not the log's, the RLM's or a backend's
-    ("spark_readers.catalog", "tieredlog.log.checkpoints"): "formats/ extraction (leader-epoch checkpoint)",
-    ("spark_readers.catalog", "tieredlog.rlm.lineage"): "formats/ extraction (leader-epoch lineage)",
-    ("spark_readers.catalog", "tieredlog.rsm.objectstore"): "listing joins the rsm contract",
-    ("spark_readers.indexes", "tieredlog.log.index"): "formats/ extraction (index entries)",
-    ("spark_readers.indexes", "tieredlog.rsm.objectstore"): "listing joins the rsm contract",
-    ("spark_readers.planner", "tieredlog.rsm.objectstore"): "listing joins the rsm contract",
-    ("spark_readers.read", "tieredlog.rsm.objectstore"): "listing joins the rsm contract",
-    ("spark_readers.storage", "tieredlog.rsm.fsspec_rsm"): "backends come from the rsm registry",
-    ("spark_readers.storage", "tieredlog.rsm.objectstore"): "listing joins the rsm contract",
-    ("spark_readers.storage", "tieredlog.rsm.s3"): "backends come from the rsm registry",
-    ("spark_readers.timestamps", "tieredlog.rsm.objectstore"): "listing joins the rsm contract",
-    ("spark_readers.transactions", "tieredlog.log.index"): "formats/ extraction (txn index entries)",
-    ("spark_readers.transactions", "tieredlog.log.producer_state"): "formats/ extraction (producer snapshot)",
-    ("spark_readers.transactions", "tieredlog.rsm.objectstore"): "listing joins the rsm contract",
     # formats/: the chunked plugin takes the object-store helpers it shares from the contract or formats/
-    ("tieredlog_chunked.rsm", "tieredlog.rsm.objectstore"): "formats/ extraction; a plugin sees the contract",
-    ("tieredlog.rlmm.topic_based", "tieredlog.rsm.objectstore"): "config_int belongs beside the contract",
 }
 
 # Packages inside which an import cycle between modules is being removed. Key: package prefix.
 KNOWN_CYCLES: dict[str, str] = {
-    "tieredlog.records": "batch/codecs/record: the formats/ extraction takes the varints out of record.py",
     "tieredlog.replication": "fetcher/replica_manager: the data path moves into ReplicaManager",
     "tieredlog.server": "Broker as a service locator: handlers declare the narrow Protocol they need",
 }

@@ -46,8 +46,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from tieredlog.log.checkpoints import CorruptCheckpointError, parse_leader_epoch_checkpoint
-from tieredlog.rlm.lineage import filtered_epochs, segment_epoch_bounds, segment_leader_epochs
+from tieredlog.formats.checkpoints import CorruptCheckpointError, parse_leader_epoch_checkpoint
+from tieredlog.formats.lineage import filtered_epochs, segment_epoch_bounds, segment_leader_epochs
+from tieredlog.formats.manifest import ManifestError, manifest_fields
 from tieredlog.rsm.api import (
     IndexType,
     RemoteLogSegmentId,
@@ -56,8 +57,8 @@ from tieredlog.rsm.api import (
     RemoteResourceNotFoundException,
     TopicIdPartition,
 )
-from tieredlog.rsm.keys import INDEX_SUFFIXES, MANIFEST_SUFFIX, InvalidKeyError, SegmentObjectKey, uuid_from_base64
-from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
+from tieredlog.rsm.keys import INDEX_SUFFIXES, LOG_SUFFIX, MANIFEST_SUFFIX, SegmentObjectKey
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -111,26 +112,27 @@ class SegmentSlice:
 def segment_from_manifest(key: SegmentObjectKey, manifest: Mapping[str, Any]) -> Segment:
     """The manifest checked against its own key: a manifest that names another segment is not trusted."""
     try:
-        segment_id = uuid_from_base64(str(manifest["segment_id"]))
-        topic_id = uuid_from_base64(str(manifest["topic_id"]))
-        if (manifest["topic"], int(manifest["partition"]), int(manifest["start_offset"]), segment_id, topic_id) != (
-                key.topic, key.partition, key.start_offset, key.segment_id, key.topic_id):
-            raise CatalogError(f"manifest {key.key} describes another segment")
-        epochs = {int(e): int(o) for e, o in manifest["segment_leader_epochs"]}
+        m = manifest_fields(manifest)
+        log_size = m.file_sizes[LOG_SUFFIX]
+    except (ManifestError, KeyError) as exc:
+        raise CatalogError(f"manifest {key.key} is malformed: {exc}") from None
+    if (m.topic, m.partition, m.start_offset, m.segment_id, m.topic_id) != (
+            key.topic, key.partition, key.start_offset, key.segment_id, key.topic_id):
+        raise CatalogError(f"manifest {key.key} describes another segment")
+    try:
         metadata = RemoteLogSegmentMetadata(
-            remote_log_segment_id=RemoteLogSegmentId(TopicIdPartition(topic_id, key.topic, key.partition), segment_id),
-            start_offset=key.start_offset,
-            end_offset=int(manifest["end_offset"]),
-            max_timestamp_ms=int(manifest["max_timestamp_ms"]),
-            broker_id=int(manifest["broker_id"]),
-            event_timestamp_ms=int(manifest["event_timestamp_ms"]),
-            segment_size_in_bytes=int(manifest["segment_size_in_bytes"]),
-            segment_leader_epochs=epochs,
+            remote_log_segment_id=RemoteLogSegmentId(TopicIdPartition(m.topic_id, m.topic, m.partition), m.segment_id),
+            start_offset=m.start_offset,
+            end_offset=m.end_offset,
+            max_timestamp_ms=m.max_timestamp_ms,
+            broker_id=m.broker_id,
+            event_timestamp_ms=m.event_timestamp_ms,
+            segment_size_in_bytes=m.segment_size_in_bytes,
+            segment_leader_epochs=dict(m.segment_leader_epochs),
             state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-            tx_index_present=bool(manifest.get("tx_index_present", False)),
+            tx_index_present=m.tx_index_present,
         )
-        log_size = int(manifest["files"]["log"]["size"])
-    except (KeyError, TypeError, ValueError, InvalidKeyError) as exc:
+    except ValueError as exc:
         raise CatalogError(f"manifest {key.key} is malformed: {type(exc).__name__}: {exc}") from None
     return Segment(metadata, log_size, key.key)
 
@@ -138,7 +140,7 @@ def segment_from_manifest(key: SegmentObjectKey, manifest: Mapping[str, Any]) ->
 class Catalog:
     """Committed segments of one topic's partitions, read from the manifests under the RSM's prefix."""
 
-    def __init__(self, rsm: ObjectStoreRemoteStorageManager) -> None:
+    def __init__(self, rsm: ListableRemoteStorageManager) -> None:
         self.rsm = rsm
 
     def topics(self) -> list[str]:
@@ -232,8 +234,7 @@ def lineage_from_checkpoint(segment: Segment, data: bytes) -> Lineage:
     md = segment.metadata
     # The copier ships the entries below the segment's next offset; later ones would describe records
     # no tiered copy is known to hold on this history.
-    entries = [(e.epoch, e.start_offset) for e in parse_leader_epoch_checkpoint(data, source)
-               if e.start_offset <= md.end_offset]
+    entries = [(e, o) for e, o in parse_leader_epoch_checkpoint(data, source) if o <= md.end_offset]
     if not entries:
         raise CorruptCheckpointError(source, None, "no epoch starts at or below the segment's end")
     if any(e < 0 or o < 0 for e, o in entries) or any(

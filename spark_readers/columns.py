@@ -21,9 +21,10 @@ from typing import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from tieredlog.records.batch import MIN_RECORD_BODY, MIN_RECORD_SIZE, BytesLike
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_varint, zigzag_decode
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.record_walk import MIN_RECORD_BODY, MIN_RECORD_SIZE
+from tieredlog.formats.varint import MAX_VARINT_BYTES, read_varint, zigzag_decode
+from tieredlog.records.batch import BytesLike
 
 Int64s = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -53,7 +54,6 @@ _STEP = _steps()
 # varint takes a second byte, and again where the timestamp delta's does.
 _GUESSES = 8
 _SHORT_RUN = 16
-_MAX_VARINT = 10  # a varlong's bytes; Kafka's varints are shorter, and read_varint accepts as many
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +333,7 @@ def _long_varints(buf: npt.NDArray[np.uint8], pos: Int64s) -> tuple[Int64s, Int6
     more = np.flatnonzero(b & 0x80)
     shift = 7
     while more.size:
-        if shift >= 7 * _MAX_VARINT:
+        if shift >= 7 * MAX_VARINT_BYTES:
             after[more] = last + 2  # past any record's end
             break
         at = after[more]

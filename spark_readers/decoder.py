@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_readers.columns import BatchRecords, RecordColumns, decode_columns
+from tieredlog.formats.errors import CorruptRecordError, RecordError
 from tieredlog.records.batch import (
     COMPRESSION_NONE,
     HEADER_SIZE,
@@ -34,7 +35,6 @@ from tieredlog.records.batch import (
     validate_batch,
 )
 from tieredlog.records.codecs import decompress
-from tieredlog.records.errors import CorruptRecordError, RecordError
 
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 # Spark names the item field of an array "element" and compares it too.

@@ -1,4 +1,4 @@
-"""The remote indexes a reader uses, in Kafka's formats (``tieredlog.log.index``' entry layouts).
+"""The remote indexes a reader uses, in Kafka's formats (:mod:`tieredlog.formats.index`, :mod:`tieredlog.formats.txn_index`).
 
 - ``.index``: ``relative offset i32 | position i32``; the offset is the *last* offset of the batch
   starting at that position (Kafka's LogSegment appends ``batch.lastOffset``).
@@ -13,19 +13,20 @@ tail of a file that was not) end the index instead of being trusted.
 
 from __future__ import annotations
 
-from tieredlog.log.index import OFFSET_ENTRY, TIME_ENTRY, AbortedTxn, decode_txn_entries
+from tieredlog.formats.index import OFFSET_ENTRY, TIME_ENTRY
+from tieredlog.formats.txn_index import AbortedTxn, decode_txn_entries
 from tieredlog.rsm.api import IndexType, RemoteLogSegmentMetadata
-from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 
-def _fetch(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentMetadata, index_type: IndexType,
+def _fetch(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMetadata, index_type: IndexType,
            entry_size: int) -> bytes:
     with rsm.fetch_index(md, index_type) as stream:
         data = stream.read()
     return data[: len(data) - len(data) % entry_size]
 
 
-def offset_index_entries(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[tuple[int, int]]:
+def offset_index_entries(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[tuple[int, int]]:
     """(absolute last offset of a batch, position where that batch starts), increasing."""
     out: list[tuple[int, int]] = []
     for relative, position in OFFSET_ENTRY.iter_unpack(_fetch(rsm, md, IndexType.OFFSET, OFFSET_ENTRY.size)):
@@ -35,7 +36,7 @@ def offset_index_entries(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegm
     return out
 
 
-def older_than_floor(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentMetadata, timestamp: int) -> int:
+def older_than_floor(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMetadata, timestamp: int) -> int:
     """An offset of the segment before which every record is older than ``timestamp``: the offset of
     the last time-index maximum below it (records up to there are at most that maximum)."""
     floor, last_ts = md.start_offset, None
@@ -46,7 +47,7 @@ def older_than_floor(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentM
     return floor
 
 
-def txn_index_entries(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+def txn_index_entries(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
     """The segment's aborted transactions, in marker order; CorruptIndexError for a partial entry."""
     with rsm.fetch_index(md, IndexType.TRANSACTION) as stream:
         data = stream.read()

@@ -46,7 +46,7 @@ from spark_readers.options import EARLIEST, LATEST, OptionError, ReaderOptions
 from spark_readers.timestamps import offset_for_timestamp
 from spark_readers.transactions import Aborted, AbortedTransactions, TransactionError, stable_end
 from tieredlog.rsm.api import RemoteLogSegmentMetadata
-from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 if TYPE_CHECKING:  # filters needs PySpark; tieredlog export plans without it
     from spark_readers.filters import PushedFilters
@@ -116,7 +116,7 @@ class _Piece:
     aborted: Aborted = ()
 
 
-def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
+def plan(rsm: ListableRemoteStorageManager, options: ReaderOptions,
          partitions: Mapping[str, Collection[int]] | None = None, pushed: PushedFilters | None = None,
          brokers: BrokerView | None = None) -> list[Task]:
     """Read tasks for the offsets ``options`` give; ``partitions`` (topic -> partitions) narrows the plan
@@ -145,7 +145,7 @@ def plan(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
     return tasks
 
 
-def offset_bounds(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
+def offset_bounds(rsm: ListableRemoteStorageManager, options: ReaderOptions,
                   brokers: BrokerView | None = None) -> dict[str, dict[int, tuple[int, int]]]:
     """Topic -> partition -> the ``[start, end)`` offsets :func:`plan` would read with ``options``, without
     planning reads: the streaming reader's initial and latest offsets, resolved exactly as a batch
@@ -156,7 +156,7 @@ def offset_bounds(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
     return out
 
 
-def _ranges(rsm: ObjectStoreRemoteStorageManager, options: ReaderOptions,
+def _ranges(rsm: ListableRemoteStorageManager, options: ReaderOptions,
             partitions: Mapping[str, Collection[int]] | None, pushed: PushedFilters | None,
             brokers: BrokerView | None) -> Iterator[PartitionRange]:
     catalog = Catalog(rsm)
@@ -204,7 +204,7 @@ def _topics(catalog: Catalog, options: ReaderOptions, brokers: BrokerView | None
     return found
 
 
-def _range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
+def _range(rsm: ListableRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
            options: ReaderOptions, on_brokers: tuple[int, int] | None, brokers: BrokerView | None) -> PartitionRange:
     """The ``[start, end)`` the options give one partition, checked against its tiered part (with
     read_committed, the part below its stable end) and, with brokers, against the brokers' log."""
@@ -267,7 +267,7 @@ def _range(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int, sli
     return PartitionRange(topic, partition, slices, start, end, boundary, tail_from)
 
 
-def _offset_for_timestamp(rsm: ObjectStoreRemoteStorageManager, topic: str, partition: int,
+def _offset_for_timestamp(rsm: ListableRemoteStorageManager, topic: str, partition: int,
                           slices: list[SegmentSlice], timestamp: int, ask_brokers: bool,
                           brokers: BrokerView | None) -> int | None:
     found = offset_for_timestamp(rsm, slices, timestamp) if slices else None
@@ -276,7 +276,7 @@ def _offset_for_timestamp(rsm: ObjectStoreRemoteStorageManager, topic: str, part
     return found
 
 
-def _timestamp_start(rsm: ObjectStoreRemoteStorageManager, r: PartitionRange, start: int, end: int,
+def _timestamp_start(rsm: ListableRemoteStorageManager, r: PartitionRange, start: int, end: int,
                      pushed: PushedFilters) -> int:
     """``start`` moved to the first tiered offset at or after the pushed timestamp lower bound (or to
     the brokers' part when no tiered record is that recent)."""
@@ -288,7 +288,7 @@ def _timestamp_start(rsm: ObjectStoreRemoteStorageManager, r: PartitionRange, st
     return max(start, r.boundary if found is None else found)
 
 
-def _tiered_pieces(rsm: ObjectStoreRemoteStorageManager, r: PartitionRange, start: int, end: int,
+def _tiered_pieces(rsm: ListableRemoteStorageManager, r: PartitionRange, start: int, end: int,
                    options: ReaderOptions, pushed: PushedFilters | None) -> Iterator[_Piece]:
     name = f"{r.topic}-{r.partition}"
     cursor = start
@@ -328,7 +328,7 @@ def _cut(p: _Piece, n: int) -> list[_Piece]:
     return [replace(p, lo=a, hi=b) for a, b in zip(bounds, bounds[1:])]
 
 
-def _tasks_for_slice(rsm: ObjectStoreRemoteStorageManager, indexes: dict[uuid.UUID, list[tuple[int, int]]],
+def _tasks_for_slice(rsm: ListableRemoteStorageManager, indexes: dict[uuid.UUID, list[tuple[int, int]]],
                      topic: str, partition: int, s: SegmentSlice, lo: int, hi: int, max_bytes: int,
                      aborted: Aborted) -> Iterator[ReadTask]:
     seg = s.segment

@@ -9,16 +9,16 @@ import pyarrow as pa
 from spark_readers.decoder import CorruptSegmentError, Source, decode_record_batches, decode_records
 from spark_readers.planner import ReadTask
 from tieredlog.rsm.api import RemoteStorageException
-from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 
-def read_task(rsm: ObjectStoreRemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
+def read_task(rsm: ListableRemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
     """The task's rows as one Arrow batch."""
     data, source = _fetch(rsm, task)
     return decode_records(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
 
 
-def read_task_batches(rsm: ObjectStoreRemoteStorageManager, task: ReadTask,
+def read_task_batches(rsm: ListableRemoteStorageManager, task: ReadTask,
                       include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The task's rows in Arrow batches of a few MiB of the segment each, decoded one at a time: Spark
     takes in one while the next decodes."""
@@ -26,7 +26,7 @@ def read_task_batches(rsm: ObjectStoreRemoteStorageManager, task: ReadTask,
     yield from decode_record_batches(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
 
 
-def _fetch(rsm: ObjectStoreRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
+def _fetch(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
     # A whole segment is asked for as the range its metadata gives (Kafka's segmentSizeInBytes): a
     # bounded range arrives in one read, an open one goes through a stream read 8 KiB at a time.
     end = task.metadata.segment_size_in_bytes - 1 if task.end_position is None else task.end_position

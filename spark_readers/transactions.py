@@ -5,7 +5,7 @@ a read task drops, and how far a partition may be read.
   holding its abort marker, which may come segments after its first record. For each slice the planner
   walks the txn indexes of that slice's segment and the following ones on the lineage, exactly as the
   broker does for a remote fetch (Kafka's ``collectAbortedTransactions``, one implementation:
-  :func:`tieredlog.log.index.collect_aborted_across`), until the search is complete. Only segments
+  :func:`tieredlog.formats.txn_index.collect_aborted_across`), until the search is complete. Only segments
   whose manifest lists a txn index are fetched (KIP-1058's rule), each once per plan, and of a segment
   only the markers inside its slice count: the rest of it is another copy's or another history's.
   The tasks carry the result, ``(producer id, first offset, marker offset)`` triples, to the executors.
@@ -24,10 +24,11 @@ from typing import Sequence
 
 from spark_readers.catalog import SegmentSlice
 from spark_readers.indexes import txn_index_entries
-from tieredlog.log.index import AbortedTxn, CorruptIndexError, collect_aborted_across
-from tieredlog.log.producer_state import CorruptSnapshotError, decode_snapshot
+from tieredlog.formats.index import CorruptIndexError
+from tieredlog.formats.producer_snapshot import NO_TXN_FIRST_OFFSET, CorruptSnapshotError, decode_producer_snapshot
+from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across
 from tieredlog.rsm.api import IndexType, RemoteResourceNotFoundException
-from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 # (producer id, first offset, marker offset): picklable, for the read tasks
 Aborted = tuple[tuple[int, int, int], ...]
@@ -40,7 +41,7 @@ class TransactionError(Exception):
 class AbortedTransactions:
     """The aborted transactions over one partition's resolved slices; txn indexes fetched once each."""
 
-    def __init__(self, rsm: ObjectStoreRemoteStorageManager, slices: Sequence[SegmentSlice]) -> None:
+    def __init__(self, rsm: ListableRemoteStorageManager, slices: Sequence[SegmentSlice]) -> None:
         self._rsm = rsm
         self._slices = slices
         self._entries: dict[uuid.UUID, list[AbortedTxn]] = {}
@@ -66,7 +67,7 @@ class AbortedTransactions:
         return [t for t in entries if s.from_offset <= t.last_offset < s.to_offset]
 
 
-def stable_end(rsm: ObjectStoreRemoteStorageManager, slices: Sequence[SegmentSlice]) -> int:
+def stable_end(rsm: ListableRemoteStorageManager, slices: Sequence[SegmentSlice]) -> int:
     """Where a read_committed read of the partition ends: the end of its tiered part, or the first
     offset of a transaction still open there."""
     last = slices[-1]
@@ -79,7 +80,7 @@ def stable_end(rsm: ObjectStoreRemoteStorageManager, slices: Sequence[SegmentSli
                                "its producer snapshot does not say which transactions are open there")
     try:
         with rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) as stream:
-            producers = decode_snapshot(stream.read())
+            producers = decode_producer_snapshot(stream.read())
     except RemoteResourceNotFoundException:
         raise TransactionError(f"{_object(last)} has no producer snapshot: the transactions open at the end of "
                                "the tiered part are unknown (kafka.isolation.level=read_uncommitted reads it)") from None
@@ -87,7 +88,7 @@ def stable_end(rsm: ObjectStoreRemoteStorageManager, slices: Sequence[SegmentSli
         raise TransactionError(f"the producer snapshot of {_object(last)} is corrupt: {exc}") from None
     except Exception as exc:
         raise TransactionError(f"cannot read the producer snapshot of {_object(last)}: {exc}") from None
-    open_firsts = [p.current_txn_first_offset for p in producers if p.current_txn_first_offset is not None]
+    open_firsts = [p.current_txn_first_offset for p in producers if p.current_txn_first_offset != NO_TXN_FIRST_OFFSET]
     return min([end, *open_firsts])
 
 

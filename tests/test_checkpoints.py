@@ -2,15 +2,13 @@ import uuid
 
 import pytest
 
-from tieredlog.kafka_uuid import uuid_to_kafka_str
-from tieredlog.log.checkpoints import (
+from tieredlog.formats.checkpoints import (
     CorruptCheckpointError,
-    LeaderEpochCheckpointFile,
-    OffsetCheckpointFile,
-    PartitionMetadataFile,
-    leader_epoch_checkpoint_bytes,
+    encode_leader_epoch_checkpoint,
     parse_leader_epoch_checkpoint,
 )
+from tieredlog.kafka_uuid import uuid_to_kafka_str
+from tieredlog.log.checkpoints import LeaderEpochCheckpointFile, OffsetCheckpointFile, PartitionMetadataFile
 from tieredlog.log.types import EpochEntry, TopicPartition, parse_partition_dir
 
 
@@ -77,7 +75,7 @@ def test_leader_epoch_checkpoint_round_trip(tmp_path):
     f.write(entries)
     assert f.path.read_text() == "0\n3\n0 0\n2 15\n5 1000\n"
     assert f.read() == entries
-    assert leader_epoch_checkpoint_bytes(entries) == f.path.read_bytes()
+    assert encode_leader_epoch_checkpoint(entries) == f.path.read_bytes()
     assert parse_leader_epoch_checkpoint(f.path.read_bytes()) == entries
 
 

@@ -6,9 +6,9 @@ import struct
 
 import pytest
 
+from tieredlog.formats.index import CorruptIndexError
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.index import (
-    AbortedTxn,
-    CorruptIndexError,
     IndexOffsetError,
     MappedOffsetIndex,
     MappedTimeIndex,

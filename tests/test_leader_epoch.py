@@ -2,8 +2,9 @@ import threading
 
 import pytest
 
-from tieredlog.log.checkpoints import LeaderEpochCheckpointFile, parse_leader_epoch_checkpoint
-from tieredlog.log.leader_epoch import EpochEntry, LeaderEpochFileCache, checkpoint_bytes
+from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint, parse_leader_epoch_checkpoint
+from tieredlog.log.checkpoints import LeaderEpochCheckpointFile
+from tieredlog.log.leader_epoch import EpochEntry, LeaderEpochFileCache
 
 E = EpochEntry
 
@@ -138,8 +139,7 @@ def test_entries_in_range_for_segment_copy(four):
     assert four.entries_in_range(4, 6) == [E(1, 4), E(2, 5)]
     assert four.entries_in_range(8, 11) == [E(3, 8)]
     assert four.epoch_entries() == [E(0, 0), E(1, 3), E(2, 5), E(3, 7)]  # the cache is untouched
-    assert checkpoint_bytes(four.entries_in_range(-1, 7)) == b"0\n3\n0 0\n1 3\n2 5\n"
-    assert LeaderEpochFileCache.checkpoint_bytes([E(0, 0)]) == b"0\n1\n0 0\n"
+    assert encode_leader_epoch_checkpoint(four.entries_in_range(-1, 7)) == b"0\n3\n0 0\n1 3\n2 5\n"
 
 
 def test_changes_are_checkpointed_and_reloaded(tmp_path):

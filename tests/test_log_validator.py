@@ -10,13 +10,14 @@ import struct
 import pytest
 
 from tieredlog import errors
+from tieredlog.formats.varint import encode_varint
 from tieredlog.log import log_validator
 from tieredlog.log.config import LogConfig
 from tieredlog.log.log_validator import LogValidator
 from tieredlog.log.types import AppendOrigin, TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import CRC_OFFSET, MAX_TIMESTAMP_OFFSET, compute_crc
-from tieredlog.records.record import build_batch, decode_batch, encode_varint
+from tieredlog.records.record import build_batch, decode_batch
 from tieredlog.records.scan import KEY_MISSING, TIMESTAMP_OUT_OF_RANGE, find_record_faults
 
 NOW = 1_700_000_000_000

@@ -26,11 +26,12 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from tieredlog.clients.blocking import KafkaClient
+from tieredlog.formats.errors import RecordError
+from tieredlog.formats.varint import encode_varint, read_varint
 from tieredlog.protocol.api import CREATE_TOPICS, FETCH, LIST_OFFSETS, METADATA, PRODUCE
 from tieredlog.records.batch import CRC_OFFSET, HEADER_SIZE, compute_crc, iter_headers, peek_size, read_header
 from tieredlog.records.codecs import compress, decompress
-from tieredlog.records.errors import RecordError
-from tieredlog.records.record import build_batch, decode_batch, encode_varint, iter_batches_records, read_varint
+from tieredlog.records.record import build_batch, decode_batch, iter_batches_records
 
 pytestmark = pytest.mark.integration
 

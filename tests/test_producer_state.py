@@ -5,16 +5,17 @@ import crc32c
 import pytest
 
 from tieredlog.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceNumberError
+from tieredlog.formats.producer_snapshot import CorruptSnapshotError
+from tieredlog.formats.varint import encode_varint
 from tieredlog.log.producer_state import (
     CompletedTxn,
-    CorruptSnapshotError,
     DuplicateBatch,
     ProducerStateManager,
     decode_snapshot,
     read_control_record,
 )
 from tieredlog.records.batch import BatchHeader
-from tieredlog.records.record import ControlRecord, build_control_batch, encode_varint
+from tieredlog.records.record import ControlRecord, build_control_batch
 
 INT32_MAX = 2**31 - 1
 

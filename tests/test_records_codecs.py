@@ -17,6 +17,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.records.codecs import (
     MAX_RATIO,
     MIN_LIMIT,
@@ -26,7 +27,6 @@ from tieredlog.records.codecs import (
     decompress_lz4_legacy,
     decompressed_limit,
 )
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 
 CODECS = [0, 1, 2, 3, 4]
 COMPRESSED = [1, 2, 3, 4]
@@ -219,7 +219,7 @@ def test_snappy_preamble_is_checked_before_cramjam_allocates_it():
     code = (
         "import resource; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
         "from tieredlog.records.codecs import decompress, XERIAL_HEADER\n"
-        "from tieredlog.records.errors import CorruptRecordError\n"
+        "from tieredlog.formats.errors import CorruptRecordError\n"
         "import struct\n"
         "for data in (b'\\xff\\xff\\xff\\xff\\x0f\\x00', XERIAL_HEADER + struct.pack('>i', 6) + b'\\xff\\xff\\xff\\xff\\x0f\\x00',\n"
         "             b'\\x80\\x80\\x80\\x20' + b'\\x00' * 40):\n"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError, RecordError
 from tieredlog.records.legacy import iter_legacy_messages
 from tieredlog.records.record import build_batch
 

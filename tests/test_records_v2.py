@@ -9,6 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError, RecordError
+from tieredlog.formats.varint import (
+    encode_uvarint,
+    encode_varint,
+    read_uvarint,
+    read_varint,
+    varint_size,
+    zigzag_decode,
+    zigzag_encode,
+)
 from tieredlog.records.batch import (
     CRC_OFFSET,
     HEADER_SIZE,
@@ -18,7 +28,6 @@ from tieredlog.records.batch import (
     patch_partition_leader_epoch,
     validate_batch,
 )
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
 from tieredlog.records.record import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -26,16 +35,9 @@ from tieredlog.records.record import (
     build_batch,
     build_control_batch,
     decode_batch,
-    encode_uvarint,
-    encode_varint,
     iter_batches_records,
     parse_control_record,
-    read_uvarint,
-    read_varint,
     record_at_or_after,
-    varint_size,
-    zigzag_decode,
-    zigzag_encode,
 )
 
 headers_st = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=20)), max_size=3)

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import FakeClock, Logs
+from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint
+from tieredlog.formats.lineage import (
+    highest_remote_offset,
+    is_within_lineage,
+    segment_leader_epochs,
+)
 from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.log.segment import LogSegment
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import build_batch
 from tieredlog.rlm.index_cache import DIR_NAME, RemoteIndexCache
-from tieredlog.rlm.lineage import (
-    checkpoint_text,
-    highest_remote_offset,
-    is_within_lineage,
-    segment_leader_epochs,
-)
 from tieredlog.rlm.pool import FixedDelayScheduler, RemoteReaderPool, RemoteReaderQueueFullError
 from tieredlog.rlm.quota import RLMQuotaManager
 from tieredlog.rsm.api import (
@@ -205,7 +205,7 @@ def _copy(rsm: LocalTieredStorage, seg: LogSegment, tip: TopicIdPartition, tmp: 
     )
     rsm.copy_log_segment_data(
         md,
-        LogSegmentData(seg.log_path, seg.offset_index_path, seg.time_index_path, None, snap, checkpoint_text([(0, 0)])),
+        LogSegmentData(seg.log_path, seg.offset_index_path, seg.time_index_path, None, snap, encode_leader_epoch_checkpoint([(0, 0)])),
     )
     return md
 
@@ -302,12 +302,11 @@ def test_index_cache_single_loader_per_segment(tmp_path, remote):
 
 
 # ---- lineage ----------------------------------------------------------------------------------------
-def test_segment_leader_epochs_and_checkpoint_text():
+def test_segment_leader_epochs():
     entries = [(0, 0), (1, 10), (2, 10), (3, 25)]  # epoch 1 holds no records
     assert segment_leader_epochs(entries, 5, 20) == {0: 5, 2: 10}
     assert segment_leader_epochs(entries, 12, 30) == {2: 12, 3: 25}
     assert segment_leader_epochs(entries, 30, 40) == {3: 30}
-    assert checkpoint_text([(0, 0), (3, 25)]) == b"0\n2\n0 0\n3 25\n"
 
 
 def test_highest_remote_offset_walks_epochs_back_and_clips_to_local_epoch_end():

@@ -6,9 +6,9 @@ import pytest
 
 from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 from tieredlog.rsm.api import RemoteResourceNotFoundException
+from tieredlog.rsm.config import RemoteStorageConfigError
 from tieredlog.rsm.fsspec_rsm import FsspecRemoteStorageManager, storage_options
 from tieredlog.rsm.keys import uuid_to_base64
-from tieredlog.rsm.objectstore import RemoteStorageConfigError
 from tieredlog.rsm.testing import make_segment, read_all
 
 

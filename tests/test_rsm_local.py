@@ -89,6 +89,25 @@ def test_copy_writes_kafka_key_layout_and_manifest(rsm, tmp_path):
     assert rsm.list_manifests(TP) == [manifest]
 
 
+def test_listing_for_readers_without_a_broker(rsm, tmp_path):
+    other = TopicIdPartition(TOPIC_ID, "tieredTopic-b", 0)  # its name starts with the first topic's
+    md1, md2, md3 = make_md(0, 99), make_md(100, 199, tp=TopicIdPartition(TOPIC_ID, "tieredTopic", 1)), make_md(tp=other)
+    for i, md in enumerate((md1, md2, md3)):
+        rsm.copy_log_segment_data(md, make_files(tmp_path / f"local{i}", b"x" * 10, with_txn=False))
+    (rsm.root / "stray.txt").write_text("not a segment")
+    listed = rsm.list_segment_objects()
+    assert len(listed) == 3 * 6 and [k.topic for k in listed[:6]] == ["tieredTopic"] * 6
+    assert {k.partition for k in rsm.list_topic_segment_objects("tieredTopic")} == {0, 1}
+    assert {k.topic for k in rsm.list_topic_segment_objects("tieredTopic-b")} == {"tieredTopic-b"}
+    assert [k.start_offset for k in rsm.list_segment_objects(md2.topic_id_partition)] == [100] * 6
+    manifest = next(k for k in rsm.list_segment_objects(TP) if k.suffix == "manifest")
+    assert rsm.read_manifest(manifest) == rsm.list_manifests(TP)[0]
+    with pytest.raises(ValueError, match="not a manifest"):
+        rsm.read_manifest(manifest.key.replace(".manifest", ".log"))
+    with pytest.raises(ValueError):
+        rsm.read_manifest("../../etc/passwd")
+
+
 def test_manifest_is_written_last(tmp_path, monkeypatch):
     rsm = LocalTieredStorage(tmp_path / "remote")
     order: list[str] = []

@@ -8,8 +8,8 @@ import pytest
 
 from tests.s3servers import FaultyS3Proxy, moto_s3, seaweed_s3, unique_prefix  # noqa: F401
 from tieredlog.rsm.api import IndexType, RemoteStorageException, RetriableRemoteStorageException
+from tieredlog.rsm.config import RemoteStorageConfigError
 from tieredlog.rsm.keys import uuid_to_base64
-from tieredlog.rsm.objectstore import RemoteStorageConfigError
 from tieredlog.rsm.s3 import MIB, S3RemoteStorageManager
 from tieredlog.rsm.testing import make_segment, read_all
 

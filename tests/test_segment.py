@@ -9,7 +9,7 @@ import struct
 import crc32c
 import pytest
 
-from tieredlog.log.index import CorruptIndexError
+from tieredlog.formats.index import CorruptIndexError
 from tieredlog.log.segment import LogSegment, SegmentOffsetOverflowError
 from tieredlog.records.batch import read_header
 

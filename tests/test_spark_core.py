@@ -19,11 +19,12 @@ from spark_readers.options import OptionError, parse_options
 from spark_readers.planner import PlanError, plan
 from spark_readers.read import read_task
 from spark_readers.storage import StorageError, open_storage, storage_spec
+from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint
+from tieredlog.formats.lineage import segment_leader_epochs
 from tieredlog.log.producer_state import encode_snapshot
 from tieredlog.log.segment import LogSegment
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import CONTROL_COMMIT, build_batch, build_control_batch
-from tieredlog.rlm.lineage import checkpoint_text, segment_leader_epochs
 from tieredlog.rsm.api import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from tieredlog.rsm.local import LocalTieredStorage
 
@@ -78,7 +79,7 @@ def write_segment(tmp: Path, rsm: LocalTieredStorage, tp: TopicIdPartition, epoc
         RemoteLogSegmentId(tp, uuid.uuid4()), start, offset - 1, TS0 + offset, 0, TS0 + len(list(tmp.iterdir())),
         seg.size, segment_leader_epochs(epochs, start, offset))
     rsm.copy_log_segment_data(md, LogSegmentData(seg.log_path, seg.offset_index_path, seg.time_index_path, None,
-                                                 snapshot, checkpoint_text(epochs)))
+                                                 snapshot, encode_leader_epoch_checkpoint(epochs)))
     return Written(md, written)
 
 
@@ -299,7 +300,7 @@ def test_an_unusable_checkpoint_falls_back_to_the_epoch_maps_with_one_warning(
     elif damage == "garbage":
         checkpoint.write_bytes(b"0\n2\n0 0\n")
     else:  # a well-formed checkpoint of another segment's history
-        checkpoint.write_bytes(checkpoint_text([(0, 0), (1, 3)]))
+        checkpoint.write_bytes(encode_leader_epoch_checkpoint([(0, 0), (1, 3)]))
     catalog, segments = catalog_view(folder)
     with caplog.at_level("WARNING", logger="spark_readers.catalog"):
         assert catalog.lineage(segments) == Lineage([(0, 0), (1, 5)], None)

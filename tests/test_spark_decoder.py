@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from spark_readers.decoder import CorruptSegmentError, Source, decode_record_batches, decode_records, kafka_schema
+from tieredlog.formats.varint import read_varint
 from tieredlog.records.batch import CRC_OFFSET, compute_crc, iter_headers
 from tieredlog.records.record import (
     CONTROL_ABORT,
@@ -20,7 +21,6 @@ from tieredlog.records.record import (
     build_control_batch,
     build_empty_batch,
     decode_batch,
-    read_varint,
 )
 
 TOPIC = "orders"

@@ -26,10 +26,10 @@ from tieredlog import errors
 from tieredlog.coordinator.config import GroupConfig
 from tieredlog.coordinator.contracts import CoordinatorBroker, OffsetsTopicLog, OffsetsTopicReplicas
 from tieredlog.coordinator.schema import partition_for
+from tieredlog.formats.errors import RecordError
 from tieredlog.log.batch_reader import LogBatches
 from tieredlog.log.types import AppendOrigin, TopicPartition
 from tieredlog.records.batch import BatchHeader
-from tieredlog.records.errors import RecordError
 from tieredlog.records.record import CONTROL_COMMIT, build_batch, parse_control_record
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Protocol
 
+from tieredlog.formats.errors import RecordError
 from tieredlog.log.types import FetchDataInfo, FetchIsolation
 from tieredlog.records.batch import BatchHeader
-from tieredlog.records.errors import RecordError
 from tieredlog.records.record import Record, iter_batches_records
 
 __all__ = ["LogBatches", "OnCorrupt", "ReadableLog"]

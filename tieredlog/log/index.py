@@ -1,9 +1,6 @@
-"""Segment indexes in Apache Kafka's on-disk format.
-
-- ``OffsetIndex`` (``.index``): 8-byte entries ``relative offset i32 | position i32`` (big-endian).
-- ``TimeIndex`` (``.timeindex``): 12-byte entries ``timestamp i64 | relative offset i32``.
-- ``TransactionIndex`` (``.txnindex``): 34-byte aborted-transaction entries
-  ``version i16 (0) | producer id i64 | first offset i64 | last offset i64 | last stable offset i64``.
+"""Segment index files: ``OffsetIndex`` (``.index``), ``TimeIndex`` (``.timeindex``) and
+``TransactionIndex`` (``.txnindex``); their entry layouts are :mod:`tieredlog.formats.index` and
+:mod:`tieredlog.formats.txn_index`.
 
 The offset and time indexes of the active segment are preallocated to ``segment.index.bytes`` (rounded
 down to the entry size) and trimmed to their valid entries on roll and close, as Kafka does, so a file's
@@ -20,26 +17,28 @@ import logging
 import mmap
 import os
 import struct
-import sys
 from array import array
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+
+from tieredlog.formats.index import (
+    NO_TIMESTAMP,
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    CorruptIndexError,
+    decode_offset_entries,
+    decode_time_entries,
+)
+from tieredlog.formats.txn_index import (
+    TXN_ENTRY,
+    AbortedTxn,
+    TxnIndexSearchResult,
+    collect_aborted_txns,
+    decode_txn_entries,
+)
 
 log = logging.getLogger(__name__)
 
 INT32_MAX = (1 << 31) - 1
-NO_TIMESTAMP = -1
-
-# The entry layouts, for every reader of these files (the remote index cache, dump-log).
-OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, file position
-TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
-TXN_ENTRY = struct.Struct(">hqqqq")  # version (0), producer id, first, last, last stable offset
-
-
-class CorruptIndexError(Exception):
-    """An index file that fails its sanity check; the segment rebuilds it from the log."""
-
 
 class IndexOffsetError(ValueError):
     """An entry that would break the index's ordering (Kafka's InvalidOffsetException)."""
@@ -216,14 +215,11 @@ class _SparseIndex:
 class OffsetIndex(_SparseIndex):
     """Sparse offset -> file position map of one segment."""
 
-    entry_size = 8
+    entry_size = OFFSET_ENTRY.size
     _entry = OFFSET_ENTRY
 
     def _decode(self, data: memoryview) -> tuple[array[int], array[int]]:
-        flat = array("i", bytes(data))
-        if sys.byteorder == "little":
-            flat.byteswap()
-        return flat[0::2], flat[1::2]
+        return decode_offset_entries(data)
 
     def _pack_order(self, key: int, val: int) -> tuple[int, int]:
         return key, val
@@ -289,23 +285,11 @@ class OffsetIndex(_SparseIndex):
 class TimeIndex(_SparseIndex):
     """Sparse max-timestamp -> offset map of one segment; entries only when the max timestamp grows."""
 
-    entry_size = 12
+    entry_size = TIME_ENTRY.size
     _entry = TIME_ENTRY
 
     def _decode(self, data: memoryview) -> tuple[array[int], array[int]]:
-        # Split the 12-byte entries into columns with C-level slice copies: a per-entry Python loop
-        # costs seconds on a full 10 MiB index. Words 0-1 of each entry are the timestamp, word 2
-        # the relative offset (all big-endian).
-        words = array("i", bytes(data))
-        rel = words[2::3]
-        ts_words = array("i", bytes(4 * 2 * len(rel)))
-        ts_words[0::2] = words[0::3]
-        ts_words[1::2] = words[1::3]
-        ts = array("q", ts_words.tobytes())
-        if sys.byteorder == "little":
-            ts.byteswap()
-            rel.byteswap()
-        return ts, rel
+        return decode_time_entries(data)
 
     def _pack_order(self, key: int, val: int) -> tuple[int, int]:
         return key, val
@@ -366,78 +350,10 @@ class TimeIndex(_SparseIndex):
             raise CorruptIndexError(f"time index file {self.path} points past the end of the log")
 
 
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
-
-    def to_bytes(self) -> bytes:
-        return TXN_ENTRY.pack(0, self.producer_id, self.first_offset, self.last_offset, self.last_stable_offset)
-
-
-def decode_txn_entries(data: bytes | bytearray | memoryview, source: str) -> list[AbortedTxn]:
-    """The entries of a transaction index file; CorruptIndexError for a partial or unknown entry
-    (Kafka's AbortedTxn refuses any version but 0)."""
-    if len(data) % TXN_ENTRY.size:
-        raise CorruptIndexError(f"transaction index {source} has size {len(data)}, not a multiple of 34")
-    out = []
-    for version, pid, first, last, lso in TXN_ENTRY.iter_unpack(data):
-        if version != 0:
-            raise CorruptIndexError(f"transaction index {source} has an entry of unknown version {version}")
-        out.append(AbortedTxn(pid, first, last, lso))
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class TxnIndexSearchResult:
-    aborted: list[AbortedTxn]
-    is_complete: bool  # an entry's LSO reached the upper bound: later segments cannot add more
-
-
-def collect_aborted_txns(
-    entries: Iterable[AbortedTxn], fetch_offset: int, upper_bound_offset: int
-) -> TxnIndexSearchResult:
-    """Kafka's TransactionIndex.collectAbortedTxns over one index's entries: the transactions that
-    overlap ``[fetch_offset, upper_bound_offset)``. Complete at the first entry whose
-    last_stable_offset reaches the upper bound: when that abort was written no transaction starting
-    below the bound was still open, so no later index can hold one."""
-    out = []
-    for txn in entries:
-        if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
-            out.append(txn)
-        if txn.last_stable_offset >= upper_bound_offset:
-            return TxnIndexSearchResult(out, True)
-    return TxnIndexSearchResult(out, False)
-
-
-def collect_aborted_across(
-    indexes: Iterable[Iterable[AbortedTxn]], fetch_offset: int, upper_bound_offset: int
-) -> list[AbortedTxn]:
-    """The aborted transactions overlapping ``[fetch_offset, upper_bound_offset)`` from the txn
-    indexes of consecutive segments, in log order, starting with the segment that holds
-    ``fetch_offset``: a transaction's entry lives in the segment of its abort marker, which may come
-    segments after its first record. ``indexes`` is consumed lazily and no further than the first
-    complete search, so a caller may fetch each index only when it is reached. Each transaction
-    once, even when two segments hold the same range (a remote copy and the local segment)."""
-    out: list[AbortedTxn] = []
-    seen: set[AbortedTxn] = set()
-    for entries in indexes:
-        found = collect_aborted_txns(entries, fetch_offset, upper_bound_offset)
-        for txn in found.aborted:
-            if txn not in seen:
-                seen.add(txn)
-                out.append(txn)
-        if found.is_complete:
-            break
-    return out
-
-
 class TransactionIndex:
     """Aborted transactions whose abort marker lies in this segment. Not preallocated; created on first use."""
 
-    entry_size = 34
+    entry_size = TXN_ENTRY.size
 
     def __init__(self, path: Path | str, base_offset: int):
         self.path = Path(path)

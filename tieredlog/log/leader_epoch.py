@@ -18,20 +18,16 @@ import logging
 import threading
 from typing import Iterable
 
-from tieredlog.log.checkpoints import CorruptCheckpointError, LeaderEpochCheckpointFile, leader_epoch_checkpoint_bytes
+from tieredlog.formats.checkpoints import CorruptCheckpointError
+from tieredlog.log.checkpoints import LeaderEpochCheckpointFile
 from tieredlog.log.types import EpochEntry
 
-__all__ = ["EpochEntry", "LeaderEpochFileCache", "checkpoint_bytes", "UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET"]
+__all__ = ["EpochEntry", "LeaderEpochFileCache", "UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET"]
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
 log = logging.getLogger(__name__)
-
-
-def checkpoint_bytes(entries: Iterable[EpochEntry]) -> bytes:
-    """Checkpoint text of ``entries`` (the leader-epoch index shipped with a remote segment)."""
-    return leader_epoch_checkpoint_bytes(entries)
 
 
 def _truncate_from_start(entries: list[EpochEntry], start_offset: int) -> list[EpochEntry]:
@@ -236,9 +232,6 @@ class LeaderEpochFileCache:
         if start_offset >= 0:
             entries = _truncate_from_start(entries, start_offset)
         return _truncate_from_end(entries, end_offset)
-
-    # Both ``cache.checkpoint_bytes(entries)`` and ``LeaderEpochFileCache.checkpoint_bytes(entries)``.
-    checkpoint_bytes = staticmethod(checkpoint_bytes)
 
     def __repr__(self) -> str:
         return f"LeaderEpochFileCache({self._name!r}, {self.epoch_entries()})"

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 from tieredlog.atomic_file import fsync_dir
+from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across
 from tieredlog.log.config import LogConfig
 from tieredlog.log.flush_stats import LOG_FLUSH_STATS
-from tieredlog.log.index import AbortedTxn, collect_aborted_across
 from tieredlog.log.scheduler import InlineScheduler, Scheduler
 from tieredlog.log.segment import (
     CLEANED_SUFFIX,

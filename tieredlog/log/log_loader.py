@@ -11,7 +11,9 @@ import logging
 import os
 from dataclasses import dataclass
 
-from tieredlog.log.index import AbortedTxn, CorruptIndexError
+from tieredlog.formats.errors import RecordError
+from tieredlog.formats.index import CorruptIndexError
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.local_log import LocalLog
 from tieredlog.log.producer_state import ProducerStateManager, read_control_record
@@ -28,7 +30,6 @@ from tieredlog.log.segment import (
 )
 from tieredlog.log.types import EpochEntry
 from tieredlog.records.batch import HEADER_SIZE, BatchHeader, peek_size, read_header, validate_batch
-from tieredlog.records.errors import RecordError
 from tieredlog.records.record import ControlRecord
 
 log = logging.getLogger(__name__)

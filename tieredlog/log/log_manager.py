@@ -28,7 +28,8 @@ from typing import Callable, Iterable, Mapping
 
 from tieredlog import errors
 from tieredlog.atomic_file import fsync_dir
-from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile
+from tieredlog.formats.checkpoints import CorruptCheckpointError
+from tieredlog.log.checkpoints import OffsetCheckpointFile
 from tieredlog.log.cleaner.log_cleaner import CleanerConfig, LogCleaner
 from tieredlog.log.config import LogConfig
 from tieredlog.log.scheduler import KafkaScheduler

@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 
 from tieredlog import errors
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.log.config import LogConfig
 from tieredlog.log.types import AppendOrigin
 from tieredlog.records.batch import (
@@ -27,7 +28,6 @@ from tieredlog.records.batch import (
     compute_crc,
     validate_batch,
 )
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.records.scan import KEY_MISSING, TIMESTAMP_OUT_OF_RANGE, RecordFault, find_record_faults
 
 LONG_MAX = (1 << 63) - 1

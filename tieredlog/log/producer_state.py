@@ -5,12 +5,9 @@ one of those gets the original offsets back instead of being written twice), the
 of its last transaction marker and the first offset of its open transaction, if any. Open
 transactions give the first unstable offset, which bounds the last stable offset (LSO).
 
-Snapshots ``<20-digit next offset>.snapshot`` use Kafka's producer snapshot format version 1, so
-they can be shipped to the remote tier and read by Kafka tools:
-
-    version i16 (=1) | crc u32 (CRC-32C of everything after it) | entries: count i32, then each
-    producerId i64 | epoch i16 | lastSequence i32 | lastOffset i64 | offsetDelta i32 |
-    timestamp i64 | coordinatorEpoch i32 | currentTxnFirstOffset i64 (-1: none)
+Snapshots ``<20-digit next offset>.snapshot`` use Kafka's producer snapshot format version 1
+(:mod:`tieredlog.formats.producer_snapshot`), so they can be shipped to the remote tier and read by
+Kafka tools.
 
 Sequence rules follow Kafka's ProducerAppendInfo for appends from clients; ``update`` (also used
 for replicated batches) never raises.
@@ -27,8 +24,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import crc32c as _crc32c
-
 from tieredlog.atomic_file import atomic_write
 from tieredlog.errors import (
     InvalidProducerEpochError,
@@ -36,31 +31,28 @@ from tieredlog.errors import (
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.producer_snapshot import (
+    NO_TXN_FIRST_OFFSET,
+    CorruptSnapshotError,
+    SnapshotEntry,
+    decode_producer_snapshot,
+    encode_producer_snapshot,
+)
+from tieredlog.formats.record_walk import CONTROL_KEY, CONTROL_VALUE, key_length_position
+from tieredlog.formats.varint import read_varint
 from tieredlog.log.segment import SNAPSHOT_SUFFIX, filename_prefix
 from tieredlog.records.batch import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader, BytesLike, peek_size
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import CONTROL_ABORT, ControlRecord, read_varint
+from tieredlog.records.record import CONTROL_ABORT, ControlRecord
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_VERSION = 1
 # Kafka keeps the metadata of this many recent batches per producer for duplicate detection.
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = (1 << 31) - 1
 
-_SNAPSHOT_HEADER = struct.Struct(">hI")  # version, crc
-_COUNT = struct.Struct(">i")
-_ENTRY = struct.Struct(">qhiqiqiq")
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 
-
-
-class CorruptSnapshotError(ValueError):
-    """A producer snapshot that cannot be trusted; ``position`` is the byte where reading failed."""
-
-    def __init__(self, message: str, position: int):
-        super().__init__(message)
-        self.position = position
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +150,8 @@ def snapshot_offset_of(path: str | os.PathLike[str]) -> int | None:
 
 
 def encode_snapshot(entries: list[ProducerStateEntry]) -> bytes:
-    body = bytearray(_COUNT.pack(len(entries)))
-    for e in entries:
-        body += _ENTRY.pack(
+    return encode_producer_snapshot(
+        SnapshotEntry(
             e.producer_id,
             e.producer_epoch,
             e.last_seq,
@@ -168,30 +159,16 @@ def encode_snapshot(entries: list[ProducerStateEntry]) -> bytes:
             e.last_offset_delta,
             e.last_timestamp,
             e.coordinator_epoch,
-            -1 if e.current_txn_first_offset is None else e.current_txn_first_offset,
+            NO_TXN_FIRST_OFFSET if e.current_txn_first_offset is None else e.current_txn_first_offset,
         )
-    return _SNAPSHOT_HEADER.pack(SNAPSHOT_VERSION, _crc32c.crc32c(bytes(body))) + bytes(body)
+        for e in entries
+    )
 
 
 def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
     """Parse snapshot bytes; raises CorruptSnapshotError with the byte position of the problem."""
-    if len(data) < _SNAPSHOT_HEADER.size + _COUNT.size:
-        raise CorruptSnapshotError(f"snapshot truncated: {len(data)} bytes, header needs 10", len(data))
-    version, crc = _SNAPSHOT_HEADER.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
-        raise CorruptSnapshotError(f"unknown snapshot version {version} (expected {SNAPSHOT_VERSION})", 0)
-    computed = _crc32c.crc32c(data[_SNAPSHOT_HEADER.size :])
-    if computed != crc:
-        raise CorruptSnapshotError(f"CRC-32C mismatch (stored {crc:#010x}, computed {computed:#010x})", 2)
-    (count,) = _COUNT.unpack_from(data, _SNAPSHOT_HEADER.size)
-    pos = _SNAPSHOT_HEADER.size + _COUNT.size
-    if count < 0 or pos + count * _ENTRY.size != len(data):
-        raise CorruptSnapshotError(
-            f"entry count {count} does not match the {len(data) - pos} bytes of entries", _SNAPSHOT_HEADER.size
-        )
     entries = []
-    for _ in range(count):
-        pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first = _ENTRY.unpack_from(data, pos)
+    for pid, epoch, last_seq, last_offset, delta, ts, coord_epoch, txn_first in decode_producer_snapshot(data):
         e = ProducerStateEntry(pid, epoch, coordinator_epoch=coord_epoch, last_timestamp=ts)
         if txn_first >= 0:
             e.current_txn_first_offset = txn_first
@@ -200,7 +177,6 @@ def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
                 BatchMetadata(_decrement_sequence(last_seq, delta), last_seq, last_offset - delta, last_offset, ts)
             )
         entries.append(e)
-        pos += _ENTRY.size
     return entries
 
 
@@ -221,19 +197,16 @@ def read_control_record(buf: BytesLike, pos: int = 0) -> ControlRecord:
         view = memoryview(buf)[:end]
         p = pos + HEADER_SIZE
         _, p = read_varint(view, p)  # record length
-        p += 1  # attributes
-        _, p = read_varint(view, p)  # timestamp delta
-        _, p = read_varint(view, p)  # offset delta
-        key_len, p = read_varint(view, p)
-        if key_len < 4 or p + key_len > end:
+        key_len, p = read_varint(view, key_length_position(view, p))
+        if key_len < CONTROL_KEY.size or p + key_len > end:
             raise ValueError(f"control record key of {key_len} bytes at byte {p}")
-        version, control_type = struct.unpack_from(">hh", view, p)
+        version, control_type = CONTROL_KEY.unpack_from(view, p)
         p += key_len
         value_len, p = read_varint(view, p)
         if value_len > end - p:
             raise ValueError(f"control record value of {value_len} bytes at byte {p}")
-        coordinator_epoch = struct.unpack_from(">i", view, p + 2)[0] if value_len >= 6 else None
-    except (struct.error, CorruptRecordError) as e:
+        coordinator_epoch = CONTROL_VALUE.unpack_from(view, p)[1] if value_len >= CONTROL_VALUE.size else None
+    except (struct.error, IndexError, CorruptRecordError) as e:
         raise ValueError(f"truncated control record in batch at byte {pos}: {e}") from None
     return ControlRecord(version, control_type, coordinator_epoch)
 

@@ -16,16 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, NamedTuple, Sequence
 
-from tieredlog.log.index import (
-    INT32_MAX,
-    NO_TIMESTAMP,
-    CorruptIndexError,
-    OffsetIndex,
-    TimeIndex,
-    TransactionIndex,
-)
+from tieredlog.formats.errors import RecordError
+from tieredlog.formats.index import NO_TIMESTAMP, CorruptIndexError
+from tieredlog.log.index import INT32_MAX, OffsetIndex, TimeIndex, TransactionIndex
 from tieredlog.records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, peek_size, read_header, validate_batch
-from tieredlog.records.errors import RecordError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

@@ -7,7 +7,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from tieredlog.log.index import AbortedTxn
+    from tieredlog.formats.txn_index import AbortedTxn
     from tieredlog.log.segment import FileSlice
 
 

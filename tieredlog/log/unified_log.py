@@ -22,15 +22,15 @@ from typing import Callable
 
 from tieredlog import errors
 from tieredlog.atomic_file import atomic_write
+from tieredlog.formats.checkpoints import CorruptCheckpointError
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA_FILE,
-    CorruptCheckpointError,
     LeaderEpochCheckpointFile,
     PartitionMetadataFile,
 )
 from tieredlog.log.config import LogConfig
-from tieredlog.log.index import AbortedTxn
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.local_log import LocalLog
 from tieredlog.log.log_loader import LogLoader, rebuild_producer_state

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from tieredlog.records.record import encode_uvarint
+from tieredlog.formats.varint import encode_uvarint
 
 _i16 = struct.Struct(">h").pack
 _i32 = struct.Struct(">i").pack

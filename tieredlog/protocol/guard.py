@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 from kio.serial._introspect import get_field_tag
 
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_uvarint
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.varint import read_uvarint
 
 Checker = Callable[[Any, int, int], int]
 

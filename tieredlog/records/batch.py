@@ -21,7 +21,9 @@ from typing import Callable, Iterator, NamedTuple, TypeAlias
 
 import crc32c as _crc32c
 
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.formats.record_walk import MIN_RECORD_BODY, MIN_RECORD_SIZE
+from tieredlog.formats.varint import read_varint
 
 HEADER_SIZE = 61
 # baseOffset + batchLength: the part of a batch not counted in batchLength.
@@ -207,10 +209,6 @@ def validate_batch(buf: BytesLike, pos: int = 0, max_size: int | None = None, *,
     return h
 
 
-# attributes(1) timestampDelta(1) offsetDelta(1) keyLength(1) valueLength(1) headerCount(1), the
-# least a record body holds, and one more byte for its length varint.
-MIN_RECORD_BODY = 6
-MIN_RECORD_SIZE = MIN_RECORD_BODY + 1
 _GZIP_MAGIC = b"\x1f\x8b\x08"  # id1 id2 and deflate, the only gzip method
 _LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
 _ZSTD_FRAME_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -272,25 +270,12 @@ def _first_record_length(buf: BytesLike, start: int, end: int, pos: int) -> tupl
     if b < 0x80:  # the one-byte length of records under 64 bytes, without a call
         return (b >> 1) ^ -(b & 1), start + 1
     try:
-        length, body = _varint_reader()(buf, start)
+        length, body = read_varint(buf, start)
     except CorruptRecordError:
         body = end + 1
     if body > end:  # read at most 10 bytes past the start, then held to the batch
         raise InvalidRecordError(f"batch at byte {pos}: first record length is not a varint", position=start)
     return length, body
-
-
-def _varint_reader() -> Callable[[BytesLike, int], tuple[int, int]]:
-    global _read_varint
-    if _read_varint is None:  # record.py imports this module, so the reader is bound on first use
-        from tieredlog.records.record import read_varint
-
-        _read_varint = read_varint
-        return read_varint
-    return _read_varint
-
-
-_read_varint: Callable[[BytesLike, int], tuple[int, int]] | None = None
 
 
 def iter_headers(buf: BytesLike, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:

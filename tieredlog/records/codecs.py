@@ -26,6 +26,8 @@ import lz4.block
 import lz4.frame
 import zstandard
 
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.formats.varint import read_uvarint
 from tieredlog.records.batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -34,7 +36,6 @@ from tieredlog.records.batch import (
     COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
 )
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 
 __all__ = ["compress", "decompress", "decompress_lz4_legacy", "decompressed_limit", "XERIAL_HEADER"]
 
@@ -172,10 +173,7 @@ def _snappy_xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
 
 def _snappy_raw(block: memoryview, room: int) -> bytes:
     # cramjam allocates the length the block's preamble declares before decoding (and aborts the
-    # process when that fails), so the preamble is checked first. (Imported here: record.py
-    # imports this module.)
-    from tieredlog.records.record import read_uvarint
-
+    # process when that fails), so the preamble is checked first.
     declared, _ = read_uvarint(block, 0)
     if declared > room:
         raise CorruptRecordError(f"snappy block declares {declared} bytes, which exceeds the limit ({room} bytes left)")

@@ -15,6 +15,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError, RecordError
 from tieredlog.records.batch import (
     COMPRESSION_LZ4,
     COMPRESSION_MASK,
@@ -25,7 +26,6 @@ from tieredlog.records.batch import (
     BytesLike,
 )
 from tieredlog.records.codecs import decompress, decompress_lz4_legacy
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
 
 __all__ = ["LegacyMessage", "iter_legacy_messages", "NO_TIMESTAMP_TYPE"]
 

@@ -1,13 +1,8 @@
-"""Records inside a v2 batch: varints, decoding a whole batch, building batches.
+"""Records inside a v2 batch: decoding a whole batch, building batches.
 
 The broker itself never calls this on produce or fetch (it only reads batch headers); tools,
-tests, the control-marker writer and the Spark reader do.
-
-Record layout (after the 61-byte batch header, possibly compressed as a whole):
-  length varint | attributes i8 | timestampDelta varlong | offsetDelta varint |
-  keyLength varint | key | valueLength varint | value | headerCount varint |
-  [headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue]...
-Varints are zigzag-encoded base-128 (protobuf's sint), lengths of -1 mean null.
+tests, the control-marker writer and the Spark reader do. The record layout and the varints are
+:mod:`tieredlog.formats.record_walk` and :mod:`tieredlog.formats.varint`.
 """
 
 from __future__ import annotations
@@ -17,6 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError, RecordError
+from tieredlog.formats.record_walk import CONTROL_KEY, CONTROL_VALUE, MIN_RECORD_SIZE
+from tieredlog.formats.varint import read_varint, write_varint
 from tieredlog.records.batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -27,7 +25,6 @@ from tieredlog.records.batch import (
     HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
-    MIN_RECORD_SIZE,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -43,7 +40,6 @@ from tieredlog.records.batch import (
     validate_batch,
 )
 from tieredlog.records.codecs import compress, decompress
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError, RecordError
 
 __all__ = [
     "Record",
@@ -57,15 +53,6 @@ __all__ = [
     "build_control_batch",
     "build_empty_batch",
     "parse_control_record",
-    "read_varint",
-    "read_uvarint",
-    "write_varint",
-    "write_uvarint",
-    "encode_varint",
-    "encode_uvarint",
-    "varint_size",
-    "zigzag_encode",
-    "zigzag_decode",
 ]
 
 Header = tuple[str, Union[bytes, None]]
@@ -74,8 +61,6 @@ HeaderInput = tuple[Union[str, bytes], Union[bytes, None]]
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
-_CONTROL_KEY = struct.Struct(">hh")  # version, type
-_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -100,84 +85,6 @@ class ControlRecord:
 
 # ---------------------------------------------------------------------------------------------
 # Varints
-
-
-def zigzag_encode(n: int) -> int:
-    # Python ints are unbounded, so the sign is folded in arithmetically, not by a fixed-width shift.
-    return (n << 1) if n >= 0 else ((-n) << 1) - 1
-
-
-def zigzag_decode(n: int) -> int:
-    return (n >> 1) ^ -(n & 1)
-
-
-def write_uvarint(out: bytearray, value: int) -> None:
-    if value < 0:
-        raise ValueError(f"unsigned varint cannot hold {value}")
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def write_varint(out: bytearray, value: int) -> None:
-    """Append a zigzag varint (Kafka's varint and varlong alike)."""
-    v = zigzag_encode(value)
-    if v < 0x80:  # most deltas and lengths fit one byte
-        out.append(v)
-        return
-    write_uvarint(out, v)
-
-
-def encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    write_uvarint(out, value)
-    return bytes(out)
-
-
-def encode_varint(value: int) -> bytes:
-    out = bytearray()
-    write_varint(out, value)
-    return bytes(out)
-
-
-def varint_size(value: int) -> int:
-    """Bytes taken by the zigzag varint encoding of ``value``."""
-    v = zigzag_encode(value)
-    size = 1
-    while v >= 0x80:
-        v >>= 7
-        size += 1
-    return size
-
-
-def read_uvarint(buf: BytesLike, pos: int) -> tuple[int, int]:
-    """Read an unsigned varint at ``pos``; returns (value, position after it)."""
-    start = pos
-    n = len(buf)
-    result = 0
-    shift = 0
-    while True:
-        if pos >= n:
-            raise CorruptRecordError(f"varint truncated at byte {start}", position=start)
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:  # a varlong never needs more than 10 bytes
-            raise CorruptRecordError(f"varint longer than 10 bytes at byte {start}", position=start)
-
-
-def read_varint(buf: BytesLike, pos: int) -> tuple[int, int]:
-    """Read a zigzag varint/varlong at ``pos``; returns (value, position after it)."""
-    if pos < len(buf):
-        b = buf[pos]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
-    v, pos = read_uvarint(buf, pos)
-    return (v >> 1) ^ -(v & 1), pos
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,14 +342,14 @@ def _decode_records(
 
 def parse_control_record(record: Record) -> ControlRecord:
     """Read the key (version, type) and value (version, coordinatorEpoch) of a control record."""
-    if record.key is None or len(record.key) < _CONTROL_KEY.size:
+    if record.key is None or len(record.key) < CONTROL_KEY.size:
         raise CorruptRecordError(f"control record at offset {record.offset} has a short key")
-    version, ctype = _CONTROL_KEY.unpack_from(record.key)
+    version, ctype = CONTROL_KEY.unpack_from(record.key)
     epoch = None
     if ctype in (CONTROL_ABORT, CONTROL_COMMIT):
-        if record.value is None or len(record.value) < _CONTROL_VALUE.size:
+        if record.value is None or len(record.value) < CONTROL_VALUE.size:
             raise CorruptRecordError(f"transaction marker at offset {record.offset} has a short value")
-        _, epoch = _CONTROL_VALUE.unpack_from(record.value)
+        _, epoch = CONTROL_VALUE.unpack_from(record.value)
     return ControlRecord(version, ctype, epoch)
 
 
@@ -668,8 +575,8 @@ def build_control_batch(
     """A transaction marker batch: one control record, transactional and control bits set."""
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         raise ValueError(f"control_type must be 0 (ABORT) or 1 (COMMIT), not {control_type}")
-    key = _CONTROL_KEY.pack(0, control_type)
-    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    key = CONTROL_KEY.pack(0, control_type)
+    value = CONTROL_VALUE.pack(0, coordinator_epoch)
     return build_batch(
         [Record(base_offset, timestamp, key, value, [])],
         base_offset=base_offset,

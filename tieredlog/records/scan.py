@@ -3,27 +3,26 @@
 The broker never decodes records on produce (batch.py); two of Kafka's per-record rules still need
 the records: a compacted topic refuses records without a key, and a produce whose batch header shows
 an out-of-range timestamp is answered with every offending record's index (KIP-467's batch_index).
-These walks read each record's length, timestamp delta, offset delta and key length varints and skip
-the rest, so a batch that passes costs a few byte reads per record and builds no record (about a
+These walks read each record's length, timestamp delta, offset delta and key length varints
+(:mod:`tieredlog.formats.record_walk`) and skip the rest, so a batch that passes costs a few byte reads per record and builds no record (about a
 tenth of decoding it); only the records found bad are listed.
 """
 
 from __future__ import annotations
 
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.formats.record_walk import MIN_RECORD_BODY, MIN_RECORD_SIZE
+from tieredlog.formats.varint import read_varint
 from tieredlog.records.batch import (
     COMPRESSION_MASK,
     COMPRESSION_NONE,
     HEADER_SIZE,
-    MIN_RECORD_BODY,
-    MIN_RECORD_SIZE,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     BytesLike,
 )
 from tieredlog.records.codecs import decompress
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
-from tieredlog.records.record import read_varint
 
 __all__ = ["RecordFault", "KEY_MISSING", "TIMESTAMP_OUT_OF_RANGE", "find_record_faults"]
 

@@ -39,8 +39,8 @@ from kio.schema.errors import ErrorCode
 from tieredlog.clients.node_clients import BlockingNodeConnection, ListenerSecurity
 from tieredlog.clients.routing import Retry, call_leader
 from tieredlog.clients.versions import format_address
+from tieredlog.formats.errors import RecordError
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, PRODUCE
-from tieredlog.records.errors import RecordError
 from tieredlog.records.record import build_batch, iter_batches_records
 from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
 from tieredlog.rlmm.topic import METADATA_TOPIC

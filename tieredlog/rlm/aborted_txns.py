@@ -25,11 +25,11 @@ import uuid
 from collections import OrderedDict
 from typing import Iterator, Sequence
 
-from tieredlog.log.index import AbortedTxn, collect_aborted_across
+from tieredlog.formats.lineage import as_pairs, epoch_for_offset, filtered_epochs, holds_offset_on_lineage
+from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across
 from tieredlog.rlm.contracts import TieredLog
 from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
-from tieredlog.rlm.lineage import as_pairs, epoch_for_offset, filtered_epochs, holds_offset_on_lineage
 from tieredlog.rsm.api import RemoteLogSegmentMetadata, TopicIdPartition
 
 # segments whose walk is kept; each holds the few aborted transactions overlapping one segment

@@ -12,8 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.config import LogConfig
-from tieredlog.log.index import AbortedTxn
 from tieredlog.log.leader_epoch import LeaderEpochFileCache
 from tieredlog.log.types import TopicPartition
 

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint
+from tieredlog.formats.lineage import as_pairs, highest_remote_offset, segment_leader_epochs
 from tieredlog.rate_limited_log import RateLimitedLog
 from tieredlog.rlm.contracts import LogProvider, LogSegmentView, TieredLog
 from tieredlog.rlm.lifecycle import CustomMetadataSizeLimitExceededException, RemoteSegmentLifecycle
-from tieredlog.rlm.lineage import as_pairs, checkpoint_text, highest_remote_offset, segment_leader_epochs
 from tieredlog.rlm.metrics import RemoteStorageMetrics
 from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
@@ -158,7 +159,7 @@ class RLMCopyTask:
             time_index=Path(segment.time_index_path),
             transaction_index=txn,
             producer_snapshot_index=Path(snapshot),
-            leader_epoch_index=checkpoint_text([(e, o) for e, o in entries if o < next_offset]),
+            leader_epoch_index=encode_leader_epoch_checkpoint([(e, o) for e, o in entries if o < next_offset]),
         )
         state.being_copied.add(segment_id.id)
         started = time.monotonic()

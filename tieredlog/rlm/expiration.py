@@ -14,10 +14,10 @@ import logging
 import time
 from typing import Callable
 
+from tieredlog.formats.lineage import as_pairs, is_within_lineage, segment_epoch_bounds
 from tieredlog.rlm.contracts import LogProvider, TieredLog
 from tieredlog.rlm.copier import tiering_log
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
-from tieredlog.rlm.lineage import as_pairs, is_within_lineage, segment_epoch_bounds
 from tieredlog.rlm.metrics import RemoteStorageMetrics
 from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tieredlog.log.checkpoints import parse_leader_epoch_checkpoint
+from tieredlog.formats.checkpoints import parse_leader_epoch_checkpoint
+from tieredlog.formats.lineage import as_pairs, highest_remote_offset
 from tieredlog.log.types import EpochEntry
 from tieredlog.rlm.contracts import LogProvider
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
-from tieredlog.rlm.lineage import as_pairs, highest_remote_offset
 from tieredlog.rlm.metrics import metrics
 from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
@@ -76,7 +76,8 @@ def fetch_aux_state(lifecycle: RemoteSegmentLifecycle, rsm: RemoteStorageManager
     with rsm.fetch_index(md, IndexType.LEADER_EPOCH) as f:
         raw = f.read()
     usage.record(tip.topic, "GET", 1, len(raw))
-    epochs = parse_leader_epoch_checkpoint(raw, f"remote leader-epoch index of {md.remote_log_segment_id.id}")
+    epochs = [EpochEntry(*e) for e in parse_leader_epoch_checkpoint(
+        raw, f"remote leader-epoch index of {md.remote_log_segment_id.id}")]
     try:
         with rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) as f:
             snapshot: bytes | None = f.read()

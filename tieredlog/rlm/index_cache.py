@@ -22,14 +22,10 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from tieredlog.atomic_file import SourceTooLargeError, atomic_copy, atomic_write
+from tieredlog.formats.index import CorruptIndexError
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.kafka_uuid import kafka_str_to_uuid, uuid_to_kafka_str
-from tieredlog.log.index import (
-    AbortedTxn,
-    CorruptIndexError,
-    MappedOffsetIndex,
-    MappedTimeIndex,
-    read_txn_index,
-)
+from tieredlog.log.index import MappedOffsetIndex, MappedTimeIndex, read_txn_index
 from tieredlog.log.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 from tieredlog.rlm.metrics import metrics
 from tieredlog.rsm.api import (

@@ -36,10 +36,11 @@ from tieredlog.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from tieredlog.log.index import AbortedTxn, CorruptIndexError
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.index import CorruptIndexError
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.types import FetchDataInfo, TopicPartition
 from tieredlog.rate_limited_log import RateLimitedLog, one_line
-from tieredlog.records.errors import CorruptRecordError
 from tieredlog.rlm.aborted_txns import RemoteAbortedTxns, in_range
 from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.contracts import LogProvider, TieredLog

@@ -17,7 +17,15 @@ from concurrent.futures import CancelledError, Future
 from typing import Callable, NamedTuple
 
 from tieredlog.errors import OffsetOutOfRangeError
-from tieredlog.log.index import CorruptIndexError
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.index import CorruptIndexError
+from tieredlog.formats.lineage import (
+    as_pairs,
+    epoch_of_offset_in_segment,
+    holds_offset_on_lineage,
+    is_within_lineage,
+    lineage_end_in_segment,
+)
 from tieredlog.records.batch import (
     BATCH_LENGTH_OFFSET,
     HEADER_SIZE,
@@ -26,17 +34,9 @@ from tieredlog.records.batch import (
     peek_size,
     read_header,
 )
-from tieredlog.records.errors import CorruptRecordError
 from tieredlog.records.record import record_at_or_after  # decompresses: only for timestamp lookups
 from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
-from tieredlog.rlm.lineage import (
-    as_pairs,
-    epoch_of_offset_in_segment,
-    holds_offset_on_lineage,
-    is_within_lineage,
-    lineage_end_in_segment,
-)
 from tieredlog.rlm.metrics import metrics
 from tieredlog.rlm.pool import RemoteReaderPool
 from tieredlog.rsm.api import (

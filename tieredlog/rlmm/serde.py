@@ -26,8 +26,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Mapping, Union
 
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_uvarint, write_uvarint
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.varint import read_uvarint, write_uvarint
 from tieredlog.rsm.api import (
     CustomMetadata,
     RemoteLogSegmentId,

@@ -112,8 +112,8 @@ class LogMetadataTopic:
 
     def read(self, partition: int, from_offset: int) -> Iterator[tuple[int, bytes]]:
         from tieredlog.errors import OffsetOutOfRangeError
+        from tieredlog.formats.errors import RecordError
         from tieredlog.log.batch_reader import LogBatches
-        from tieredlog.records.errors import RecordError
 
         def corrupt(offset: int, _header, exc: RecordError) -> None:
             # A record lost to damage is one line and a gap (Kafka's consumer task logs it and goes

@@ -56,7 +56,7 @@ from tieredlog.rsm.api import (
     RemoteResourceNotFoundException,
     TopicIdPartition,
 )
-from tieredlog.rsm.objectstore import config_int
+from tieredlog.rsm.config import config_int
 
 log = logging.getLogger(__name__)
 

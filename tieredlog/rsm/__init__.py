@@ -1,4 +1,6 @@
-"""The RemoteStorageManager plugin contract. Plugin authors import from here and nothing else."""
+"""The RemoteStorageManager plugin contract. Plugin authors import from here and nothing else: the
+contract (``api``), the config reader with one-line errors, and the loader a plugin that wraps another
+RSM builds it with."""
 
 from tieredlog.rsm.api import (
     CustomMetadata,
@@ -15,12 +17,19 @@ from tieredlog.rsm.api import (
     RemoteStorageManager,
     RetriableRemoteStorageException,
     TopicIdPartition,
+    check_positions,
 )
+from tieredlog.rsm.config import ConfigReader, RemoteStorageConfigError
+from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.registry import PluginLoadError, load_remote_storage_manager
 
 __all__ = [
+    "ConfigReader",
     "CustomMetadata",
     "IndexType",
+    "ListableRemoteStorageManager",
     "LogSegmentData",
+    "PluginLoadError",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
     "RemoteLogSegmentMetadataUpdate",
@@ -28,8 +37,11 @@ __all__ = [
     "RemotePartitionDeleteMetadata",
     "RemotePartitionDeleteState",
     "RemoteResourceNotFoundException",
+    "RemoteStorageConfigError",
     "RemoteStorageException",
     "RemoteStorageManager",
     "RetriableRemoteStorageException",
     "TopicIdPartition",
+    "check_positions",
+    "load_remote_storage_manager",
 ]

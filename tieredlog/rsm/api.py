@@ -169,6 +169,14 @@ class LogSegmentData:
     leader_epoch_index: bytes
 
 
+def check_positions(start_position: int, end_position: int | None) -> None:
+    """The positions rule of :meth:`RemoteStorageManager.fetch_log_segment`: ValueError otherwise."""
+    if start_position < 0:
+        raise ValueError(f"start_position {start_position} must be >= 0")
+    if end_position is not None and end_position < start_position:
+        raise ValueError(f"end_position {end_position} must be >= start_position {start_position}")
+
+
 class RemoteStorageManager(abc.ABC):
     """Stores and serves the data of rolled log segments. Implementations must be thread safe:
     the broker calls them from its copier, expiration and reader pools at once."""

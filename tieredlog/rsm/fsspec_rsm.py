@@ -33,13 +33,8 @@ from tieredlog.rsm.api import (
     RemoteStorageException,
     RetriableRemoteStorageException,
 )
-from tieredlog.rsm.objectstore import (
-    ConfigReader,
-    LimitedReader,
-    ObjectStoreRemoteStorageManager,
-    RemoteStorageConfigError,
-    validated_prefix,
-)
+from tieredlog.rsm.config import ConfigReader, RemoteStorageConfigError, validated_prefix
+from tieredlog.rsm.objectstore import LimitedReader, ObjectStoreRemoteStorageManager
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,16 @@ writers; a key we did not write must never become a path, a topic or an offset).
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Iterable
 
 from tieredlog.kafka_uuid import KAFKA_UUID_PATTERN, kafka_str_to_uuid, uuid_to_kafka_str
 from tieredlog.rsm.api import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
+
+log = logging.getLogger(__name__)
 
 LOG_SUFFIX = "log"
 # Same name and JSON schema as LocalTieredStorage writes, so broker-less readers see one shape.
@@ -168,3 +172,15 @@ def parse_segment_key(key: str, key_prefix: str = "") -> SegmentObjectKey:
         segment_id=uuid_from_base64(file_match["segment_id"]),
         suffix=suffix,
     )
+
+
+def parse_listing(keys: Iterable[str], key_prefix: str = "") -> list[SegmentObjectKey]:
+    """The segment keys among listed ``keys``, ordered by topic, partition, start offset and suffix.
+    Keys that do not parse (foreign objects, hand-made keys) are skipped with a warning, never trusted."""
+    found = []
+    for key in keys:
+        try:
+            found.append(parse_segment_key(key, key_prefix))
+        except InvalidKeyError as exc:
+            log.warning("ignoring object that is not a tieredlog segment key: %s", str(exc)[:300])
+    return sorted(found, key=lambda k: (k.topic, k.partition, k.start_offset, k.suffix))

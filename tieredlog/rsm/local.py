@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Mapping
 
 from tieredlog.atomic_file import atomic_copy, fsync_dir
+from tieredlog.formats.manifest import MAX_MANIFEST_BYTES
 from tieredlog.rsm import keys
 from tieredlog.rsm.api import (
     CustomMetadata,
@@ -37,11 +38,13 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException,
     RemoteStorageException,
-    RemoteStorageManager,
     TopicIdPartition,
+    check_positions,
 )
+from tieredlog.rsm.config import config_int
 from tieredlog.rsm.keys import uuid_from_base64, uuid_to_base64  # noqa: F401 - tools import them from here
-from tieredlog.rsm.objectstore import MAX_MANIFEST_BYTES, build_manifest, check_positions, config_int, parse_manifest
+from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.objectstore import build_manifest, parse_manifest
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -117,7 +120,7 @@ class _BoundedReader(io.RawIOBase):
         super().close()
 
 
-class LocalTieredStorage(RemoteStorageManager):
+class LocalTieredStorage(ListableRemoteStorageManager):
     """Remote storage in a local folder. Configs (``rsm.config.`` stripped): ``dir`` (root folder;
     a temporary folder when unset, as Kafka does), ``delete.enable`` (true; false keeps the data,
     simulating eventually consistent deletes), ``delete.on.close`` (false), ``broker.id``."""
@@ -260,7 +263,36 @@ class LocalTieredStorage(RemoteStorageManager):
         if self._delete_on_close and self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
 
-    # -- listing (tools, tests) --------------------------------------------------------------
+    # -- listing (ListableRemoteStorageManager; tools, tests) ----------------------------------
+
+    def list_segment_objects(self, topic_id_partition: TopicIdPartition | None = None) -> list[keys.SegmentObjectKey]:
+        prefix = "" if topic_id_partition is None else keys.partition_prefix("", topic_id_partition)
+        return keys.parse_listing(self._keys_under(prefix))
+
+    def list_topic_segment_objects(self, topic: str) -> list[keys.SegmentObjectKey]:
+        keys.validate_topic(topic)
+        return [k for k in keys.parse_listing(self._keys_under(f"{topic}-")) if k.topic == topic]
+
+    def read_manifest(self, key: keys.SegmentObjectKey | str) -> dict[str, Any]:
+        name = key.key if isinstance(key, keys.SegmentObjectKey) else key
+        if keys.parse_segment_key(name).suffix != keys.MANIFEST_SUFFIX:
+            raise keys.InvalidKeyError(f"{name!r} is not a manifest key")
+        with self._open(self.root / name) as f:
+            # one byte more than a manifest may have: a huge file is refused, not read whole
+            return parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
+
+    def _keys_under(self, prefix: str) -> Iterator[str]:
+        """The keys (paths under the root, ``/``-separated) of the segment files whose key starts with
+        ``prefix``; temporary files of copies in progress are not segment files. Only folders the
+        prefix can still match are entered."""
+        root = self.root
+        for folder, dirs, files in os.walk(root):
+            rel = Path(folder).relative_to(root).as_posix()
+            rel = "" if rel == "." else rel + "/"
+            dirs[:] = [d for d in dirs if (rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/")]
+            for name in files:
+                if keys.is_segment_file_name(name) and (rel + name).startswith(prefix):
+                    yield rel + name
 
     def list_manifests(self, tp: TopicIdPartition) -> list[dict[str, Any]]:
         """The committed segments of a partition (those with a manifest), by start offset."""

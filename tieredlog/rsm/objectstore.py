@@ -1,5 +1,5 @@
-"""What every object-store RSM (S3, fsspec) shares: config parsing with one-line errors, the segment
-manifest, and the copy / fetch / delete / list algorithm over five primitive operations.
+"""What every object-store RSM (S3, fsspec) shares: the segment manifest, and the copy / fetch / delete /
+list algorithm over five primitive operations.
 
 A segment is stored as one object per file (see :mod:`tieredlog.rsm.keys`), written in the order
 log, indexes, producer snapshot, leader-epoch checkpoint, and the manifest **last**: a reader that
@@ -9,32 +9,26 @@ lists the bucket (Spark, ``tieredlog remote ls``) treats a segment without a man
 from __future__ import annotations
 
 import abc
-import enum
 import io
-import json
 import logging
 from pathlib import Path
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    BinaryIO,
-    Callable,
-    Iterable,
-    Iterator,
-    Mapping,
-    SupportsIndex,
-    SupportsInt,
-    overload,
-)
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Mapping
 
+from tieredlog.formats.manifest import (
+    MAX_MANIFEST_BYTES,
+    ManifestError,
+    SegmentManifest,
+    decode_manifest,
+    encode_manifest,
+)
 from tieredlog.rsm.api import (
     CustomMetadata,
     IndexType,
     LogSegmentData,
     RemoteLogSegmentMetadata,
     RemoteStorageException,
-    RemoteStorageManager,
     TopicIdPartition,
+    check_positions,
 )
 from tieredlog.rsm.keys import (
     INDEX_SUFFIXES,
@@ -42,172 +36,51 @@ from tieredlog.rsm.keys import (
     MANIFEST_SUFFIX,
     InvalidKeyError,
     SegmentObjectKey,
+    parse_listing,
     parse_segment_key,
     partition_prefix,
     segment_keys,
     segment_stem,
-    uuid_to_base64,
-    validate_key_prefix,
     validate_topic,
 )
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 1
-# A manifest is about 1 KiB; anything this big is not one.
-MAX_MANIFEST_BYTES = 1 << 20
-
-
-class RemoteStorageConfigError(RemoteStorageException, ValueError):
-    """A bad ``rsm.config.*`` value. The message is one line and never contains a secret."""
-
-
-class _Required(enum.Enum):
-    REQUIRED = enum.auto()
-
-
-_REQUIRED = _Required.REQUIRED
-
-
-def config_int(value: object) -> int:
-    """``int(value)`` for a config value that may be a string or already a number: TypeError (as from
-    ``int()``) for a value that is neither."""
-    if isinstance(value, (str, bytes, bytearray, SupportsInt, SupportsIndex)):
-        return int(value)
-    raise TypeError(f"int() argument must be a string or a number, not {type(value).__name__!r}")
-
-
-class ConfigReader:
-    """Typed access to the configs handed to ``configure()``. Values may be strings (from a properties
-    file) or already typed (from Python callers)."""
-
-    def __init__(self, configs: Mapping[str, object], *, display_prefix: str = "rsm.config.") -> None:
-        self.configs = dict(configs)
-        self.display_prefix = display_prefix
-
-    def _name(self, name: str) -> str:
-        return f"{self.display_prefix}{name}"
-
-    def _error(self, name: str, value: object, reason: str, secret: bool = False) -> RemoteStorageConfigError:
-        shown = "<hidden>" if secret else repr(value)
-        return RemoteStorageConfigError(f"invalid config {self._name(name)}={shown}: {reason}")
-
-    def has(self, name: str) -> bool:
-        value = self.configs.get(name)
-        return value is not None and value != ""
-
-    @overload
-    def string(self, name: str, *, secret: bool = False) -> str: ...
-    @overload
-    def string(self, name: str, default: str, *, secret: bool = False) -> str: ...
-    @overload
-    def string(self, name: str, default: str | None, *, secret: bool = False) -> str | None: ...
-
-    def string(self, name: str, default: str | None | _Required = _REQUIRED, *, secret: bool = False) -> str | None:
-        """The stripped value; ``default`` when unset, and without a default an unset value is an error."""
-        value = self.configs.get(name)
-        if value is None or value == "":
-            if isinstance(default, _Required):
-                raise RemoteStorageConfigError(f"missing required config {self._name(name)}")
-            return default
-        if not isinstance(value, str):
-            raise self._error(name, value, "expected a string", secret)
-        return value.strip()
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self.configs.get(name)
-        if value is None or value == "":
-            return default
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise self._error(name, value, "expected true or false")
-
-    @overload
-    def integer(self, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int: ...
-    @overload
-    def integer(
-        self, name: str, default: int | None, *, minimum: int | None = None, maximum: int | None = None
-    ) -> int | None: ...
-
-    def integer(self, name: str, default: int | None, *, minimum: int | None = None,
-                maximum: int | None = None) -> int | None:
-        value = self.configs.get(name)
-        if value is None or value == "":
-            return default
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            number = int(value.strip()) if isinstance(value, str) else config_int(value)
-        except (TypeError, ValueError):
-            raise self._error(name, value, "expected an integer") from None
-        if minimum is not None and number < minimum:
-            raise self._error(name, value, f"must be >= {minimum}")
-        if maximum is not None and number > maximum:
-            raise self._error(name, value, f"must be <= {maximum}")
-        return number
-
-    def choice(self, name: str, default: str | None, choices: Iterable[str]) -> str | None:
-        allowed = list(choices)
-        value = self.string(name, default)
-        if value is not None and value not in allowed:
-            raise self._error(name, value, f"expected one of {', '.join(allowed)}")
-        return value
-
-    def with_prefix(self, prefix: str) -> dict[str, object]:
-        """The configs under ``prefix``, with the prefix stripped."""
-        return {k[len(prefix):]: v for k, v in self.configs.items() if k.startswith(prefix) and len(k) > len(prefix)}
-
 
 def build_manifest(metadata: RemoteLogSegmentMetadata, object_sizes: Mapping[str, int]) -> bytes:
-    """The commit marker: everything a broker-less reader needs to use the segment's objects. The
-    schema is the one ``LocalTieredStorage`` writes (``object_sizes`` maps suffix -> bytes)."""
+    """The commit marker (:mod:`tieredlog.formats.manifest`) of a segment whose objects have these
+    sizes (suffix -> bytes)."""
     tp = metadata.topic_id_partition
-    stem = segment_stem(metadata)
-    body = {
-        "version": MANIFEST_VERSION,
-        "topic": tp.topic,
-        "topic_id": uuid_to_base64(tp.topic_id),
-        "partition": tp.partition,
-        "segment_id": uuid_to_base64(metadata.remote_log_segment_id.id),
-        "start_offset": metadata.start_offset,
-        "end_offset": metadata.end_offset,
-        "max_timestamp_ms": metadata.max_timestamp_ms,
-        "broker_id": metadata.broker_id,
-        "event_timestamp_ms": metadata.event_timestamp_ms,
-        "segment_size_in_bytes": metadata.segment_size_in_bytes,
-        "segment_leader_epochs": [[e, o] for e, o in sorted(metadata.segment_leader_epochs.items())],
-        "tx_index_present": INDEX_SUFFIXES[IndexType.TRANSACTION] in object_sizes,
-        "files": {suffix: {"name": f"{stem}.{suffix}", "size": size} for suffix, size in object_sizes.items()},
-    }
-    return json.dumps(body, sort_keys=True).encode()
+    return encode_manifest(SegmentManifest(
+        topic=tp.topic,
+        topic_id=tp.topic_id,
+        partition=tp.partition,
+        segment_id=metadata.remote_log_segment_id.id,
+        start_offset=metadata.start_offset,
+        end_offset=metadata.end_offset,
+        max_timestamp_ms=metadata.max_timestamp_ms,
+        broker_id=metadata.broker_id,
+        event_timestamp_ms=metadata.event_timestamp_ms,
+        segment_size_in_bytes=metadata.segment_size_in_bytes,
+        segment_leader_epochs=metadata.segment_leader_epochs,
+        tx_index_present=INDEX_SUFFIXES[IndexType.TRANSACTION] in object_sizes,
+        file_sizes=object_sizes,
+    ), segment_stem(metadata))
 
 
 def parse_manifest(data: bytes) -> dict[str, Any]:
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise RemoteStorageException(f"segment manifest is over {MAX_MANIFEST_BYTES} bytes")
+    """The manifest's body; RemoteStorageException for bytes that are not one."""
     try:
-        body = json.loads(data)
-    except (ValueError, RecursionError) as exc:  # deep nesting is a RecursionError
-        raise RemoteStorageException(f"segment manifest is not JSON: {exc}") from None
-    if not isinstance(body, dict) or body.get("version") != MANIFEST_VERSION:
-        raise RemoteStorageException(f"unsupported segment manifest version {body.get('version')!r}"
-                                     if isinstance(body, dict) else "segment manifest is not an object")
-    return body
+        return decode_manifest(data)
+    except ManifestError as exc:
+        raise RemoteStorageException(str(exc)) from None
 
 
-def check_positions(start_position: int, end_position: int | None) -> None:
-    if start_position < 0:
-        raise ValueError(f"start_position {start_position} must be >= 0")
-    if end_position is not None and end_position < start_position:
-        raise ValueError(f"end_position {end_position} must be >= start_position {start_position}")
-
-
-class ObjectStoreRemoteStorageManager(RemoteStorageManager):
+class ObjectStoreRemoteStorageManager(ListableRemoteStorageManager):
     """The segment algorithm over a flat key space. Subclasses supply the five primitives; all of
     them must be thread safe and map failures to the ``tieredlog.rsm`` exceptions."""
 
@@ -310,13 +183,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         return [k for k in self._parsed_listing(f"{self.key_prefix}{topic}-") if k.topic == topic]
 
     def _parsed_listing(self, prefix: str) -> list[SegmentObjectKey]:
-        found = []
-        for key in self._list_keys(prefix):
-            try:
-                found.append(parse_segment_key(key, self.key_prefix))
-            except InvalidKeyError as exc:
-                log.warning("ignoring object that is not a tieredlog segment key: %s", str(exc)[:300])
-        return sorted(found, key=lambda k: (k.topic, k.partition, k.start_offset, k.suffix))
+        return parse_listing(self._list_keys(prefix), self.key_prefix)
 
     def read_manifest(self, key: SegmentObjectKey | str) -> dict[str, Any]:
         name = key.key if isinstance(key, SegmentObjectKey) else key
@@ -326,14 +193,6 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         with self._get_range(name, 0, None) as stream:
             # one byte more than a manifest may have: a huge object is refused, not read whole
             return parse_manifest(stream.read(MAX_MANIFEST_BYTES + 1))
-
-
-def validated_prefix(reader: ConfigReader, name: str = "key.prefix") -> str:
-    prefix = reader.string(name, "") or ""
-    try:
-        return validate_key_prefix(prefix)
-    except InvalidKeyError as exc:
-        raise RemoteStorageConfigError(f"invalid config {reader._name(name)}: {exc}") from None
 
 
 class LimitedReader(io.RawIOBase):

@@ -44,12 +44,8 @@ from tieredlog.rsm.api import (
     RemoteStorageException,
     RetriableRemoteStorageException,
 )
-from tieredlog.rsm.objectstore import (
-    ConfigReader,
-    ObjectStoreRemoteStorageManager,
-    RemoteStorageConfigError,
-    validated_prefix,
-)
+from tieredlog.rsm.config import ConfigReader, RemoteStorageConfigError, validated_prefix
+from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import InvalidTopicError, KafkaError
+from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.records.batch import HEADER_SIZE, MAGIC_OFFSET, read_header
-from tieredlog.records.errors import CorruptRecordError, InvalidRecordError
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorized_names
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext

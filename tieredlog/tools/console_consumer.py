@@ -27,8 +27,8 @@ from typing import BinaryIO
 
 from kio.schema.errors import ErrorCode
 
+from tieredlog.formats.errors import RecordError
 from tieredlog.log.types import TopicPartition
-from tieredlog.records.errors import RecordError
 from tieredlog.records.record import Record, iter_batches_records
 from tieredlog.tools import add_version_argument, command_config, run_against_broker
 from tieredlog.tools.client_properties import merged, settings

@@ -11,8 +11,8 @@ import struct
 from typing import Any, Callable, TypeVar
 
 from tieredlog.clients.errors import KafkaProtocolError
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import read_uvarint
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.varint import read_uvarint
 
 T = TypeVar("T")
 

@@ -22,10 +22,14 @@ import struct
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
-from tieredlog.log.index import OFFSET_ENTRY, TIME_ENTRY, TXN_ENTRY
-from tieredlog.log.producer_state import CorruptSnapshotError, decode_snapshot
+from tieredlog.formats.checkpoints import CHECKPOINT_VERSION, parse_epoch_line, parse_offset_line
+from tieredlog.formats.errors import RecordError
+from tieredlog.formats.index import OFFSET_ENTRY, TIME_ENTRY
+from tieredlog.formats.producer_snapshot import SNAPSHOT_HEADER, CorruptSnapshotError
+from tieredlog.formats.txn_index import TXN_ENTRY, TXN_ENTRY_VERSION
+from tieredlog.log.producer_state import decode_snapshot
 from tieredlog.records.batch import (
     COMPRESSION_NAMES,
     HEADER_SIZE,
@@ -35,7 +39,6 @@ from tieredlog.records.batch import (
     compute_crc,
     read_header,
 )
-from tieredlog.records.errors import RecordError
 from tieredlog.records.legacy import iter_legacy_messages
 from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, decode_batch, parse_control_record
 from tieredlog.tools import run_tool
@@ -250,7 +253,7 @@ def _dump_time_index(path: Path, out: _Out, print_data: bool) -> None:
 def _dump_txn_index(path: Path, out: _Out, print_data: bool) -> None:
     with _mapped(path) as buf:
         for pos, (version, pid, first, last, lso) in _fixed_entries(buf, TXN_ENTRY):
-            if version != 0:
+            if version != TXN_ENTRY_VERSION:
                 raise Corrupt(pos, f"unknown transaction index entry version {version}")
             out(f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} lastStableOffset: {lso}")
 
@@ -261,8 +264,8 @@ def _dump_txn_index(path: Path, out: _Out, print_data: bool) -> None:
 
 def _dump_snapshot(path: Path, out: _Out, print_data: bool) -> None:
     data = path.read_bytes()
-    if len(data) >= 6:
-        version, crc = struct.unpack_from(">hI", data, 0)
+    if len(data) >= SNAPSHOT_HEADER.size:
+        version, crc = SNAPSHOT_HEADER.unpack_from(data, 0)
         out(f"version: {version} crc: {crc}")
     try:
         entries = decode_snapshot(data)
@@ -283,8 +286,10 @@ def _dump_snapshot(path: Path, out: _Out, print_data: bool) -> None:
         )
 
 
-def _checkpoint_lines(path: Path, out: _Out, fields: int, fmt: Callable[[list[str]], str]) -> None:
-    """Print a version-0 checkpoint line by line, so a bad line is reported by its byte position."""
+def _checkpoint_lines(path: Path, out: _Out, parse_line: Callable[[str], tuple[Any, ...]],
+                      fmt: Callable[..., str]) -> None:
+    """Print a version-0 checkpoint line by line, so a bad line is reported by its byte position (the
+    lines are read by the broker's own rules, :mod:`tieredlog.formats.checkpoints`)."""
     data = path.read_bytes()
     lines = data.split(b"\n")
     positions = []
@@ -301,32 +306,33 @@ def _checkpoint_lines(path: Path, out: _Out, fields: int, fmt: Callable[[list[st
         except UnicodeDecodeError as e:
             raise Corrupt(positions[i] + e.start, "not UTF-8 text") from None
 
-    if text(0) != "0":
+    if text(0) != str(CHECKPOINT_VERSION):
         raise Corrupt(0, f"unrecognized checkpoint version {text(0)!r}")
     if len(lines) < 2 or not text(1).isdigit():
         raise Corrupt(positions[1] if len(lines) > 1 else len(data), "missing or bad entry count")
     expected = int(text(1))
-    out(f"version: 0 count: {expected}")
+    out(f"version: {CHECKPOINT_VERSION} count: {expected}")
     found = 0
     for i in range(2, len(lines)):
         t = text(i)
         if not t:
             continue
-        parts = t.split()
-        if len(parts) != fields or not all(re.fullmatch(r"-?\d+", x) for x in parts[-2:]):
-            raise Corrupt(positions[i], f"malformed line {i + 1}: {t!r}")
-        out(fmt(parts))
+        try:
+            entry = parse_line(t)
+        except ValueError:
+            raise Corrupt(positions[i], f"malformed line {i + 1}: {t!r}") from None
+        out(fmt(*entry))
         found += 1
     if found != expected:
         raise Corrupt(len(data), f"expected {expected} entries but found {found}")
 
 
 def _dump_leader_epoch(path: Path, out: _Out, print_data: bool) -> None:
-    _checkpoint_lines(path, out, 2, lambda p: f"epoch: {p[0]} startOffset: {p[1]}")
+    _checkpoint_lines(path, out, parse_epoch_line, lambda epoch, start: f"epoch: {epoch} startOffset: {start}")
 
 
 def _dump_offset_checkpoint(path: Path, out: _Out, print_data: bool) -> None:
-    _checkpoint_lines(path, out, 3, lambda p: f"topic: {p[0]} partition: {p[1]} offset: {p[2]}")
+    _checkpoint_lines(path, out, parse_offset_line, lambda t, p, o: f"topic: {t} partition: {p} offset: {o}")
 
 
 def _dumper_for(path: Path) -> Callable[[Path, _Out, bool], None] | None:

@@ -20,15 +20,17 @@ from typing import BinaryIO, Mapping
 import zstandard
 
 from tieredlog.rsm import (
+    ConfigReader,
     CustomMetadata,
     IndexType,
     LogSegmentData,
     RemoteLogSegmentMetadata,
+    RemoteStorageConfigError,
     RemoteStorageException,
     RemoteStorageManager,
+    check_positions,
+    load_remote_storage_manager,
 )
-from tieredlog.rsm.objectstore import ConfigReader, RemoteStorageConfigError, check_positions
-from tieredlog.rsm.registry import load_remote_storage_manager
 from tieredlog_chunked import crypto
 from tieredlog_chunked.cache import DiskChunkCache
 from tieredlog_chunked.format import FIRST_READ, PREAMBLE, ChunkHeader, header_length_from_preamble, parse_header

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 
 from tieredlog.coordinator.schema import SchemaError, SchemaReader, encode_string
-from tieredlog.records.record import read_uvarint
+from tieredlog.formats.varint import read_uvarint
 
 KEY_VERSION = 0
 VALUE_VERSION = 0

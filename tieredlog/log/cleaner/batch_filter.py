@@ -1,8 +1,9 @@
 """The cleaner's work on one v2 batch, bytes in and bytes out (Kafka's MemoryRecords.filterTo with the
 cleaner's RecordFilter).
 
-A batch is walked record by record over its (decompressed) records section, reading only the varints
-and the key each decision needs; no record object is built. A batch whose records all stay, and that
+A batch is walked record by record over its (decompressed) records section (the layout of
+:mod:`tieredlog.formats.record_walk`), reading only the varints and the key each decision needs; no
+record object is built, and one-byte varints are decoded inline. A batch whose records all stay, and that
 needs no delete horizon, is copied as it is. Otherwise the records that stay are written into a new
 batch with the original base offset, last offset delta (so the producer's last sequence survives),
 codec, timestamp type, producer id, epoch, base sequence and partition leader epoch, Kafka's rule.
@@ -13,9 +14,11 @@ Each kept record's bytes are copied unchanged unless the base timestamp moves to
 from __future__ import annotations
 
 import enum
-import struct
 from dataclasses import dataclass
 
+from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.record_walk import ATTRIBUTES_SIZE, CONTROL_KEY, key_length_position
+from tieredlog.formats.varint import read_varint, skip_varint, write_varint
 from tieredlog.log.cleaner.offset_map import OffsetMap
 from tieredlog.records.batch import (
     COMPRESSION_MASK,
@@ -27,10 +30,7 @@ from tieredlog.records.batch import (
     BytesLike,
 )
 from tieredlog.records.codecs import compress, decompress
-from tieredlog.records.errors import CorruptRecordError
-from tieredlog.records.record import build_empty_batch, read_varint, seal_batch, write_varint
-
-_CONTROL_TYPE = struct.Struct(">hh")
+from tieredlog.records.record import build_empty_batch, seal_batch
 
 
 class BatchRetention(enum.Enum):
@@ -60,12 +60,6 @@ def records_section(buf: BytesLike, pos: int, h: BatchHeader) -> tuple[BytesLike
     return data, 0, len(data)
 
 
-def _skip_varint(data: BytesLike, q: int) -> int:
-    while data[q] >= 0x80:
-        q += 1
-    return q + 1
-
-
 def add_keys_to_map(buf: BytesLike, pos: int, h: BatchHeader, start_offset: int, offset_map: OffsetMap,
                     max_entries: int) -> tuple[bool, int]:
     """Put every keyed record of the batch at or past ``start_offset`` into the map: (whether the map
@@ -90,7 +84,7 @@ def add_keys_to_map(buf: BytesLike, pos: int, h: BatchHeader, start_offset: int,
             else:
                 length, p = read_varint(data, p)
                 rec_end = p + length
-            q = _skip_varint(data, p + 1)  # attributes, then the timestamp delta
+            q = skip_varint(data, p + ATTRIBUTES_SIZE)  # the timestamp delta, unread
             b = data[q]
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
@@ -122,12 +116,10 @@ def control_type(buf: BytesLike, pos: int, h: BatchHeader) -> int | None:
         return None
     p = pos + HEADER_SIZE
     _, p = read_varint(buf, p)  # record length
-    p = _skip_varint(buf, p + 1)  # attributes, timestamp delta
-    p = _skip_varint(buf, p)  # offset delta
-    key_len, p = read_varint(buf, p)
-    if key_len < 4:
+    key_len, p = read_varint(buf, key_length_position(buf, p))
+    if key_len < CONTROL_KEY.size:
         return None
-    return int(_CONTROL_TYPE.unpack_from(buf, p)[1])
+    return int(CONTROL_KEY.unpack_from(buf, p)[1])
 
 
 def empty_batch(h: BatchHeader) -> bytes:
@@ -258,8 +250,8 @@ class RecordFilter:
                 body += view[start:rec_end]
                 continue
             _, p = read_varint(data, start)  # the length, rewritten below
-            q = _skip_varint(data, p + 1)  # past the timestamp delta
-            rec = bytearray(view[p : p + 1])  # attributes
+            q = skip_varint(data, p + ATTRIBUTES_SIZE)  # past the timestamp delta
+            rec = bytearray(view[p : p + ATTRIBUTES_SIZE])
             write_varint(rec, ts_delta + shift)
             rec += view[q:rec_end]
             write_varint(body, len(rec))

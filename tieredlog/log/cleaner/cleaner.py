@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from tieredlog.formats.errors import CorruptRecordError
 from tieredlog.log.cleaner.batch_filter import (
     BatchRetention,
     FilterStats,
@@ -36,7 +37,6 @@ from tieredlog.log.segment import LogSegment
 from tieredlog.log.types import TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.records.batch import DELETE_HORIZON_MASK, BatchHeader, read_header
-from tieredlog.records.errors import CorruptRecordError
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
-from tieredlog.log.checkpoints import CorruptCheckpointError, OffsetCheckpointFile
+from tieredlog.formats.checkpoints import CorruptCheckpointError
+from tieredlog.log.checkpoints import OffsetCheckpointFile
 from tieredlog.log.cleaner.cleaner import LogCleaningAbortedError, LogToClean
 from tieredlog.log.storage_errors import describe_os_error
 from tieredlog.log.types import TopicPartition

@@ -13,7 +13,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from tieredlog.log.index import AbortedTxn, TransactionIndex
+from tieredlog.formats.txn_index import AbortedTxn
+from tieredlog.log.index import TransactionIndex
 from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT
 
 

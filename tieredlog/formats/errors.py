@@ -1,4 +1,4 @@
-"""Record-format errors, each carrying the byte position where the problem was found."""
+"""Record-format errors (the v2 batch and its records), each carrying the byte position where the problem was found."""
 
 from __future__ import annotations
 

@@ -1,21 +1,24 @@
-"""Leader-epoch arithmetic the copy, expiration and read paths share.
+"""Leader-epoch lineage: the arithmetic the copy, expiration, follower and read paths and the Spark
+reader share.
 
-Everything here is pure: lists of ``(epoch, start_offset)`` in, numbers out. It is what decides
-which remote copy of an offset range belongs to the log's history when leaders changed.
+Everything here is pure: lists of ``(epoch, start_offset)`` (a leader-epoch checkpoint's entries, see
+:mod:`tieredlog.formats.checkpoints`) and a remote segment's epoch map in, numbers out. It is what
+decides which remote copy of an offset range belongs to the log's history when leaders changed.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
-
-from tieredlog.rsm.api import RemoteLogSegmentMetadata
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 
-def checkpoint_text(entries: Iterable[tuple[int, int]]) -> bytes:
-    """Kafka's leader-epoch-checkpoint text: version 0, count, then ``epoch start_offset`` lines."""
-    entries = list(entries)
-    lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
-    return ("\n".join(lines) + "\n").encode()
+class SegmentEpochs(Protocol):
+    """What the lineage needs of a remote segment (RemoteLogSegmentMetadata has it)."""
+
+    @property
+    def segment_leader_epochs(self) -> Mapping[int, int]: ...
+
+    @property
+    def end_offset(self) -> int: ...
 
 
 def filtered_epochs(entries: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -54,7 +57,7 @@ def epoch_for_offset(entries: Sequence[tuple[int, int]], offset: int) -> int | N
     return found
 
 
-def epoch_of_offset_in_segment(md: RemoteLogSegmentMetadata, offset: int) -> int:
+def epoch_of_offset_in_segment(md: SegmentEpochs, offset: int) -> int:
     """The epoch a segment's own epoch map gives ``offset`` (used when the local leader-epoch
     cache no longer reaches that far back)."""
     best_epoch, best_start = None, -1
@@ -66,7 +69,7 @@ def epoch_of_offset_in_segment(md: RemoteLogSegmentMetadata, offset: int) -> int
     return best_epoch
 
 
-def holds_offset_on_lineage(md: RemoteLogSegmentMetadata, lineage: Sequence[tuple[int, int]], offset: int) -> bool:
+def holds_offset_on_lineage(md: SegmentEpochs, lineage: Sequence[tuple[int, int]], offset: int) -> bool:
     """Does the segment hold this log's record at ``offset``? It does when it puts ``offset`` in the
     epoch the log's lineage puts it in: one leader wrote each (epoch, offset), once (KIP-101). Such
     a segment may still diverge from the log before or after ``offset`` (see ``lineage_end_in_segment``)."""
@@ -74,7 +77,7 @@ def holds_offset_on_lineage(md: RemoteLogSegmentMetadata, lineage: Sequence[tupl
     return epoch is None or epoch_of_offset_in_segment(md, offset) == epoch
 
 
-def lineage_end_in_segment(md: RemoteLogSegmentMetadata, lineage: Sequence[tuple[int, int]], offset: int) -> int | None:
+def lineage_end_in_segment(md: SegmentEpochs, lineage: Sequence[tuple[int, int]], offset: int) -> int | None:
     """Reading ``md`` from ``offset`` (a record it holds on the log's lineage), the first offset past
     which it holds another history's records: the first epoch change after ``offset`` where the
     segment and the lineage disagree. None when they agree to the segment's end."""
@@ -86,7 +89,7 @@ def lineage_end_in_segment(md: RemoteLogSegmentMetadata, lineage: Sequence[tuple
 
 
 def is_within_lineage(
-    md: RemoteLogSegmentMetadata, lineage: Sequence[tuple[int, int]], log_end_offset: int
+    md: SegmentEpochs, lineage: Sequence[tuple[int, int]], log_end_offset: int
 ) -> bool:
     """Does this remote segment belong to the history of the current log (Kafka's
     isRemoteSegmentWithinLeaderEpochs)? Segments written by a leader whose data was later
@@ -122,7 +125,7 @@ def is_within_lineage(
 def highest_remote_offset(
     entries: Sequence[tuple[int, int]],
     log_end_offset: int,
-    highest_for_epoch,
+    highest_for_epoch: Callable[[int], int | None],
 ) -> tuple[int, int]:
     """Walk the leader epochs from the latest back and ask the RLMM for the highest copied offset
     of each; the first hit, clipped to where that epoch ends locally, is where copying resumes
@@ -139,17 +142,17 @@ def highest_remote_offset(
     return -1, -1
 
 
-def segment_epoch_bounds(md: RemoteLogSegmentMetadata) -> list[tuple[int, int, int]]:
+def segment_epoch_bounds(md: SegmentEpochs) -> list[tuple[int, int, int]]:
     """(epoch, first offset, last offset) slices of a remote segment."""
     items: list[tuple[int, int]] = sorted(md.segment_leader_epochs.items(), key=lambda kv: kv[1])
-    out = []
+    out: list[tuple[int, int, int]] = []
     for i, (epoch, start) in enumerate(items):
         end = items[i + 1][1] - 1 if i + 1 < len(items) else md.end_offset
         out.append((epoch, start, end))
     return out
 
 
-def as_pairs(entries: Iterable) -> list[tuple[int, int]]:
+def as_pairs(entries: Iterable[Sequence[int]]) -> list[tuple[int, int]]:
     return [(int(e[0]), int(e[1])) for e in entries]
 
 
