@@ -36,6 +36,6 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def run(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on the loop ``loop_factory()`` chooses."""
     factory = loop_factory()
-    log.info("event loop: %s", "uvloop" if factory is not None else "asyncio")
+    log.debug("event loop: %s", "uvloop" if factory is not None else "asyncio")
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)
