@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-rebalance bench-tls bench-flood fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-rebalance bench-tls bench-flood bench-host fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,11 @@ bench-tls: install-test system-deps
 # A good producer's latency alone and during a flood of bad connections, one broker.
 bench-flood: install-test system-deps
 	$(PY) -m bench bench_flood
+
+# One host's brokers (also part of `make bench`): produce rate and broker CPU per MB of 1 vs 2 brokers
+# (`tieredlog host`), loaded by kcat.
+bench-host: install-test system-deps
+	$(PY) -m bench bench_host
 
 # The long fuzz run: many more hostile frames than `make test` sends, and hypothesis over every schema.
 fuzz: install-test system-deps

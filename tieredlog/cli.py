@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consumer-groups": ("tieredlog.tools.consumer_groups", "list, describe, reset offsets of and delete consumer groups (kafka-consumer-groups)"),
     "leader-election": ("tieredlog.tools.leader_election", "elect preferred or unclean leaders (kafka-leader-election)"),
     "users": ("tieredlog.tools.users", "describe, add, change and delete SCRAM users (kafka-configs --entity-type users)"),
+    "host": ("tieredlog.tools.host", "run one broker per core of this host as one service, until SIGTERM"),
     "dev-cluster": ("tieredlog.tools.dev_cluster", "run a ZooKeeper and N brokers on 127.0.0.1 until Ctrl-C"),
     # lives beside the Spark reader, whose planner and decoder it shares (needs no Spark)
     "export": ("spark_readers.export", "write a tiered topic's history from the remote tier to Parquet"),

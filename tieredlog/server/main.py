@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BrokerConfigError, OSError) as exc:
         print(f"tieredlog broker: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(config))
+    from tieredlog.server import event_loop
+
+    return event_loop.run(serve(config))
 
 
 if __name__ == "__main__":
