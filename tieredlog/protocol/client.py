@@ -27,13 +27,21 @@ class KafkaProtocolError(Exception):
 
 
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
-    first = bootstrap.split(",")[0].strip()
-    if "://" in first:
-        first = first.split("://", 1)[1]
-    host, _, port = first.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+    return parse_bootstrap_list(bootstrap)[0]
+
+
+def parse_bootstrap_list(bootstrap: str) -> list[tuple[str, int]]:
+    """Every HOST:PORT of a ``bootstrap.servers`` list, in order."""
+    out = []
+    for item in bootstrap.split(","):
+        address = item.strip()
+        if "://" in address:
+            address = address.split("://", 1)[1]
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
+        out.append((host.strip("[]"), int(port)))
+    return out
 
 
 def _kio_max(api_key: int, hi: int) -> int | None:
@@ -52,7 +60,8 @@ class KafkaClient:
         """``ssl_context``: TLS to an SSL listener (the broker's own connections to an SSL inter-broker
         listener pass theirs). ``sasl``: log in on a SASL listener once connected (SaslClientError, a
         ConnectionError, when the broker refuses)."""
-        self.host, self.port = parse_bootstrap(bootstrap)
+        self.addresses = parse_bootstrap_list(bootstrap)
+        self.host, self.port = self.addresses[0]
         self.client_id = client_id
         self.timeout = timeout
         self.ssl_context = ssl_context
@@ -62,7 +71,7 @@ class KafkaClient:
         self.versions: dict[int, tuple[int, int]] = {}
 
     def connect(self) -> "KafkaClient":
-        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock = self._connect_any()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             try:
@@ -83,6 +92,21 @@ class KafkaClient:
                 self.close()
                 raise
         return self
+
+    def _connect_any(self) -> socket.socket:
+        """The first address of the bootstrap list that accepts a connection, as Kafka's clients try
+        each bootstrap server in turn: a tool keeps working while the first one listed is down."""
+        last: OSError | None = None
+        for host, port in self.addresses:
+            try:
+                sock = socket.create_connection((host, port), timeout=self.timeout)
+            except OSError as exc:
+                last = exc
+                continue
+            self.host, self.port = host, port
+            return sock
+        assert last is not None
+        raise last
 
     def close(self) -> None:
         if self.sock is not None:
