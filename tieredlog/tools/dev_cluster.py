@@ -45,12 +45,15 @@ HOST = "127.0.0.1"
 READY_TIMEOUT_S = 90.0  # a broker's start on a loaded two-core machine, plus the controller election
 SETTINGS_FILE = "dev-cluster.json"
 # Development settings every broker gets unless --override says otherwise: a SIGKILLed broker's
-# session expires (and its partitions get new leaders) in 6 s instead of 18, and the tiering and
-# local-retention tasks run every 5 s instead of every 30 s and 5 min, so tiering shows within seconds.
+# session expires (and its partitions get new leaders) in 6 s instead of 18; the tiering and
+# local-retention tasks run every 5 s instead of every 30 s and 5 min, so tiering shows within seconds;
+# a controlled shutdown that cannot move a leadership (every broker stopping at once) retries after
+# 1 s instead of 5, so stopping the whole cluster takes seconds, not half a minute.
 DEV_BROKER_DEFAULTS = {
     "zookeeper.session.timeout.ms": "6000",
     "remote.log.manager.task.interval.ms": "5000",
     "log.retention.check.interval.ms": "5000",
+    "controlled.shutdown.retry.backoff.ms": "1000",
 }
 
 
