@@ -210,12 +210,13 @@ def test_readme_failover_walkthrough(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_remote_s3_failover_reads_offset_zero_from_the_bucket(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               dev_cluster_factory: list[DevClusterProcess]) -> None:
-    kind = "moto" if dev_cluster_s3._moto_installed() else "seaweedfs"
+    kind = dev_cluster_s3.available_kind("auto")  # what `make cluster CLUSTER_ARGS='--remote s3'` picks
     s3_port = free_port()
-    dev = DevClusterProcess(tmp_path, 3, "--remote", "s3", "--s3-server", kind, "--s3-port", str(s3_port))
+    dev = DevClusterProcess(tmp_path, 3, "--remote", "s3", "--s3-port", str(s3_port))
     dev_cluster_factory.append(dev)
     dev.wait_ready()
     assert f"remote tier: S3 bucket {dev_cluster_s3.BUCKET} at http://127.0.0.1:{s3_port}" in "".join(dev.lines)
+    assert f"({'SeaweedFS' if kind == 'seaweedfs' else 'moto'} pid " in "".join(dev.lines)
     assert not (dev.dir / "remote-storage").exists()
     bucket = dev_cluster_s3.LocalS3Server(kind, dev.dir / "s3", s3_port)._client()
 
