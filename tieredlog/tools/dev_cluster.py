@@ -117,6 +117,7 @@ class DevCluster:
             self.brokers.append(DevBroker(i, base_port + i - 1, base, props))
         self.stopping = threading.Event()
         self.control: ControlServer | None = None
+        self._reported: set[str] = set()
         # PR_SET_PDEATHSIG follows the thread that forks: processes are started on the main thread only
         self._jobs: queue.Queue[tuple[Callable[[], None], Future[None]]] = queue.Queue()
 
@@ -185,8 +186,11 @@ class DevCluster:
             return f"remote tier: the folder {self.base / 'remote-storage'}, shared by every broker"
         kept = f"objects kept in {self.s3.base}" if self.s3.kind == "seaweedfs" else \
             "objects in memory, lost when the cluster stops"
+        state = f"pid {self.s3.proc.pid}" if self.s3.proc is not None else "not started"
+        if self.s3.proc is not None and self.s3.proc.poll() is not None:
+            state = f"EXITED with code {self.s3.proc.returncode}"
         return (f"remote tier: S3 bucket {BUCKET} at {self.s3.url}, shared by every broker "
-                f"({self.s3.name} pid {self.s3.proc.pid if self.s3.proc else '-'}, {kept}, log {self.s3.log_path})")
+                f"({self.s3.name} {state}, {kept}, log {self.s3.log_path})")
 
     def describe(self, tool: str) -> str:
         zk = self.zookeeper
@@ -303,6 +307,17 @@ class DevCluster:
                 if rc is not None and not b.reported_exit and not b.exit_expected:
                     b.reported_exit = True
                     print(f"broker {b.broker_id} exited with code {rc} (log: {b.log_path})", flush=True)
+            self._report_server_exits()
+
+    def _report_server_exits(self) -> None:
+        servers = [("zookeeper", self.zookeeper.proc, self.zookeeper.log_path)]
+        if self.s3 is not None:
+            servers.append((self.s3.name, self.s3.proc, self.s3.log_path))
+        for name, proc, log_path in servers:
+            if proc is not None and proc.poll() is not None and name not in self._reported:
+                self._reported.add(name)
+                print(f"{name} exited with code {proc.returncode} (log: {log_path}); the brokers cannot work "
+                      "without it: stop the cluster and start it again", flush=True)
 
     def stop(self) -> None:
         """SIGTERM to every broker (each shuts down in order on its own), wait, SIGKILL what is left;
