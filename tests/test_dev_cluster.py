@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -59,14 +60,26 @@ class DevClusterProcess:
         self.dir = tmp_path / "cluster"
         self.n = brokers
         self.base_port = _free_run(brokers)
-        args = ["--brokers", str(brokers), "--dir", str(self.dir), "--base-port", str(self.base_port),
-                "--zookeeper-port", str(free_port()), "--metrics-port", str(_free_run(brokers)), *FAST, *extra]
+        self.args = ["--brokers", str(brokers), "--dir", str(self.dir), "--base-port", str(self.base_port),
+                     "--zookeeper-port", str(free_port()), "--metrics-port", str(_free_run(brokers)), *FAST, *extra]
         self.stderr = open(tmp_path / "dev-cluster.stderr", "w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tieredlog.cli", "dev-cluster", *args], cwd=REPO,
+        self.seen: list[str] = []  # every line that may name a pid: the processes to wait for at the end
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "tieredlog.cli", "dev-cluster", *self.args], cwd=REPO,
                                      stdout=subprocess.PIPE, stderr=self.stderr, text=True)
         self.lines: list[str] = []
         threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")),  # type: ignore[union-attr]
                          daemon=True).start()
+
+    def stop(self) -> list[str]:
+        """SIGTERM, as Ctrl-C: the exit code must be 0; the lines it printed."""
+        self.seen += self.lines
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=120) == 0
+        wait_for(lambda: self.lines and self.lines[-1] == "stopped\n", "dev-cluster's last line", timeout_s=10)
+        return self.lines
 
     def wait_ready(self) -> None:
         wait_for(lambda: any(x.startswith("bootstrap.servers=") for x in self.lines) or self.proc.poll() is not None,
@@ -83,10 +96,11 @@ class DevClusterProcess:
         r = subprocess.run([sys.executable, "-m", "tieredlog.cli", "dev-cluster", *args, "--dir", str(self.dir)],
                            cwd=REPO, capture_output=True, text=True, timeout=240)
         assert r.returncode == 0, (args, r.stdout, r.stderr)
+        self.seen.append(r.stdout)
         return r.stdout
 
     def pids(self) -> list[int]:
-        return [int(m.group(1)) for x in self.lines if (m := re.search(r"pid (\d+)", x))]
+        return [int(m.group(1)) for x in self.seen + self.lines if (m := re.search(r"pid (\d+)", x))]
 
     def close(self) -> None:
         # SIGKILL: every process it started dies with it (PR_SET_PDEATHSIG); the orderly SIGTERM stop
@@ -205,6 +219,13 @@ def test_readme_failover_walkthrough(tmp_path: Path, capsys: pytest.CaptureFixtu
 
     # restart (controlled shutdown, then start) while the others serve
     assert "started" in dev.control("restart", "--broker", str(target[1]))
+    assert read_from_zero(boot) == values
+
+    # Ctrl-C, then the same command again: the same cluster, its history still read from the tier
+    dev.stop()
+    assert not (dev.dir / "dev-cluster.control").exists()
+    dev.start()
+    dev.wait_ready()
     assert read_from_zero(boot) == values
 
 
