@@ -364,9 +364,17 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
+_CONTROL_HELP = {
+    "status": "every process of the dev-cluster running on DIR (or one broker's), and the controller",
+    "start": "start broker N of the dev-cluster running on DIR; returns once it is registered",
+    "stop": "SIGTERM broker N of the dev-cluster running on DIR (its controlled shutdown) and wait for its exit",
+    "kill": "SIGKILL broker N of the dev-cluster running on DIR, as kill -9",
+    "restart": "stop, then start broker N of the dev-cluster running on DIR",
+}
+
+
 def _control_parser(command: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"tieredlog dev-cluster {command}",
-                                description=f"{command} on the dev-cluster running on DIR")
+    p = argparse.ArgumentParser(prog=f"tieredlog dev-cluster {command}", description=_CONTROL_HELP[command])
     p.add_argument("--broker", type=int, required=command != "status", help="the broker's id")
     p.add_argument("--dir", default="./cluster", help="the running cluster's --dir, default ./cluster")
     return p
@@ -379,7 +387,7 @@ def _split_command(argv: list[str]) -> tuple[str | None, list[str]]:
         token = argv[i]
         if token in COMMANDS:
             return token, argv[:i] + argv[i + 1:]
-        if token.startswith("--") and "=" not in token:
+        if token.startswith("--") and "=" not in token and token != "--help":
             i += 1  # its value
         i += 1
     return None, argv
