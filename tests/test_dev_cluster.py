@@ -1,7 +1,8 @@
 """README's failover walkthrough, done as a user does it: `tieredlog dev-cluster` as a subprocess, its
 control commands as subprocesses, the cluster tools, and kcat reading a tiered RF 3 topic from offset 0
 after the leader was killed, after its restart and a preferred election, and after a reassignment to a
-broker that never held the partition. Then the same failover with `--remote s3`."""
+broker that never held the partition. Then the same failover with `--remote s3`, and the cluster run
+again on the same dir."""
 
 from __future__ import annotations
 
@@ -217,16 +218,13 @@ def test_readme_failover_walkthrough(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert not (dev.dir / f"broker-{spare}" / "data" / f"{TOPIC}-0" / "00000000000000000000.log").exists()
     assert read_from_zero(boot) == values
 
-    # restart (controlled shutdown, then start) while the others serve
+    # restart (controlled shutdown, then start) while the others serve; then kill -9 and start at once:
+    # `start` waits for the dead broker's ZooKeeper registration to expire
     assert "started" in dev.control("restart", "--broker", str(target[1]))
+    dev.control("kill", "--broker", str(target[2]))
+    assert "started" in dev.control("start", "--broker", str(target[2]))
     assert read_from_zero(boot) == values
 
-    # Ctrl-C, then the same command again: the same cluster, its history still read from the tier
-    dev.stop()
-    assert not (dev.dir / "dev-cluster.control").exists()
-    dev.start()
-    dev.wait_ready()
-    assert read_from_zero(boot) == values
 
 
 def test_remote_s3_failover_reads_offset_zero_from_the_bucket(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -254,6 +252,15 @@ def test_remote_s3_failover_reads_offset_zero_from_the_bucket(tmp_path: Path, ca
     dev.control("kill", "--broker", str(leader))
     assert read_from_zero(boot) == values
     assert partition(capsys, boot)[0] not in (leader, -1)
+    if kind != "seaweedfs":
+        return  # moto keeps the objects in memory: a second run starts with an empty bucket
+
+    # Ctrl-C, then the same command again: the same cluster, its history read back from the bucket
+    dev.stop()
+    assert not (dev.dir / "dev-cluster.control").exists()
+    dev.start()
+    dev.wait_ready()
+    assert read_from_zero(boot) == values
 
 
 def test_control_commands_without_a_cluster_or_a_broker_say_so_in_one_line(tmp_path: Path) -> None:

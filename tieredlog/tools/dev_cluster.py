@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
+from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.client import KafkaClient
 from tieredlog.tools.cluster_admin import describe_cluster
 from tieredlog.tools.dev_cluster_broker import STOP_TIMEOUT_S, DevBroker
@@ -268,6 +269,11 @@ class DevCluster:
         return f"no broker {broker_id} in this cluster (brokers 1..{len(self.brokers)})"
 
     def _start_one(self, b: DevBroker) -> tuple[bool, str]:
+        waited = time.monotonic()
+        why = self._wait_old_registration_gone(b)
+        if why is not None:
+            return False, why
+        waited = time.monotonic() - waited
         try:
             self._on_main_thread(b.start)
         except (OSError, RuntimeError) as exc:
@@ -275,7 +281,27 @@ class DevCluster:
         why = b.wait_registered(READY_TIMEOUT_S, self.stopping)
         if why is not None:
             return False, why
-        return True, f"broker {b.broker_id} started (pid {b.pid}) and registered"
+        note = f", after {waited:.0f} s waiting for its old ZooKeeper session to expire" if waited >= 1 else ""
+        return True, f"broker {b.broker_id} started (pid {b.pid}) and registered{note}"
+
+    def _wait_old_registration_gone(self, b: DevBroker) -> str | None:
+        """A broker killed a moment ago still has its ephemeral /brokers/ids/N until its ZooKeeper session
+        expires; a new process started before then finds the node taken (Kafka's brokers refuse to start,
+        or wait for it). Wait here, so `start` right after `kill` just works."""
+        timeout_s = int(b.props.get("zookeeper.session.timeout.ms", "18000")) / 1000 + 10
+        deadline = time.monotonic() + timeout_s
+        try:
+            with ZkClient(self.zookeeper.connect) as zk:
+                while b.broker_id in zk.get_all_broker_ids():
+                    if self.stopping.is_set():
+                        return "the cluster is stopping"
+                    if time.monotonic() >= deadline:
+                        return (f"broker {b.broker_id}'s old registration /brokers/ids/{b.broker_id} did not expire "
+                                f"within {timeout_s:.0f} s")
+                    time.sleep(0.2)
+        except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: the broker's own start says so
+            return f"cannot read /brokers/ids from ZooKeeper at {self.zookeeper.connect}: {exc}"
+        return None
 
     def _on_main_thread(self, fn: Callable[[], None]) -> None:
         done: Future[None] = Future()
