@@ -151,6 +151,9 @@ class DevCluster:
                 self.s3.start()
             except RuntimeError as exc:
                 raise DevClusterError(str(exc)) from exc
+        why = self._wait_registrations_gone(self.brokers)  # a cluster whose dev-cluster was killed outright
+        if why is not None:
+            raise DevClusterError(why)
         for b in self.brokers:
             b.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -270,7 +273,7 @@ class DevCluster:
 
     def _start_one(self, b: DevBroker) -> tuple[bool, str]:
         waited = time.monotonic()
-        why = self._wait_old_registration_gone(b)
+        why = self._wait_registrations_gone([b])
         if why is not None:
             return False, why
         waited = time.monotonic() - waited
@@ -284,22 +287,24 @@ class DevCluster:
         note = f", after {waited:.0f} s waiting for its old ZooKeeper session to expire" if waited >= 1 else ""
         return True, f"broker {b.broker_id} started (pid {b.pid}) and registered{note}"
 
-    def _wait_old_registration_gone(self, b: DevBroker) -> str | None:
+    def _wait_registrations_gone(self, brokers: list[DevBroker]) -> str | None:
         """A broker killed a moment ago still has its ephemeral /brokers/ids/N until its ZooKeeper session
-        expires; a new process started before then finds the node taken (Kafka's brokers refuse to start,
-        or wait for it). Wait here, so `start` right after `kill` just works."""
-        timeout_s = int(b.props.get("zookeeper.session.timeout.ms", "18000")) / 1000 + 10
+        expires (so has every broker of a cluster whose dev-cluster was killed outright: ZooKeeper
+        restores the sessions and lets them expire); a new process started before then finds its id
+        taken. Wait for that here; None once they are gone, else why not."""
+        ids = {b.broker_id for b in brokers}
+        timeout_s = max(int(b.props.get("zookeeper.session.timeout.ms", "18000")) for b in brokers) / 1000 + 10
         deadline = time.monotonic() + timeout_s
         try:
             with ZkClient(self.zookeeper.connect) as zk:
-                while b.broker_id in zk.get_all_broker_ids():
+                while taken := sorted(ids & set(zk.get_all_broker_ids())):
                     if self.stopping.is_set():
                         return "the cluster is stopping"
                     if time.monotonic() >= deadline:
-                        return (f"broker {b.broker_id}'s old registration /brokers/ids/{b.broker_id} did not expire "
-                                f"within {timeout_s:.0f} s")
+                        return (f"the old registrations of broker(s) {', '.join(map(str, taken))} in "
+                                f"/brokers/ids did not expire within {timeout_s:.0f} s")
                     time.sleep(0.2)
-        except Exception as exc:  # noqa: BLE001 - ZooKeeper unreachable: the broker's own start says so
+        except Exception as exc:  # noqa: BLE001 - whatever kazoo raises, in one line
             return f"cannot read /brokers/ids from ZooKeeper at {self.zookeeper.connect}: {exc}"
         return None
 
