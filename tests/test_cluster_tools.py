@@ -303,7 +303,7 @@ def test_dev_cluster_serves_clients_and_sigterm_stops_every_process_it_started(t
     err_log = open(tmp_path / "dev-cluster.stderr", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "tieredlog.cli", "dev-cluster", "--dir", str(tmp_path / "cluster"),
                              "--base-port", str(base_port), "--zookeeper-port", str(zk_port),
-                             "--metrics-base-port", str(metrics_port)],
+                             "--metrics-port", str(metrics_port)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=err_log, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]

@@ -16,7 +16,7 @@ from typing import Any
 
 from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.clients.sasl import authenticate_blocking
-from tieredlog.clients.versions import highest_local_version, parse_bootstrap
+from tieredlog.clients.versions import highest_local_version, parse_bootstrap, parse_bootstrap_list
 from tieredlog.protocol.api import API_VERSIONS
 from tieredlog.protocol.codec import decode_response, encode_request
 from tieredlog.security.sasl.client import SaslClientCredentials
@@ -32,7 +32,8 @@ class KafkaClient:
         """``ssl_context``: TLS to an SSL listener (the broker's own connections to an SSL inter-broker
         listener pass theirs). ``sasl``: log in on a SASL listener once connected (SaslClientError, a
         ConnectionError, when the broker refuses)."""
-        self.host, self.port = parse_bootstrap(bootstrap)
+        self.addresses = parse_bootstrap_list(bootstrap)
+        self.host, self.port = self.addresses[0]
         self.client_id = client_id
         self.timeout = timeout
         self.ssl_context = ssl_context
@@ -42,7 +43,7 @@ class KafkaClient:
         self.versions: dict[int, tuple[int, int]] = {}
 
     def connect(self) -> "KafkaClient":
-        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock = self._connect_any()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             try:
@@ -63,6 +64,21 @@ class KafkaClient:
                 self.close()
                 raise
         return self
+
+    def _connect_any(self) -> socket.socket:
+        """The first address of the bootstrap list that accepts a connection, as Kafka's clients try
+        each bootstrap server in turn: a tool keeps working while the first one listed is down."""
+        last: OSError | None = None
+        for host, port in self.addresses:
+            try:
+                sock = socket.create_connection((host, port), timeout=self.timeout)
+            except OSError as exc:
+                last = exc
+                continue
+            self.host, self.port = host, port
+            return sock
+        assert last is not None
+        raise last
 
     def close(self) -> None:
         if self.sock is not None:

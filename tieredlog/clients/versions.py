@@ -7,13 +7,21 @@ from tieredlog.protocol.schemas import load_request_schema
 
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
     """The first HOST:PORT of a bootstrap list (a ``LISTENER://`` prefix and IPv6 brackets allowed)."""
-    first = bootstrap.split(",")[0].strip()
-    if "://" in first:
-        first = first.split("://", 1)[1]
-    host, _, port = first.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+    return parse_bootstrap_list(bootstrap)[0]
+
+
+def parse_bootstrap_list(bootstrap: str) -> list[tuple[str, int]]:
+    """Every HOST:PORT of a ``bootstrap.servers`` list, in order."""
+    out = []
+    for item in bootstrap.split(","):
+        address = item.strip()
+        if "://" in address:
+            address = address.split("://", 1)[1]
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
+        out.append((host.strip("[]"), int(port)))
+    return out
 
 
 def format_address(endpoint: tuple[str, int]) -> str:
