@@ -425,6 +425,12 @@ def _split_command(argv: list[str]) -> tuple[str | None, list[str]]:
     return None, argv
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line parsed as main() parses it, running nothing (a control command or a cluster run)."""
+    command, rest = _split_command(argv)
+    return _control_parser(command).parse_args(rest) if command is not None else _run_parser().parse_args(rest)
+
+
 def _tool_name() -> str:
     """How the user ran us, for the commands we print: `.venv/bin/tieredlog` or `python -m ...`."""
     argv0 = sys.argv[0] if sys.argv else ""
