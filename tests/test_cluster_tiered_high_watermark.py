@@ -56,7 +56,9 @@ def test_segments_above_the_high_watermark_wait_for_the_follower(
     # a follower paused for a few seconds stays in the ISR: neither the lag nor its session expires
     patient = {"replica.lag.time.max.ms": "60000", "zookeeper.session.timeout.ms": "30000",
                # the leader alone hosts the metadata partitions: its controlled shutdown cannot move them
-               "controlled.shutdown.retry.backoff.ms": "200"}
+               "controlled.shutdown.retry.backoff.ms": "200",
+               # ... and stays there: the controller raises an internal topic to its configured factor
+               "rlmm.config.remote.log.metadata.topic.replication.factor": "1"}
     leader = broker_factory(tiered_member(zk_connect, 1, remote, patient))
     follower = broker_factory(tiered_member(zk_connect, 2, remote, patient))
     # the remote log metadata on the leader alone: the paused follower must lead none of it
