@@ -31,10 +31,10 @@ from tieredlog.protocol.api import (
     WRITE_TXN_MARKERS,
 )
 from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
+from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorized_names
 from tieredlog.server.context import Handler, RequestContext
-from tieredlog.server.produce_api import error_code_of
 from tieredlog.server.topic_store import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
