@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -22,6 +22,7 @@ from tieredlog.replication.data_path import NO_RESPONSE_LIMIT, FetchParams, Part
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.fetch_request import TOPIC_IDS_SINCE, FetchRequest, KioFetchRequest, fetch_request
 from tieredlog.server.fetch_session import FetchContext, FetchSessionCache
 from tieredlog.server.fetch_session import new_context as new_fetch_context
 from tieredlog.server.network import OpenRegion, RawResponse
@@ -72,10 +73,11 @@ def _open_regions(topics: list[FetchTopicData]) -> None:
                 d.records = r.read_bytes()
 
 
-async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
+async def handle_fetch(ctx: RequestContext, kio_req: KioFetchRequest) -> RawResponse:
     server: FetchServer = ctx.broker
     version = ctx.api_version
-    params = _fetch_params(req, version)
+    req = fetch_request(kio_req, version)
+    params = _fetch_params(req)
     fetch_session = new_fetch_context(server.fetch_sessions, req, version, params.follower)
     if fetch_session.error != ErrorCode.none:
         parts, size = encode_fetch_response(version, ctx.correlation_id, [], error_code=fetch_session.error)
@@ -91,20 +93,16 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> RawResponse:
     return RawResponse(parts, size)
 
 
-def _fetch_params(req: Any, version: int) -> FetchParams:
-    replica_id = getattr(req, "replica_id", None)
-    if replica_id is None:
-        rs = getattr(req, "replica_state", None)
-        replica_id = rs.replica_id if rs is not None else -1
-    follower = replica_id >= 0
+def _fetch_params(req: FetchRequest) -> FetchParams:
+    follower = req.replica_id >= 0
     # KIP-392: a consumer's Fetch v11+ may be served by a follower; it names its client.rack ("" for none)
-    client_rack = (getattr(req, "rack_id", None) or "") if not follower and version >= 11 else None
+    client_rack = (req.rack_id or "") if not follower and req.rack_id is not None else None
     isolation = (
         FetchIsolation.LOG_END if follower
         else FetchIsolation.TXN_COMMITTED if req.isolation_level == READ_COMMITTED
         else FetchIsolation.HIGH_WATERMARK
     )
-    return FetchParams(replica_id, _ms(req.max_wait), req.min_bytes,
+    return FetchParams(req.replica_id, _ms(req.max_wait), req.min_bytes,
                        req.max_bytes if req.max_bytes > 0 else NO_RESPONSE_LIMIT, isolation, client_rack)
 
 
@@ -127,7 +125,7 @@ def _partition_reads(ctx: RequestContext, server: FetchServer, fetch_session: Fe
     topics: list[FetchTopicData] = []
     reads: list[PartitionRead] = []
     for ft in fetch_session.topics:
-        if version >= 13:
+        if version >= TOPIC_IDS_SINCE:
             # kio reads the all-zero id as None: no topic has it
             tid = ft.topic_id or uuid.UUID(int=0)
             meta = server.topic_by_id(tid) if ft.topic_id else None
@@ -138,10 +136,9 @@ def _partition_reads(ctx: RequestContext, server: FetchServer, fetch_session: Fe
             tid = meta.topic_id if meta else uuid.UUID(int=0)
         td = FetchTopicData(name, tid)
         for fp in ft.partitions:
-            pr = PartitionRead(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes,
-                               getattr(fp, "current_leader_epoch", -1), getattr(fp, "log_start_offset", -1),
-                               getattr(fp, "last_fetched_epoch", -1))
-            if meta is None and version >= 13:
+            pr = PartitionRead(name, fp.partition, fp.fetch_offset, fp.partition_max_bytes, fp.current_leader_epoch,
+                               fp.log_start_offset, fp.last_fetched_epoch)
+            if meta is None and version >= TOPIC_IDS_SINCE:
                 pr.data.error_code = ErrorCode.unknown_topic_id
             elif not may_fetch(name):
                 pr.data.error_code = ErrorCode.topic_authorization_failed

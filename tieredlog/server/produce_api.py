@@ -11,8 +11,10 @@ ReplicaManager's (append_records); the handler translates the request and the re
 
 from __future__ import annotations
 
+import datetime
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -35,6 +37,29 @@ INTERNAL_TOPICS_CLIENT_ID = "__admin_client"
 _VALID_ACKS = (0, 1, -1)
 
 
+class ProducePartitionData(Protocol):
+    index: int
+    records: bytes | None
+
+
+class TopicProduceData(Protocol):
+    name: str
+
+    @property
+    def partition_data(self) -> Sequence[ProducePartitionData]: ...
+
+
+class ProduceRequest(Protocol):
+    """Produce v3-12, one version family: every served version has these fields."""
+
+    transactional_id: str | None
+    acks: int
+    timeout: datetime.timedelta
+
+    @property
+    def topic_data(self) -> Sequence[TopicProduceData]: ...
+
+
 class ProduceServer(VerificationServer, Protocol):
     """What the Produce handler needs of the broker."""
 
@@ -45,7 +70,7 @@ class ProduceServer(VerificationServer, Protocol):
     def cluster_node(self) -> ClusterNode | None: ...
 
 
-async def handle_produce(ctx: RequestContext, req: Any) -> Any:
+async def handle_produce(ctx: RequestContext, req: ProduceRequest) -> Any:
     server: ProduceServer = ctx.broker
     rm = server.replica_manager
     assert rm is not None, "the broker serves requests only after start() made its replica manager"
@@ -58,7 +83,7 @@ async def handle_produce(ctx: RequestContext, req: Any) -> Any:
         verification = ProduceVerification(server, req.transactional_id, ctx.api_version)
     appended = iter(await rm.append_records(appends, acks, req.timeout.total_seconds(), verification=verification,
                                             internal_allowed=ctx.client_id == INTERNAL_TOPICS_CLIENT_ID))
-    responses = [{"name": td.name, "partition_responses": [
+    responses: list[dict[str, Any]] = [{"name": td.name, "partition_responses": [
         _partition_response(pd.index, next(appended)) if td.name in writable and acks in _VALID_ACKS
         else _refused(pd.index, ErrorCode.topic_authorization_failed if td.name not in writable
                       else ErrorCode.invalid_required_acks) for pd in td.partition_data]} for td in req.topic_data]
@@ -102,13 +127,43 @@ def _leader_endpoints(server: ProduceServer, responses: list[dict[str, Any]], li
             for (_, h, port, rack) in [ep]]
 
 
-async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict:
+@dataclass(frozen=True, slots=True)
+class InitProducerIdRequest:
+    """InitProducerId v0-5; the producer id and epoch (KIP-360, v3+) are -1 before."""
+
+    transactional_id: str | None
+    transaction_timeout: datetime.timedelta
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class _KioInitProducerId(Protocol):
+    transactional_id: str | None
+    transaction_timeout: datetime.timedelta
+
+
+class _KioInitProducerIdV3(_KioInitProducerId, Protocol):
+    producer_id: int
+    producer_epoch: int
+
+
+_PRODUCER_ID_SINCE = 3
+
+
+def init_producer_id_request(req: _KioInitProducerId, version: int) -> InitProducerIdRequest:
+    if version >= _PRODUCER_ID_SINCE:
+        v3 = cast(_KioInitProducerIdV3, req)
+        return InitProducerIdRequest(req.transactional_id, req.transaction_timeout, v3.producer_id, v3.producer_epoch)
+    return InitProducerIdRequest(req.transactional_id, req.transaction_timeout)
+
+
+async def handle_init_producer_id(ctx: RequestContext, kio_req: _KioInitProducerId) -> dict:
+    req = init_producer_id_request(kio_req, ctx.api_version)
     if req.transactional_id is not None:
-        from tieredlog.server import txn_apis  # it builds on this module's error mapping
+        from tieredlog.server import txn_apis  # txn_apis reads this module's request view
 
         return await txn_apis.init_producer_id(ctx, req)
-    pid = getattr(req, "producer_id", -1)
-    epoch = getattr(req, "producer_epoch", -1)
+    pid, epoch = req.producer_id, req.producer_epoch
     if pid >= 0 and 0 <= epoch < 32766:
         # KIP-360: an idempotent producer bumps its own epoch after a fatal sequence error
         return {"error_code": 0, "producer_id": pid, "producer_epoch": epoch + 1, "throttle_time": 0}
