@@ -95,7 +95,7 @@ class DataPathMetrics(Protocol):
     def record_produce(self, topic: str, nbytes: int, messages: int) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FetchParams:
     """One Fetch request's limits. ``replica_id`` >= 0: a follower's fetch; ``client_rack`` is not
     None for a consumer's Fetch v11+ (KIP-392, "" when it names no rack)."""

@@ -230,18 +230,16 @@ class ReplicaManager:
         ``timeout_s``, until the ISR has its records (the produce purgatory)."""
         results: list[PartitionAppendResult | None] = []
         unverified: list[Unverified] = []
-
-        def append(tp: TopicPartition, records: bytes | None) -> PartitionAppendResult:
-            return self.append_to_local_log(tp, records, required_acks, internal_allowed)
-
         for i, (tp, records) in enumerate(entries):
             producer = verification.producer_to_verify(tp, records) if verification is not None else None
             if producer is not None and records is not None:
                 results.append(None)
                 unverified.append((i, tp, records, producer))
             else:
-                results.append(append(tp, records))
+                results.append(self.append_to_local_log(tp, records, required_acks, internal_allowed))
         if verification is not None and unverified:
+            append = functools.partial(self.append_to_local_log, required_acks=required_acks,
+                                       internal_allowed=internal_allowed)
             for i, res in (await verification.append_verified(unverified, append)).items():
                 results[i] = res
         done = [r for r in results if r is not None]
@@ -254,11 +252,12 @@ class ReplicaManager:
                             internal_allowed: bool = False) -> PartitionAppendResult:
         """One partition's append on its leader; every failure becomes the partition's error code."""
         topic, partition = tp
-        plog = self._log_of(topic, partition)
+        topics = self._topics
+        plog = topics.get_partition_log(topic, partition) if topics is not None else self._logs.get_log(tp)
         if plog is None:
             return PartitionAppendResult(ErrorCode.unknown_topic_or_partition)
         try:
-            meta = self._topics.get_topic(topic) if self._topics is not None else None
+            meta = topics.get_topic(topic) if topics is not None else None
             if meta is not None and meta.internal and not internal_allowed:
                 # As Kafka's ReplicaManager: only the broker appends to its internal topics, so no client
                 # forges committed offsets or feeds the coordinators' start-up loads its own bytes.
