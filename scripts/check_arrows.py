@@ -59,7 +59,6 @@ KNOWN_DEBT: dict[tuple[str, str], str] = {
 
 # Packages inside which an import cycle between modules is being removed. Key: package prefix.
 KNOWN_CYCLES: dict[str, str] = {
-    "tieredlog.replication": "fetcher/replica_manager: the data path moves into ReplicaManager",
     "tieredlog.server": "Broker as a service locator: handlers declare the narrow Protocol they need",
 }
 

@@ -323,24 +323,26 @@ def test_fetch_start_header_scan_not_cached_runs_on_the_pool(tmp_path: Path, mon
     from tieredlog.log.types import FetchIsolation
     from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.records.record import build_batch
-    from tieredlog.server import fetch_api
+    from tieredlog.replication.data_path import FetchParams, PartitionRead
+    from tieredlog.replication.fetcher import FetcherConfig
+    from tieredlog.replication.replica_manager import ReplicaManager
 
     plog = UnifiedLog(tmp_path / "t-0", LogConfig())
     for i in range(50):
         plog.append_as_leader(build_batch([(b"k", b"v" * 500, [], 1_700_000_000_000 + i)] * 3), leader_epoch=0)
     plog.update_high_watermark(plog.log_end_offset)
     from tieredlog.log.types import TopicPartition
-    from tieredlog.replication.partition import Partition
 
-    sole = Partition.sole_replica(TopicPartition("t", 0), plog, 0, lambda: 0)
-    broker: Any = SimpleNamespace(get_partition_log=lambda t, p: plog, remote_log_manager=None,
-                                  replica_manager=SimpleNamespace(get_partition=lambda tp: sole))
+    logs: Any = SimpleNamespace(get_log=lambda tp: plog)
+    rm = ReplicaManager(0, logs, log_config_for=lambda t: LogConfig(), fetcher_config=FetcherConfig(),
+                        replica_lag_time_max_ms=30_000, on_high_watermark_moved=lambda tp: None)
+    rm.add_sole_replica(TopicPartition("t", 0), plog)
+    params = FetchParams(-1, 0, 1, 1 << 20, FetchIsolation.HIGH_WATERMARK)
     fetch_offset = 100
 
-    def fetch(pool: ThreadPoolExecutor) -> tuple[fetch_api._PartitionRead, int]:
-        pr = fetch_api._PartitionRead("t", 0, fetch_offset, 8000)
-        added = asyncio.run(_with_ticker(fetch_api._read_local(
-            broker, pr, FetchIsolation.HIGH_WATERMARK, 1 << 20, True, False, pool)))
+    def fetch(pool: ThreadPoolExecutor) -> tuple[PartitionRead, int]:
+        pr = PartitionRead("t", 0, fetch_offset, 8000)
+        added = asyncio.run(_with_ticker(rm.read_from_local_log(pr, params, 1 << 20, True, pool)))
         return pr, added
 
     reads: list[str] = []  # which thread read through the blocking path

@@ -47,7 +47,7 @@ from tieredlog.rate_limited_log import RateLimitedLog
 
 if TYPE_CHECKING:
     from tieredlog.replication.partition import Partition
-    from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.replication.replication_quota import ReplicationQuotaManager
     from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,21 @@ class RemoteAuxStateSource(Protocol):
                               target_offset: int) -> Future: ...
 
 
+class FollowerReplicaManager(Protocol):
+    """What the fetchers need of the ReplicaManager that runs them (it passes itself)."""
+
+    @property
+    def remote_aux(self) -> RemoteAuxStateSource | None: ...
+
+    @property
+    def follower_quota(self) -> ReplicationQuotaManager: ...
+
+    async def rebuild_from_remote(self, partition: Partition, next_offset: int, log_start_offset: int,
+                                  epochs: list, producer_snapshot: bytes | None) -> None: ...
+
+    def high_watermark_moved(self, tp: TopicPartition) -> None: ...
+
+
 @dataclass(slots=True)
 class PartitionFetchState:
     partition: Partition
@@ -130,7 +145,7 @@ class ReplicaFetcher:
     """Fetches every partition this broker follows on one leader broker."""
 
     def __init__(self, name: str, leader_id: int, endpoint: tuple[str, int], broker_id: int,
-                 replica_manager: ReplicaManager, config: FetcherConfig) -> None:
+                 replica_manager: FollowerReplicaManager, config: FetcherConfig) -> None:
         self.name = name
         self.leader_id = leader_id
         self.endpoint = endpoint
@@ -489,7 +504,7 @@ class ReplicaFetcherManager:
     """Which fetcher fetches which partition: partitions of one leader spread over
     ``num.replica.fetchers`` fetchers by hash, as Kafka's AbstractFetcherManager."""
 
-    def __init__(self, broker_id: int, replica_manager: ReplicaManager, config: FetcherConfig) -> None:
+    def __init__(self, broker_id: int, replica_manager: FollowerReplicaManager, config: FetcherConfig) -> None:
         self.broker_id = broker_id
         self._rm = replica_manager
         self.config = config

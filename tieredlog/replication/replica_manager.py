@@ -1,8 +1,10 @@
 """The broker's side of replication: Kafka's ``ReplicaManager``.
 
 It applies the controller's LeaderAndIsr and StopReplica decisions to this broker's partitions
-(making leaders, starting follower fetchers), serves the produce path (append on the leader, acks=all
-parked until the ISR has the data) and records followers' fetches so the high watermark moves.
+(making leaders, starting follower fetchers) and owns the data path: the produce path (append on
+the leader, acks=all parked until the ISR has the data) and the fetch path (local or remote-tier
+reads, the fetch's byte budgets, fetches parked for ``min_bytes``), recording followers' fetches so
+the high watermark moves. The API handlers only translate requests and responses.
 
 Runs on the event loop. Creating, truncating and deleting logs touch the disk and run on the default
 executor; nothing here waits on a network.
@@ -11,19 +13,48 @@ executor; nothing here waits on a network.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, UnknownTopicOrPartitionError
+from tieredlog.errors import (
+    InvalidTopicError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from tieredlog.formats.errors import InvalidRecordError
 from tieredlog.log.config import LONG_MAX, LogConfig
-from tieredlog.log.types import AppendOrigin, LogAppendInfo, TopicPartition
+from tieredlog.log.segment import PagesNotCached
+from tieredlog.log.types import AppendOrigin, FetchIsolation, LogAppendInfo, TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
+from tieredlog.replication.data_path import (
+    AppendVerification,
+    DataPathMetrics,
+    FetchParams,
+    FetchPurgatory,
+    PartitionAppendResult,
+    PartitionRead,
+    TopicLookup,
+    Unverified,
+    aborted_of,
+    diverging_epoch,
+    error_code_of,
+    fill_offsets,
+    records_size,
+)
+from tieredlog.replication.delayed_fetch import PartitionWatchers
 from tieredlog.replication.delayed_produce import DelayedDeleteRecords, DelayedProduce
+from tieredlog.replication.delayed_remote_fetch import RemoteFetchStats, RemoteReader, read_remote
 from tieredlog.replication.fetcher import FetcherConfig, RemoteAuxStateSource, ReplicaFetcherManager
 from tieredlog.replication.partition import IsrChangeSender, Partition, PartitionState
 from tieredlog.replication.replica_selector import RackAwareReplicaSelector, ReplicaView
@@ -71,9 +102,16 @@ class ReplicaManager:
                  isr_sender: IsrChangeSender | None = None, clock_ms: Callable[[], int] = _now_ms,
                  replica_selector: RackAwareReplicaSelector | None = None,
                  leader_throttled_rate: int = LONG_MAX, follower_throttled_rate: int = LONG_MAX,
-                 quota_window_s: float = 1.0, is_broker_alive: Callable[[int], bool] | None = None) -> None:
+                 quota_window_s: float = 1.0, is_broker_alive: Callable[[int], bool] | None = None,
+                 topics: TopicLookup | None = None, metrics: DataPathMetrics | None = None,
+                 fetch_purgatory: FetchPurgatory | None = None,
+                 remote_reader: Callable[[], RemoteReader | None] = lambda: None,
+                 remote_fetch_max_wait_ms: Callable[[], int] = lambda: 500,
+                 live_racks: Callable[[], Mapping[int, str | None]] | None = None,
+                 is_shutting_down: Callable[[], bool] = lambda: False) -> None:
         self.broker_id = broker_id
         self._logs = logs
+        self.remote_fetch_stats = RemoteFetchStats()
         self._log_config_for = log_config_for
         self._clock_ms = clock_ms
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -101,6 +139,16 @@ class ReplicaManager:
         # IsrExpandsPerSec / IsrShrinksPerSec: counted on the loop, read by the metrics scrape
         self.isr_expands = 0
         self.isr_shrinks = 0
+        # the data path: what fetches and appends need of the rest of the broker
+        self._topics = topics
+        self._metrics = metrics
+        # fetches short of min_bytes park here; appends and high-watermark moves wake them
+        self.fetch_purgatory: FetchPurgatory = fetch_purgatory if fetch_purgatory is not None else PartitionWatchers()
+        # the RemoteLogManager once it runs (None: no remote tier)
+        self._remote_reader = remote_reader
+        self._remote_fetch_max_wait_ms = remote_fetch_max_wait_ms
+        self._live_racks = live_racks  # None: no cluster, consumers read from this broker
+        self._is_shutting_down = is_shutting_down
 
     # ---- lifecycle --------------------------------------------------------------------------------
 
@@ -173,6 +221,231 @@ class ReplicaManager:
             return p.check_enough_replicas_reach_offset(required_offset)
 
         return await self.delayed_produce.wait(tp, check, timeout_s)
+
+    async def append_records(self, entries: list[tuple[TopicPartition, bytes | None]], required_acks: int,
+                             timeout_s: float, *, internal_allowed: bool = False,
+                             verification: AppendVerification | None = None) -> list[PartitionAppendResult]:
+        """Kafka's appendRecords: each partition's records appended on its leader here, in request
+        order (the answers line up with ``entries``); a transaction's first batch on a partition
+        once ``verification`` confirms it; with acks=all (-1) each answer waits, up to
+        ``timeout_s``, until the ISR has its records (the produce purgatory)."""
+        results: list[PartitionAppendResult | None] = []
+        unverified: list[Unverified] = []
+        for i, (tp, records) in enumerate(entries):
+            producer = verification.producer_to_verify(tp, records) if verification is not None else None
+            if producer is not None and records is not None:
+                results.append(None)
+                unverified.append((i, tp, records, producer))
+            else:
+                results.append(self.append_to_local_log(tp, records, required_acks, internal_allowed))
+        if verification is not None and unverified:
+            append = functools.partial(self.append_to_local_log, required_acks=required_acks,
+                                       internal_allowed=internal_allowed)
+            for i, res in (await verification.append_verified(unverified, append)).items():
+                results[i] = res
+        done = [r for r in results if r is not None]
+        assert len(done) == len(results), "every partition of the append is answered"
+        if required_acks == -1:
+            await self._wait_for_isr([(tp, r) for (tp, _), r in zip(entries, done)], timeout_s)
+        return done
+
+    def append_to_local_log(self, tp: TopicPartition, records: bytes | None, required_acks: int,
+                            internal_allowed: bool = False) -> PartitionAppendResult:
+        """One partition's append on its leader; every failure becomes the partition's error code."""
+        topic, partition = tp
+        topics = self._topics
+        plog = topics.get_partition_log(topic, partition) if topics is not None else self._logs.get_log(tp)
+        if plog is None:
+            return PartitionAppendResult(ErrorCode.unknown_topic_or_partition)
+        try:
+            meta = topics.get_topic(topic) if topics is not None else None
+            if meta is not None and meta.internal and not internal_allowed:
+                # As Kafka's ReplicaManager: only the broker appends to its internal topics, so no client
+                # forges committed offsets or feeds the coordinators' start-up loads its own bytes.
+                raise InvalidTopicError(f"Cannot append to internal topic {topic}")
+            if not records:
+                raise InvalidRecordError("produce request without records")
+            info = self.append_to_leader(tp, records, required_acks)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes this partition's error code
+            return self._append_failed(tp, plog, exc)
+        # fetches parked at the log end (followers', and consumers' of acks=1 data) wake for the new data
+        self.fetch_purgatory.notify((topic, partition))
+        if self._metrics is not None:
+            self._metrics.record_produce(topic, len(records), info.record_count)
+        return PartitionAppendResult(ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset,
+                                     required_offset=info.last_offset + 1)
+
+    def _append_failed(self, tp: TopicPartition, plog: UnifiedLog, exc: Exception) -> PartitionAppendResult:
+        code = error_code_of(exc)
+        if code == ErrorCode.unknown_server_error:
+            log.exception("append to %s-%d failed", tp.topic, tp.partition)
+        elif isinstance(exc, OSError):
+            log.error("append to %s-%d failed: %s", tp.topic, tp.partition, exc)
+        res = PartitionAppendResult(code, log_start_offset=plog.log_start_offset, error_message=str(exc))
+        hint = self.partitions.get(tp)
+        if code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch) and hint is not None \
+                and hint.leader_id >= 0:
+            # KIP-951: the client goes to the new leader without a Metadata round trip
+            res.current_leader = (hint.leader_id, hint.leader_epoch)
+        if isinstance(exc, KafkaError) and exc.record_errors:
+            # KIP-467 (v8+): every record of the refused batch that broke a per-record rule, so a
+            # client can fail those records with their own message. A batch refused as a whole
+            # (CRC, sizes, counts) names no record, as in Kafka.
+            res.record_errors = exc.record_errors
+        return res
+
+    async def _wait_for_isr(self, appended: list[tuple[TopicPartition, PartitionAppendResult]], timeout_s: float) -> None:
+        waits = [(tp, r) for tp, r in appended if r.required_offset is not None]
+        errors = await asyncio.gather(*(self.wait_for_acks(tp, r.required_offset or 0, timeout_s) for tp, r in waits))
+        for (_tp, r), error in zip(waits, errors):
+            if error is not None:
+                r.error_code = error.code  # type: ignore[attr-defined]
+                r.error_message = None
+
+    def _log_of(self, topic: str, partition: int) -> UnifiedLog | None:
+        if self._topics is not None:
+            return self._topics.get_partition_log(topic, partition)
+        return self._logs.get_log(TopicPartition(topic, partition))
+
+    # ---- fetches ----------------------------------------------------------------------------------
+
+    async def fetch_messages(self, params: FetchParams, reads: list[PartitionRead],
+                             cold_reads: Executor | None = None) -> None:
+        """Kafka's fetchMessages: read each partition into its ``data`` from the local log or, below
+        the local log start, from the remote tier (the delayed remote fetch); a fetch short of
+        ``min_bytes`` parks until an append to one of its partitions or ``max_wait_ms`` (the delayed
+        fetch). A follower's fetch records how far it has replicated, so the ISR and HW may move."""
+        deadline = time.monotonic() + params.max_wait_ms / 1000
+        keys = [(pr.topic, pr.partition) for pr in reads]
+        follower = params.follower
+        followed = False
+        while True:
+            total = 0
+            errors = False
+            for pr in reads:
+                pr.remote = False
+                # in request order, one at a time: each read's budget is what the earlier ones left
+                total += await self.read_from_local_log(pr, params, params.max_bytes - total, total == 0, cold_reads)
+                # a diverging epoch is answered at once, as an error is (Kafka's hasDivergingEpoch)
+                errors = errors or pr.data.error_code != ErrorCode.none or pr.data.diverging_epoch is not None
+            if follower and not followed:
+                # the follower has everything below its fetch offset: the ISR and the HW may move now
+                followed = True
+                self._record_follower_fetch(params.replica_id, reads)
+            remote = [pr for pr in reads if pr.remote]
+            reader = self._remote_reader() if remote else None
+            if reader is not None:
+                await read_remote(reader, remote, params.max_bytes - total, total == 0, params.isolation,
+                                  self._remote_fetch_max_wait_ms() / 1000, self.remote_fetch_stats)
+                break
+            remaining = deadline - time.monotonic()
+            if total >= params.min_bytes or errors or not reads or remaining <= 0 or self._is_shutting_down() or (
+                    params.client_rack and any(pr.data.preferred_read_replica >= 0 for pr in reads)):
+                break
+            await self.fetch_purgatory.wait(keys, remaining)
+        if self._metrics is not None:
+            for pr in reads:
+                self._metrics.record_fetch(pr.topic, records_size(pr.data.records), follower)
+        if follower:
+            self._record_throttled(reads)
+
+    async def read_from_local_log(self, pr: PartitionRead, params: FetchParams, budget: int, first: bool,
+                                  cold_reads: Executor | None = None) -> int:
+        """Read one partition into ``pr.data``; returns the bytes it adds to the response. A consumer's
+        offset below the local log start marks ``pr.remote`` (read from the remote tier after).
+
+        The log reads the batch headers at the fetch offset without waiting for the disk; when they are
+        not in the page cache (a seek to old data, a catch-up's first fetch in a segment) the same read
+        runs, blocking, on ``cold_reads`` while the loop serves others. The partition's offsets are
+        taken again after it: the high watermark may have moved while the thread read."""
+        d = pr.data
+        d.records = b""
+        plog = self._log_of(pr.topic, pr.partition)
+        partition = self.partitions.get(TopicPartition(pr.topic, pr.partition))
+        if plog is None or partition is None:
+            d.error_code = ErrorCode.unknown_topic_or_partition
+            return 0
+        follower, client_rack = params.follower, params.client_rack
+        try:
+            # followers fetch from the leader; a consumer's Fetch v11+ (client_rack not None) may read a
+            # follower up to its high watermark (KIP-392); at the epoch the client believes current (KIP-320)
+            partition.check_leader_epoch(pr.current_leader_epoch, require_leader=follower or client_rack is None)
+        except KafkaError as exc:
+            d.error_code = exc.code
+            if partition.leader_id >= 0:
+                d.current_leader = (partition.leader_id, partition.leader_epoch)
+            return 0
+        fill_offsets(d, plog)
+        if client_rack is not None and self._live_racks is not None and (
+                preferred := self.preferred_read_replica(partition, client_rack, pr.fetch_offset,
+                                                         self._live_racks())) >= 0:
+            # no records: the consumer fetches from that follower from now on (answered at once)
+            d.preferred_read_replica = preferred
+            return 0
+        if pr.last_fetched_epoch >= 0:
+            try:
+                d.diverging_epoch = diverging_epoch(pr, plog)
+            except OffsetOutOfRangeError:
+                d.error_code = ErrorCode.offset_out_of_range
+                return 0
+            if d.diverging_epoch is not None:
+                return 0  # no records: the fetcher truncates to the epoch's end first
+        if follower and pr.leader_end_offset < 0:
+            pr.leader_end_offset = plog.log_end_offset
+        max_bytes = min(pr.max_bytes, budget)
+        if max_bytes <= 0 and not first:
+            return 0
+        if follower and self.leader_quota.should_throttle(partition.tp, plog.config, params.replica_id in partition.isr):
+            return 0  # KIP-73: no records for an out-of-sync throttled replica while the leader's quota is spent
+        return await self._read_records(pr, plog, params, max(max_bytes, 0), first, cold_reads)
+
+    async def _read_records(self, pr: PartitionRead, plog: UnifiedLog, params: FetchParams, max_bytes: int,
+                            first: bool, cold_reads: Executor | None) -> int:
+        d = pr.data
+        isolation = params.isolation
+        try:
+            try:
+                info = plog.read(pr.fetch_offset, max_bytes, isolation, min_one_message=first, nowait=True)
+            except PagesNotCached:
+                read = functools.partial(plog.read, pr.fetch_offset, max_bytes, isolation, min_one_message=first)
+                info = await asyncio.get_running_loop().run_in_executor(cold_reads, read)
+                fill_offsets(d, plog)
+        except OffsetMovedToTieredStorageError:
+            if params.follower:
+                d.error_code = ErrorCode.offset_moved_to_tiered_storage
+            elif self._remote_reader() is not None:
+                pr.remote = True
+            else:
+                d.error_code = ErrorCode.offset_out_of_range
+            return 0
+        except OffsetOutOfRangeError:
+            d.error_code = ErrorCode.offset_out_of_range
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            d.error_code = error_code_of(exc)
+            if d.error_code == ErrorCode.unknown_server_error:
+                log.exception("read of %s-%d at %d failed", pr.topic, pr.partition, pr.fetch_offset)
+            return 0
+        d.error_code = ErrorCode.none
+        d.records = info.records
+        d.aborted_transactions = aborted_of(info) if isolation is FetchIsolation.TXN_COMMITTED else None
+        return records_size(info.records)
+
+    def _record_follower_fetch(self, replica_id: int, reads: list[PartitionRead]) -> None:
+        for pr in reads:
+            if pr.data.error_code == ErrorCode.none and pr.data.diverging_epoch is None and pr.leader_end_offset >= 0:
+                self.update_follower_fetch_state(TopicPartition(pr.topic, pr.partition), replica_id, pr.fetch_offset,
+                                                 pr.replica_log_start, pr.leader_end_offset)
+
+    def _record_throttled(self, reads: list[PartitionRead]) -> None:
+        """KIP-73: the record bytes a follower's fetch took of leader-throttled partitions count against
+        the leader's quota (Kafka records them once the response is made)."""
+        quota, nbytes = self.leader_quota, 0
+        for pr in reads:
+            p = self.partitions.get(TopicPartition(pr.topic, pr.partition))
+            if p is not None and quota.is_throttled(p.tp, p.log.config):
+                nbytes += records_size(pr.data.records)
+        quota.record(nbytes)
 
     def high_watermark_moved(self, tp: TopicPartition) -> None:
         """Wake what waits on ``tp``: parked consumer fetches, acks=all appends and DeleteRecords."""

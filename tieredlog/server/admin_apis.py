@@ -21,11 +21,11 @@ from tieredlog.protocol.api import (
     DELETE_RECORDS,
     DELETE_TOPICS,
 )
+from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names
 from tieredlog.server.config_apis import topic_config_entries
 from tieredlog.server.context import Handler, RequestContext
-from tieredlog.server.produce_api import error_code_of
 
 if TYPE_CHECKING:
     from tieredlog.replication.replica_manager import ReplicaManager

@@ -40,6 +40,7 @@ from tieredlog.log.log_manager import LogManager, topics_in_log_dirs
 from tieredlog.log.types import TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.replication.controller_channel import AlterPartitionManager, ControllerChannel
+from tieredlog.replication.delayed_fetch import PartitionWatchers
 from tieredlog.replication.fetcher import FetcherConfig
 from tieredlog.replication.replica_manager import ReplicaManager
 from tieredlog.replication.replica_selector import replica_selector
@@ -54,7 +55,6 @@ from tieredlog.server.coordinators import (
     create_group_coordinator,
     create_transaction_coordinator,
 )
-from tieredlog.server.delayed import PartitionWatchers
 from tieredlog.server.dynamic_config import DynamicBrokerConfig
 from tieredlog.server.fetch_session import FetchSessionCache
 from tieredlog.server.log_cleaner_config import cleaner_config_of
@@ -303,7 +303,15 @@ class Broker:
                               leader_throttled_rate=c["leader.replication.throttled.rate"],
                               follower_throttled_rate=c["follower.replication.throttled.rate"],
                               quota_window_s=c["replication.quota.window.size.seconds"],
-                              is_broker_alive=self._is_broker_alive)
+                              is_broker_alive=self._is_broker_alive, topics=self, metrics=self.metrics,
+                              fetch_purgatory=self.append_watchers, remote_reader=lambda: self.remote_log_manager,
+                              remote_fetch_max_wait_ms=lambda: self.config["remote.fetch.max.wait.ms"],
+                              live_racks=self._live_racks if self.cluster_node is not None else None,
+                              is_shutting_down=lambda: self.stopping)
+
+    def _live_racks(self) -> dict[int, str | None]:
+        node = self.cluster_node
+        return {} if node is None else {b: n.rack for b, n in node.metadata.brokers.items()}
 
     def _is_broker_alive(self, broker_id: int) -> bool:
         node = self.cluster_node

@@ -123,14 +123,23 @@ class BrokerMetrics:
         self.replication_bytes_out: dict[str, int] = {}
         self.requests: dict[int, _ApiStats] = {}
         self.queue_time: dict[int, _ApiStats] = {}
-        # remote reads a Fetch waits on now, and those that outlived remote.fetch.max.wait.ms
-        self.remote_fetch_waiting = 0
-        self.remote_fetch_expires = 0
         self.loop_lag = EventLoopLag()
 
     @property
     def broker(self) -> Broker:
         return self._broker
+
+    @property
+    def remote_fetch_waiting(self) -> int:
+        """Remote reads a Fetch waits on now."""
+        rm = self._broker.replica_manager
+        return rm.remote_fetch_stats.waiting if rm is not None else 0
+
+    @property
+    def remote_fetch_expires(self) -> int:
+        """Remote reads that outlived remote.fetch.max.wait.ms."""
+        rm = self._broker.replica_manager
+        return rm.remote_fetch_stats.expires if rm is not None else 0
 
     # ---- the request path (event loop) -------------------------------------------------------------
 

@@ -28,15 +28,21 @@ import random
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.protocol.fetch_encoder import FetchTopicData
+from tieredlog.server.fetch_request import (
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    TOPIC_IDS_SINCE,
+    FetchPartitionFields,
+    FetchRequest,
+    FetchTopicFields,
+)
 
-INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
 # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS: how long a session is safe from eviction by peers
 EVICTION_MS = 120_000
 _ZERO_ID = uuid.UUID(int=0)
@@ -51,7 +57,7 @@ class CachedPartition:
     __slots__ = ("partition", "fetch_offset", "partition_max_bytes", "current_leader_epoch", "log_start_offset",
                  "last_fetched_epoch", "topic", "topic_id", "high_watermark", "last_stable_offset", "sent_log_start")
 
-    def __init__(self, topic: str, topic_id: uuid.UUID | None, fp: Any) -> None:
+    def __init__(self, topic: str, topic_id: uuid.UUID | None, fp: FetchPartitionFields) -> None:
         self.topic = topic
         self.topic_id = topic_id
         self.partition = int(fp.partition)
@@ -60,12 +66,12 @@ class CachedPartition:
         self.sent_log_start = -1
         self.update_request(fp)
 
-    def update_request(self, fp: Any) -> None:
-        self.fetch_offset = int(fp.fetch_offset)
-        self.partition_max_bytes = int(fp.partition_max_bytes)
-        self.current_leader_epoch = int(getattr(fp, "current_leader_epoch", -1))
-        self.log_start_offset = int(getattr(fp, "log_start_offset", -1))
-        self.last_fetched_epoch = int(getattr(fp, "last_fetched_epoch", -1))
+    def update_request(self, fp: FetchPartitionFields) -> None:
+        self.fetch_offset = fp.fetch_offset
+        self.partition_max_bytes = fp.partition_max_bytes
+        self.current_leader_epoch = fp.current_leader_epoch
+        self.log_start_offset = fp.log_start_offset
+        self.last_fetched_epoch = fp.last_fetched_epoch
 
     def must_respond(self, d: Any) -> bool:
         """Whether an incremental answer includes this partition; remembers what it tells."""
@@ -213,7 +219,7 @@ class FetchContext:
 
     __slots__ = ("error", "topics", "_cache", "_req", "_session", "_privileged", "_uses_topic_ids", "_create")
 
-    def __init__(self, cache: FetchSessionCache, req: Any, topics: Iterable[Any], *, error: ErrorCode = ErrorCode.none,
+    def __init__(self, cache: FetchSessionCache, req: FetchRequest, topics: Sequence[FetchTopicFields], *, error: ErrorCode = ErrorCode.none,
                  session: FetchSession | None = None, create: bool = False, privileged: bool = False,
                  uses_topic_ids: bool = False) -> None:
         self.error = error
@@ -235,11 +241,9 @@ class FetchContext:
         by_key = {_response_key(self._uses_topic_ids, td, d.partition_index): d for td in topics for d in td.partitions}
         cached: OrderedDict[Key, CachedPartition] = OrderedDict()
         for ft in self._req.topics:
-            topic_id = getattr(ft, "topic_id", None)
-            name = getattr(ft, "topic", "") or ""
             for fp in ft.partitions:
-                key = _key(self._uses_topic_ids, name, topic_id, fp.partition)
-                cp = CachedPartition(name, topic_id, fp)
+                key = _key(self._uses_topic_ids, ft.topic, ft.topic_id, fp.partition)
+                cp = CachedPartition(ft.topic, ft.topic_id, fp)
                 d = by_key.get(key)
                 if d is not None:
                     cp.remember(d)
@@ -281,11 +285,11 @@ def _session_topics(session: FetchSession) -> list[SessionTopic]:
     return out
 
 
-def new_context(cache: FetchSessionCache, req: Any, version: int, privileged: bool) -> FetchContext:
+def new_context(cache: FetchSessionCache, req: FetchRequest, version: int, privileged: bool) -> FetchContext:
     """Kafka's FetchManager.newContext: what this request reads and how it is answered."""
-    session_id = int(getattr(req, "session_id", INVALID_SESSION_ID))
-    epoch = int(getattr(req, "session_epoch", FINAL_EPOCH))
-    uses_topic_ids = version >= 13
+    session_id = req.session_id
+    epoch = req.session_epoch
+    uses_topic_ids = version >= TOPIC_IDS_SINCE
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
         if session_id != INVALID_SESSION_ID:
             cache.remove(session_id)  # a full fetch closes the session it names
@@ -301,20 +305,16 @@ def new_context(cache: FetchSessionCache, req: Any, version: int, privileged: bo
     parts = session.partitions
     before = len(parts)
     for ft in req.topics:
-        topic_id = getattr(ft, "topic_id", None)
-        name = getattr(ft, "topic", "") or ""
         for fp in ft.partitions:
-            key = _key(uses_topic_ids, name, topic_id, fp.partition)
+            key = _key(uses_topic_ids, ft.topic, ft.topic_id, fp.partition)
             cp = parts.get(key)
             if cp is None:
-                parts[key] = CachedPartition(name, topic_id, fp)
+                parts[key] = CachedPartition(ft.topic, ft.topic_id, fp)
             else:
                 cp.update_request(fp)
-    for forgotten in getattr(req, "forgotten_topics_data", ()):
-        topic_id = getattr(forgotten, "topic_id", None)
-        name = getattr(forgotten, "topic", "") or ""
+    for forgotten in req.forgotten_topics_data:
         for p in forgotten.partitions:
-            parts.pop(_key(uses_topic_ids, name, topic_id, p), None)
+            parts.pop(_key(uses_topic_ids, forgotten.topic, forgotten.topic_id, p), None)
     cache.partitions_cached += len(parts) - before
     session.epoch = next_epoch(session.epoch)
     cache.touch(session, cache.clock_ms())

@@ -19,10 +19,10 @@ from tieredlog.log.unified_log import (
     MAX_TIMESTAMP,
 )
 from tieredlog.protocol.api import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
+from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize_cluster, authorized_names
 from tieredlog.server.context import Handler, RequestContext
-from tieredlog.server.produce_api import error_code_of
 
 if TYPE_CHECKING:
     from tieredlog.log.unified_log import UnifiedLog

@@ -31,14 +31,15 @@ from tieredlog.protocol.api import (
     WRITE_TXN_MARKERS,
 )
 from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
+from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorized_names
 from tieredlog.server.context import Handler, RequestContext
-from tieredlog.server.produce_api import error_code_of
 from tieredlog.server.topic_store import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
+    from tieredlog.server.produce_api import InitProducerIdRequest
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +66,15 @@ def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
     return meta is not None and 0 <= partition < meta.partitions
 
 
-async def init_producer_id(ctx: RequestContext, req: Any) -> dict:
+async def init_producer_id(ctx: RequestContext, req: InitProducerIdRequest) -> dict:
     """InitProducerId with a transactional id."""
     out = {"producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
     coordinator = _coordinator(ctx.broker)
-    if coordinator is None:
+    if coordinator is None or req.transactional_id is None:
         return {**out, "error_code": ErrorCode.coordinator_not_available}
-    timeout = req.transaction_timeout
-    timeout_ms = round(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else int(timeout)
+    timeout_ms = round(req.transaction_timeout.total_seconds() * 1000)
     code, pid, epoch = await coordinator.init_producer_id(
-        req.transactional_id, timeout_ms, getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1))
+        req.transactional_id, timeout_ms, req.producer_id, req.producer_epoch)
     return {**out, "error_code": for_version(code, 22, ctx.api_version), "producer_id": pid, "producer_epoch": epoch}
 
 
