@@ -113,7 +113,11 @@ def segment_from_manifest(key: SegmentObjectKey, manifest: Mapping[str, Any]) ->
     """The manifest checked against its own key: a manifest that names another segment is not trusted."""
     try:
         m = manifest_fields(manifest)
-        log_size = m.file_sizes[LOG_SUFFIX]
+        if LOG_SUFFIX not in m.file_sizes:
+            raise KeyError(LOG_SUFFIX)
+        # the segment's own size, not the stored object's: a plugin may store it chunked or encrypted,
+        # and fetch_log_segment takes positions in the segment
+        log_size = m.segment_size_in_bytes
     except (ManifestError, KeyError) as exc:
         raise CatalogError(f"manifest {key.key} is malformed: {exc}") from None
     if (m.topic, m.partition, m.start_offset, m.segment_id, m.topic_id) != (

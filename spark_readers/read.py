@@ -8,8 +8,12 @@ import pyarrow as pa
 
 from spark_readers.decoder import CorruptSegmentError, Source, decode_record_batches, decode_records
 from spark_readers.planner import ReadTask
-from tieredlog.rsm.api import RemoteStorageException
+from tieredlog.rsm.api import RemoteResourceNotFoundException, RemoteStorageException
 from tieredlog.rsm.listing import ListableRemoteStorageManager
+
+
+class SegmentDeletedError(RemoteStorageException):
+    """A planned segment is gone (remote retention, DeleteRecords): the read fails rather than miss rows."""
 
 
 def read_task(rsm: ListableRemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
@@ -33,6 +37,11 @@ def _fetch(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, So
     try:
         with rsm.fetch_log_segment(task.metadata, task.start_position, end) as stream:
             data = stream.read()
+    except RemoteResourceNotFoundException:
+        # never a silent hole: the planned rows of this task are gone with their segment
+        raise SegmentDeletedError(f"{task.topic}-{task.partition}: segment {task.object_name} was deleted from the "
+                                  f"remote tier while it was read (retention or DeleteRecords); offsets "
+                                  f"{task.from_offset}..{task.to_offset - 1} were not read: read again") from None
     except RemoteStorageException as exc:
         raise RemoteStorageException(f"{task.object_name}: cannot read bytes {task.start_position}..{end}: "
                                      f"{exc}") from None
