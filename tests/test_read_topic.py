@@ -20,6 +20,7 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from spark_harness import spark  # noqa: F401  (fixture)
 
 from spark_readers import read_topic
 from spark_readers.arrow import plan_read
@@ -186,6 +187,20 @@ def test_after_delete_records_nothing_below_the_log_start(broker: BrokerProcess)
     frame = pl.from_arrow(read_topic(TOPIC, options))
     assert isinstance(frame, pl.DataFrame)
     assert frame.filter((pl.col("partition") == 0) & (pl.col("offset") < cut)).height == 0
+
+
+def test_spark_reads_the_same_rows_through_the_contract(spark, broker: BrokerProcess) -> None:  # noqa: F811
+    """After the DeleteRecords above: the broker's properties as options, the plugin in the executors."""
+    r = spark.read.format("tieredlog").option("topic", TOPIC)
+    for k, v in reader_options(broker, **{"kafka.bootstrap.servers": broker.bootstrap}).items():
+        r = r.option(k, v)
+    rows = []
+    for row in r.load().selectExpr("*", "unix_millis(timestamp) AS ts_ms").collect():
+        headers = tuple((h["key"], None if h["value"] is None else bytes(h["value"])) for h in row["headers"]) \
+            if row["headers"] is not None else None
+        rows.append((row["partition"], row["offset"], None if row["key"] is None else bytes(row["key"]),
+                     bytes(row["value"]), row["ts_ms"], headers))
+    assert sorted(rows) == consume(broker.bootstrap)
 
 
 def test_secrets_never_appear_in_messages(tmp_path: Path) -> None:
