@@ -2,7 +2,7 @@
 tieredlog-chunked plugin (chunked, zstd-compressed, AES-GCM encrypted over a local folder), and the reader,
 configured with the broker's own ``remote.log.storage.manager.class.name`` and ``rsm.config.*``
 properties, reads it as Arrow, DuckDB and Polars row for row as a consumer does; after DeleteRecords,
-nothing below the log start; byte-range splits of one partition neither drop nor repeat a record; a
+nothing below the log start (from the brokers, and from the tier alone once the leader published it); byte-range splits of one partition neither drop nor repeat a record; a
 segment deleted under a read fails it in one line; secrets stay out of messages; and one Spark query
 reads the same rows through the same contract."""
 
@@ -187,6 +187,15 @@ def test_after_delete_records_nothing_below_the_log_start(broker: BrokerProcess)
     frame = pl.from_arrow(read_topic(TOPIC, options))
     assert isinstance(frame, pl.DataFrame)
     assert frame.filter((pl.col("partition") == 0) & (pl.col("offset") < cut)).height == 0
+    # without the brokers: the leader publishes the log start to the tier, and the tier alone agrees
+    tier_only = reader_options(broker)
+
+    def tier_start() -> int:
+        return pl.from_arrow(read_topic(TOPIC, tier_only)).filter(pl.col("partition") == 0)["offset"].min()
+
+    wait_for(lambda: tier_start() == cut, "the log start published to the remote tier", 30)
+    ends = tiered_ends(broker.bootstrap)
+    assert arrow_rows(read_topic(TOPIC, tier_only).read_all()) == [r for r in consumed if r[1] < ends[r[0]]]
 
 
 def test_spark_reads_the_same_rows_through_the_contract(spark, broker: BrokerProcess) -> None:  # noqa: F811

@@ -309,7 +309,8 @@ class ListableRemoteStorageManagerConformance(RemoteStorageManagerConformance):
     the contract's: what was copied is listed under its partition, with its manifest, whose body
     describes the segment; a copy that fails leaves no manifest (so the manifest is written last and a
     half-copied segment is never read); and a byte range of a segment found only by listing reads as
-    the bytes that were copied (the reader's ranged GET)."""
+    the bytes that were copied (the reader's ranged GET); and the log start offset published beside
+    a partition's segments reads back as written."""
 
     def test_listing_returns_what_was_copied(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
         listable = _listable(rsm)
@@ -361,6 +362,23 @@ class ListableRemoteStorageManagerConformance(RemoteStorageManagerConformance):
         for start, end in ((0, size - 1), (size // 3, 2 * size // 3), (size - 100, size - 1)):
             assert read_all(rsm.fetch_log_segment(md, start, end)) == copied.log[start:end + 1], (start, end)
         assert read_all(rsm.fetch_index(md, IndexType.OFFSET)) == copied.indexes[IndexType.OFFSET]
+
+    def test_log_start_offset_is_published_beside_the_segments(self, rsm: RemoteStorageManager,
+                                                              copied: SegmentFixture) -> None:
+        listable = _listable(rsm)
+        tp = copied.metadata.topic_id_partition
+        other = TopicIdPartition(tp.topic_id, tp.topic, tp.partition + 1)
+        assert listable.read_log_start_offset(tp) is None
+        listed = sorted(k.key for k in listable.list_segment_objects(tp))
+        listable.write_log_start_offset(tp, copied.metadata.start_offset + 5)
+        listable.write_log_start_offset(tp, copied.metadata.start_offset + 9)  # replaces it
+        assert listable.read_log_start_offset(tp) == copied.metadata.start_offset + 9
+        assert listable.read_log_start_offset(other) is None
+        assert sorted(k.key for k in listable.list_segment_objects(tp)) == listed  # never taken for a segment
+        listable.write_log_start_offset(tp, None)
+        listable.write_log_start_offset(tp, None)  # gone already: not an error
+        assert listable.read_log_start_offset(tp) is None
+        assert read_all(rsm.fetch_log_segment(copied.metadata, 0)) == copied.log
 
 
 def _listable(rsm: RemoteStorageManager) -> ListableRemoteStorageManager:

@@ -397,6 +397,12 @@ class ChunkedRemoteStorageManager(ListableRemoteStorageManager):
     def read_manifest(self, key: SegmentObjectKey | str) -> dict[str, Any]:
         return self._listable().read_manifest(key)
 
+    def write_log_start_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        self._listable().write_log_start_offset(topic_id_partition, offset)  # an offset, nothing to hide
+
+    def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        return self._listable().read_log_start_offset(topic_id_partition)
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
