@@ -26,8 +26,19 @@ def read_task_batches(rsm: ListableRemoteStorageManager, task: ReadTask,
                       include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The task's rows in Arrow batches of a few MiB of the segment each, decoded one at a time: Spark
     takes in one while the next decodes."""
-    data, source = _fetch(rsm, task)
+    yield from decode_task_batches(task, fetch_task(rsm, task), include_headers)
+
+
+def decode_task_batches(task: ReadTask, fetched: tuple[bytes, Source],
+                        include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """:func:`read_task_batches` of bytes already fetched with :func:`fetch_task`."""
+    data, source = fetched
     yield from decode_record_batches(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
+
+
+def fetch_task(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
+    """The task's bytes (one ranged GET), checked to be all there."""
+    return _fetch(rsm, task)
 
 
 def _fetch(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
