@@ -31,6 +31,11 @@ read from a segment that holds it under the lineage's epoch, so a segment is cut
 lineage; when several copies hold an offset, the one reaching furthest (then the newest upload) wins, so
 reads stay sequential.
 
+The partition's leader publishes its log start offset beside the segments
+(:meth:`~tieredlog.rsm.listing.ListableRemoteStorageManager.write_log_start_offset`) when it moves past
+a remote segment's start (DeleteRecords inside a segment, or before retention deletes the segments
+below it); the slices start there, so records Kafka no longer has are never read.
+
 When the checkpoint is missing, malformed, or disagrees with its own segment's epoch map, the lineage is
 rebuilt from the segments' epoch maps instead (one warning): highest epoch first, each lower epoch owning
 ``[its start, start of the next kept epoch)`` and dropped when it starts at or after that point. That is
@@ -113,7 +118,11 @@ def segment_from_manifest(key: SegmentObjectKey, manifest: Mapping[str, Any]) ->
     """The manifest checked against its own key: a manifest that names another segment is not trusted."""
     try:
         m = manifest_fields(manifest)
-        log_size = m.file_sizes[LOG_SUFFIX]
+        if LOG_SUFFIX not in m.file_sizes:
+            raise KeyError(LOG_SUFFIX)
+        # the segment's own size, not the stored object's: a plugin may store it chunked or encrypted,
+        # and fetch_log_segment takes positions in the segment
+        log_size = m.segment_size_in_bytes
     except (ManifestError, KeyError) as exc:
         raise CatalogError(f"manifest {key.key} is malformed: {exc}") from None
     if (m.topic, m.partition, m.start_offset, m.segment_id, m.topic_id) != (
@@ -170,8 +179,20 @@ class Catalog:
         return out
 
     def resolve(self, segments: Sequence[Segment]) -> list[SegmentSlice]:
-        """One partition's segments resolved to slices of its log (see the module docstring)."""
-        return resolve_slices(segments, self.lineage(segments))
+        """One partition's segments resolved to slices of its log (see the module docstring), from the
+        log start offset its leader published on."""
+        slices = resolve_slices(segments, self.lineage(segments))
+        log_start = self.log_start_offset(segments[0].metadata.topic_id_partition) if segments else None
+        return slices if log_start is None else above_log_start(slices, log_start)
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        """The log start offset the partition's leader published to the tier, when it moved past a
+        segment's start (DeleteRecords, retention); None when it published none."""
+        try:
+            return self.rsm.read_log_start_offset(tp)
+        except Exception as exc:
+            # as for the checkpoint: an outage now must not turn into rows Kafka no longer has
+            raise CatalogError(f"cannot read the log start offset of {tp}: {exc}") from None
 
     def resolve_partitions(self, by_partition: Mapping[int, Sequence[Segment]]) -> dict[int, list[SegmentSlice]]:
         """:meth:`resolve` for every partition; the checkpoint GETs are latency bound, so many at once."""
@@ -214,6 +235,13 @@ class Catalog:
         except Exception as exc:
             raise CatalogError(f"cannot read manifest {key.key}: {exc}") from None
         return segment_from_manifest(key, manifest)
+
+
+def above_log_start(slices: Sequence[SegmentSlice], log_start: int) -> list[SegmentSlice]:
+    """``slices`` without the offsets below ``log_start``: Kafka no longer has them, though their
+    segment may wait in the tier until retention deletes it whole."""
+    return [s if s.from_offset >= log_start else SegmentSlice(s.segment, log_start, s.to_offset)
+            for s in slices if s.to_offset > log_start]
 
 
 def checkpoint_key(segment: Segment) -> str:

@@ -3,8 +3,10 @@
     tieredlog export --topic T --path s3://bucket/prefix --to out/ \\
         [--from-offset N | --from-time MS] [--to-offset N | --to-time MS] \\
         [--storage storage.s3.endpoint.url=http://...] [--include-headers]
+    tieredlog export --topic T --to out/ --storage remote.log.storage.manager.class.name=chunked \\
+        --storage rsm.config.chunked.backend=s3 ...   # the broker's own properties instead of --path
 
-The same planner and decoder as ``spark.read.format("tieredlog")``, so the files hold the same rows in
+The rows of :func:`spark_readers.read_topic`: the same planner and decoder as ``spark.read.format("tieredlog")``, so the files hold the same rows in
 the same schema (Spark's Kafka source): one Parquet file per topic partition, ``<to>/<T>-<p>.parquet``
 sorted by offset, which ``pyarrow.dataset`` (or Spark) reads back as one dataset. (Not Hive-style
 ``partition=<p>`` folders: their names would add columns that clash with the schema's own.) ``--to-offset`` is exclusive, as ``endingOffsets``; offsets apply to every partition. Committed
@@ -23,19 +25,20 @@ from typing import Sequence
 
 import pyarrow.parquet as pq
 
+from spark_readers.arrow import plan_read
 from spark_readers.catalog import CatalogError
 from spark_readers.decoder import CorruptSegmentError
 from spark_readers.options import OffsetSpec, OptionError, ReaderOptions, parse_options
-from spark_readers.planner import PlanError, ReadTask, plan
-from spark_readers.read import read_task
-from spark_readers.storage import StorageError, open_storage, storage_spec
+from spark_readers.planner import PlanError, Task
+from spark_readers.storage import StorageError
 from tieredlog.rsm.api import RemoteStorageException
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tieredlog export", description=__doc__.split("\n")[0])
     p.add_argument("--topic", required=True)
-    p.add_argument("--path", required=True, help="the remote tier: s3://bucket/prefix, file:///dir, any fsspec URL")
+    p.add_argument("--path", default="", help="the remote tier: s3://bucket/prefix, file:///dir, any fsspec URL; or "
+                   "--storage remote.log.storage.manager.class.name=... with the broker's rsm.config.* as --storage")
     p.add_argument("--to", required=True, type=Path, help="output directory (created)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--from-offset", type=int, help="first offset, every partition (default: the earliest)")
@@ -44,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     end.add_argument("--to-offset", type=int, help="offset to stop before, every partition (default: the tiered end)")
     end.add_argument("--to-time", type=int, metavar="MS", help="stop at the first record at or after this time")
     p.add_argument("--storage", action="append", default=[], metavar="KEY=VALUE",
-                   help="a storage option (storage.s3.endpoint.url=..., storage.s3.region=...), repeatable")
+                   help="a storage option (storage.s3.endpoint.url=..., storage.s3.region=..., or the broker's "
+                   "remote.log.storage.manager.class.name=... and rsm.config.*=...), repeatable")
     p.add_argument("--include-headers", action="store_true", help="add the headers column, as includeHeaders")
     return p
 
@@ -78,29 +82,21 @@ def _progress(done: int, total: int, rows: int) -> None:
 
 def export(options: ReaderOptions, to: Path, progress: bool = True) -> int:
     """Write every planned row under ``to``; returns the row count."""
-    rsm = open_storage(storage_spec(options.path, options.storage))
-    # no brokers: every task reads the remote tier
-    tasks = [t for t in plan(rsm, options) if isinstance(t, ReadTask)]
-    by_partition: dict[tuple[str, int], list[ReadTask]] = {}
-    for task in tasks:
+    read = plan_read(options)  # no brokers: every task reads the remote tier
+    by_partition: dict[tuple[str, int], list[Task]] = {}
+    for task in read.tasks:
         by_partition.setdefault((task.topic, task.partition), []).append(task)
     rows = done = 0
     to.mkdir(parents=True, exist_ok=True)
     for (topic, partition), part_tasks in sorted(by_partition.items()):
-        writer: pq.ParquetWriter | None = None
-        try:
+        with pq.ParquetWriter(to / f"{topic}-{partition}.parquet", read.schema) as writer:
             for task in part_tasks:  # in offset order: the file is sorted by offset
-                batch = read_task(rsm, task, options.include_headers)
-                if writer is None:
-                    writer = pq.ParquetWriter(to / f"{topic}-{partition}.parquet", batch.schema)
-                writer.write_batch(batch)
-                rows += batch.num_rows
+                for batch in read.task_batches(task):
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
                 done += 1
                 if progress:
-                    _progress(done, len(tasks), rows)
-        finally:
-            if writer is not None:
-                writer.close()
+                    _progress(done, len(read.tasks), rows)
     if progress:
         sys.stderr.write("\n")
     return rows

@@ -1,6 +1,8 @@
 """The reader's options, named and shaped as Spark's Kafka source names them (matched case-insensitively).
 
-- ``path``: the remote tier (see :mod:`spark_readers.storage`); storage options pass through there.
+- ``path``: the remote tier (see :mod:`spark_readers.storage`); storage options pass through there. Or
+  the broker's own words instead: ``remote.log.storage.manager.class.name`` (``.class.path``) and every
+  ``rsm.config.*`` key.
 - ``topic`` or ``subscribe`` (comma-separated names), ``topicPattern`` or ``subscribePattern`` (a regex
   matched against the whole name): exactly one of them.
 - ``startingOffsets``: ``earliest`` (default) or JSON ``{"t":{"0":23,"1":-2}}`` (-2 = earliest).
@@ -19,8 +21,9 @@
   consumer, whose default is ``read_uncommitted``) skips the records of aborted transactions and stops
   at a transaction still open at the end of the tiered part; ``read_uncommitted`` reads every record
   (see :mod:`spark_readers.transactions`). Control batches are never rows.
-- ``maxBytesPerPartition``: a segment slice larger than this (bytes, default 64 MiB) is split into
-  several input partitions at batch boundaries (from the remote offset index).
+- ``maxBytesPerPartition`` (or its other name ``maxBytesPerTask``, which wins): a segment slice larger
+  than this (bytes, default 64 MiB) is split into several input partitions at batch boundaries (from
+  the remote offset index), none reading more unless one index interval is larger.
 - ``pushFilters``: ``true`` pushes ``where`` clauses on ``partition``, ``offset`` and ``timestamp`` into
   the plan (:mod:`spark_readers.filters`); default ``false``.
 - ``assign``: JSON ``{"t":[0,1]}``, the partitions to read, instead of the topic options (as Spark's).
@@ -161,8 +164,9 @@ def parse_options(raw: Mapping[str, str], streaming: bool = False) -> ReaderOpti
         start_latest_when_no_timestamp=_strategy(options),
         fail_on_data_loss=_boolean(options, "failondataloss", True),
         include_headers=_boolean(options, "includeheaders", False),
-        max_bytes_per_partition=_positive(options, "maxbytesperpartition", DEFAULT_MAX_BYTES_PER_PARTITION),
-        storage={k: v for k, v in options.items() if k.startswith(("storage.", "key."))},
+        max_bytes_per_partition=_positive(options, "maxbytespertask", 0)
+        or _positive(options, "maxbytesperpartition", DEFAULT_MAX_BYTES_PER_PARTITION),
+        storage=_storage(raw, options),
         max_offsets_per_trigger=_positive(options, "maxoffsetspertrigger", 0) or None,
         read_committed=_isolation(options),
         assign=assign,
@@ -171,6 +175,17 @@ def parse_options(raw: Mapping[str, str], streaming: bool = False) -> ReaderOpti
         kafka=_kafka(options),
         poll_timeout_ms=_positive(options, "kafkaconsumer.polltimeoutms", DEFAULT_POLL_TIMEOUT_MS),
     )
+
+
+def _storage(raw: Mapping[str, str], options: Mapping[str, str]) -> dict[str, str]:
+    """The storage options: the short form's ``storage.*`` and ``key.*``, and the broker's own
+    ``remote.log.storage.manager.class.*`` and ``rsm.config.*`` (whose keys keep their case: a plugin's
+    names may have capitals, as an encryption key id can)."""
+    out = {k: v for k, v in options.items() if k.startswith(("storage.", "key.", "remote.log.storage.manager."))}
+    for key, value in raw.items():
+        if key.lower().startswith("rsm.config."):
+            out["rsm.config." + key[len("rsm.config."):]] = value
+    return out
 
 
 def _assign(text: str) -> dict[str, tuple[int, ...]]:

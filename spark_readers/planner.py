@@ -9,7 +9,7 @@ offset of a batch to the position where that batch starts):
 - the end is the position of the entry *after* the first one at or above the end offset (the batch of
   that first entry may still start below the end offset; the next one cannot).
 
-Whole segments are read without their index. Slices over ``maxBytesPerPartition`` are cut at index
+Whole segments are read without their index. Slices over ``maxBytesPerPartition`` (or ``maxBytesPerTask``) are cut at index
 positions, which are batch boundaries; every piece keeps the same offset bounds, so pieces never
 return the same record twice.
 
@@ -225,7 +225,9 @@ def _range(rsm: ListableRemoteStorageManager, topic: str, partition: int, slices
         latest = on_brokers[1]
         # brokers behind the tier (a truncated history): their log is the partition's
         boundary = min(boundary, latest)
-        earliest = min(earliest, latest)
+        # Kafka's view of what exists: nothing below the log start (DeleteRecords, retention), though
+        # the tier keeps those records until their whole segment expires
+        earliest = min(max(earliest, on_brokers[0]), latest)
     start = options.starting.for_partition(topic, partition, "startingOffsets")
     end = options.ending.for_partition(topic, partition, "endingOffsets")
     if options.starting.by_timestamp:
@@ -252,17 +254,16 @@ def _range(rsm: ListableRemoteStorageManager, topic: str, partition: int, slices
                         f"{end}); set kafka.bootstrap.servers to read them from the brokers")
     if start < earliest:
         if options.fail_on_data_loss:
-            raise PlanError(f"{name}: offset {start} is no longer in the remote tier (earliest {earliest}); "
+            where = "in the remote tier" if on_brokers is None else "in the partition (below its log start offset)"
+            raise PlanError(f"{name}: offset {start} is no longer {where} (earliest {earliest}); "
                             "set failOnDataLoss=false to start at the earliest")
         start = earliest
     if start > end:
         raise OptionError(f"{name}: starting offset {start} is after ending offset {end}")
     tail_from = boundary
     if on_brokers is not None and on_brokers[0] > boundary:
-        # the brokers' log starts past the tier's end (DeleteRecords or retention there): a hole
-        if options.fail_on_data_loss and start < on_brokers[0] and end > boundary:
-            raise PlanError(f"{name}: offsets {max(start, boundary)}..{on_brokers[0] - 1} are neither in the remote "
-                            "tier nor on the brokers; set failOnDataLoss=false to skip them")
+        # the brokers' log starts past the tier's end (DeleteRecords or retention there): start is
+        # already at or past it, as earliest is
         tail_from = on_brokers[0]
     return PartitionRange(topic, partition, slices, start, end, boundary, tail_from)
 
@@ -346,10 +347,18 @@ def _tasks_for_slice(rsm: ListableRemoteStorageManager, indexes: dict[uuid.UUID,
     first = entries[i][1] if i >= 0 else 0
     j = bisect.bisect_left(offsets, hi) + 1
     stop = entries[j][1] if j < len(entries) else seg.log_size
+    # Each task ends at the furthest index position (a batch boundary) within max_bytes of its start:
+    # no task reads more, unless one index interval alone is larger.
     cuts = [first]
+    fits = first
     for _, position in entries:
-        if first < position < stop and position - cuts[-1] >= max_bytes:
-            cuts.append(position)
+        if not first < position < stop:
+            continue
+        if position - cuts[-1] > max_bytes and fits > cuts[-1]:
+            cuts.append(fits)
+        fits = position
+    if stop - cuts[-1] > max_bytes and fits > cuts[-1]:
+        cuts.append(fits)
     cuts.append(stop)
     for a, b in zip(cuts, cuts[1:]):
         if b > a:

@@ -8,8 +8,12 @@ import pyarrow as pa
 
 from spark_readers.decoder import CorruptSegmentError, Source, decode_record_batches, decode_records
 from spark_readers.planner import ReadTask
-from tieredlog.rsm.api import RemoteStorageException
+from tieredlog.rsm.api import RemoteResourceNotFoundException, RemoteStorageException
 from tieredlog.rsm.listing import ListableRemoteStorageManager
+
+
+class SegmentDeletedError(RemoteStorageException):
+    """A planned segment is gone (remote retention, DeleteRecords): the read fails rather than miss rows."""
 
 
 def read_task(rsm: ListableRemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
@@ -22,8 +26,19 @@ def read_task_batches(rsm: ListableRemoteStorageManager, task: ReadTask,
                       include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The task's rows in Arrow batches of a few MiB of the segment each, decoded one at a time: Spark
     takes in one while the next decodes."""
-    data, source = _fetch(rsm, task)
+    yield from decode_task_batches(task, fetch_task(rsm, task), include_headers)
+
+
+def decode_task_batches(task: ReadTask, fetched: tuple[bytes, Source],
+                        include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """:func:`read_task_batches` of bytes already fetched with :func:`fetch_task`."""
+    data, source = fetched
     yield from decode_record_batches(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
+
+
+def fetch_task(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
+    """The task's bytes (one ranged GET), checked to be all there."""
+    return _fetch(rsm, task)
 
 
 def _fetch(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
@@ -33,6 +48,11 @@ def _fetch(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, So
     try:
         with rsm.fetch_log_segment(task.metadata, task.start_position, end) as stream:
             data = stream.read()
+    except RemoteResourceNotFoundException:
+        # never a silent hole: the planned rows of this task are gone with their segment
+        raise SegmentDeletedError(f"{task.topic}-{task.partition}: segment {task.object_name} was deleted from the "
+                                  f"remote tier while it was read (retention or DeleteRecords); offsets "
+                                  f"{task.from_offset}..{task.to_offset - 1} were not read: read again") from None
     except RemoteStorageException as exc:
         raise RemoteStorageException(f"{task.object_name}: cannot read bytes {task.start_position}..{end}: "
                                      f"{exc}") from None

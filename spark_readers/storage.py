@@ -1,6 +1,13 @@
-"""Opening the remote tier from a reader's ``path`` and options, with the broker's own RSMs, loaded by
-their registered names (``s3``, ``fsspec``) as the broker loads them; any of them that can list
-(:class:`tieredlog.rsm.ListableRemoteStorageManager`) serves the reader.
+"""Opening the remote tier from a reader's options, with the broker's own loader
+(:func:`tieredlog.rsm.registry.load_remote_storage_manager`); any RSM that can list
+(:class:`tieredlog.rsm.ListableRemoteStorageManager`) serves the reader, built-in or plugin.
+
+In the broker's words: ``remote.log.storage.manager.class.name`` (a registered name such as ``s3`` or
+``chunked``, or ``module:Class``), ``remote.log.storage.manager.class.path`` and every ``rsm.config.*``
+key, exactly as in the broker's properties, so the file that configures the broker configures the
+reader. The values of keys that look secret are masked in every message.
+
+The short form for the built-in backends is ``path``:
 
 - ``s3://bucket/prefix`` (or ``s3a://``): the ``s3`` backend, configured
   with the option names of the broker's S3 backend (``storage.s3.endpoint.url``, ``storage.s3.region``,
@@ -18,6 +25,7 @@ once per Python worker (:func:`open_storage` caches by spec).
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import Mapping
@@ -25,10 +33,15 @@ from urllib.parse import urlsplit
 
 from fsspec.core import url_to_fs
 
-from tieredlog.rsm.api import RemoteStorageException
 from tieredlog.rsm.keys import InvalidKeyError, validate_key_prefix
 from tieredlog.rsm.listing import ListableRemoteStorageManager
-from tieredlog.rsm.registry import resolve_class
+from tieredlog.rsm.registry import (
+    CLASS_NAME_CONFIG,
+    CLASS_PATH_CONFIG,
+    DEFAULT_IMPL_PREFIX,
+    PluginLoadError,
+    load_remote_storage_manager,
+)
 
 S3_OPTIONS = (
     "storage.s3.endpoint.url", "storage.s3.region", "storage.s3.path.style.access.enabled",
@@ -44,19 +57,50 @@ class StorageError(Exception):
     """The store cannot be opened. The message names options, never their secret values."""
 
 
+# Keys whose values are never shown: credentials and encryption keys of any backend or plugin.
+_SECRET_KEY = re.compile(r"secret|password|passwd|token|credential|private|jaas|(^|\.)keys?\.", re.IGNORECASE)
+_NOT_SECRET = ("key.prefix",)
+
+
 @dataclass(frozen=True, slots=True)
 class StorageSpec:
-    backend: str  # the registered name of the RSM: "s3" or "fsspec"
+    backend: str  # remote.log.storage.manager.class.name: "s3", "fsspec", a plugin's name or module:Class
     configs: tuple[tuple[str, str], ...]
+    class_path: str | None = None
+    # the options were the broker's rsm.config.* keys (messages name them so), not the short form's
+    broker_words: bool = False
 
     def __repr__(self) -> str:  # plans and logs print partitions and readers: keep the keys out
         return f"StorageSpec({self.backend}, {sorted(k for k, _ in self.configs)})"
 
 
+def is_secret(key: str) -> bool:
+    return key not in _NOT_SECRET and bool(_SECRET_KEY.search(key))
+
+
+def mask_secrets(text: str, configs: Mapping[str, object]) -> str:
+    """``text`` with the value of every secret-looking config replaced by ``[hidden]``."""
+    for key, value in configs.items():
+        value = str(value)
+        if is_secret(key) and len(value) >= 4:
+            text = text.replace(value, "[hidden]")
+    return text
+
+
 def storage_spec(path: str, options: Mapping[str, str]) -> StorageSpec:
-    """``options`` with lower-case names, as Spark hands them over."""
+    """``options`` with lower-case names, as Spark hands them over, except ``rsm.config.*`` keys, which
+    keep the case they were given in (Python callers; Spark lower-cases every option name)."""
+    class_name = (options.get(CLASS_NAME_CONFIG) or "").strip()
+    if class_name:
+        if path:
+            raise StorageError(f"set either path or {CLASS_NAME_CONFIG} with rsm.config.* options, not both")
+        configs = {k[len(DEFAULT_IMPL_PREFIX):]: v for k, v in options.items()
+                   if k.startswith(DEFAULT_IMPL_PREFIX) and len(k) > len(DEFAULT_IMPL_PREFIX)}
+        return StorageSpec(class_name, tuple(sorted(configs.items())), options.get(CLASS_PATH_CONFIG) or None,
+                           broker_words=True)
     if not path:
-        raise StorageError("option path is required (s3://bucket/prefix, file:///dir or any fsspec URL)")
+        raise StorageError(f"option path (s3://bucket/prefix, file:///dir or any fsspec URL) or {CLASS_NAME_CONFIG} "
+                           "with the broker's rsm.config.* options is required")
     parts = urlsplit(path)
     explicit_prefix = options.get("key.prefix")
     if parts.scheme in _S3_SCHEMES:
@@ -95,19 +139,19 @@ def open_storage(spec: StorageSpec) -> ListableRemoteStorageManager:
 
 def _configure(spec: StorageSpec) -> ListableRemoteStorageManager:
     configs = dict(spec.configs)
-    if spec.backend != "s3":
+    if not spec.broker_words and spec.backend == "fsspec":
         _require_local_folder(configs["storage.fsspec.url"])
     try:
-        rsm = resolve_class(spec.backend)()
-    except Exception as exc:
-        raise StorageError(f"cannot load the {spec.backend} remote storage manager: {exc}") from None
+        rsm = load_remote_storage_manager(spec.backend, spec.class_path, configs)
+    except PluginLoadError as exc:
+        text = mask_secrets(str(exc), configs)
+        # The RSM's messages name the broker's rsm.config.* keys; the short form's options have no prefix.
+        raise StorageError(text if spec.broker_words else text.replace("rsm.config.", "")) from None
     if not isinstance(rsm, ListableRemoteStorageManager):
-        raise StorageError(f"the {spec.backend} remote storage manager cannot list segments")
-    try:
-        rsm.configure(configs)
-    except RemoteStorageException as exc:
-        # The RSM's messages name the broker's rsm.config.* keys; a reader's options have no prefix.
-        raise StorageError(str(exc).replace("rsm.config.", "")) from None
+        rsm.close()
+        raise StorageError(f"the remote storage manager {spec.backend!r} ({type(rsm).__name__}) cannot list "
+                           "segments (tieredlog.rsm.ListableRemoteStorageManager), so it cannot be read without a "
+                           "broker")
     return rsm
 
 

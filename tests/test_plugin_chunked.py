@@ -10,7 +10,7 @@ from tests.s3servers import moto_s3, unique_prefix  # noqa: F401  (fixture)
 from tieredlog.rsm.api import IndexType, RemoteStorageException
 from tieredlog.rsm.registry import PluginLoadError, load_remote_storage_manager
 from tieredlog.rsm.s3 import MIN_PART_SIZE
-from tieredlog.rsm.testing import RemoteStorageManagerConformance, make_segment, read_all
+from tieredlog.rsm.testing import ListableRemoteStorageManagerConformance, make_segment, read_all
 
 KEY_A = base64.b64encode(bytes(range(32))).decode()
 KEY_B = base64.b64encode(bytes(range(100, 132))).decode()
@@ -29,7 +29,7 @@ def stored_log(tmp_path) -> bytes:
     return path.read_bytes()
 
 
-class TestChunkedOverLocalFolder(RemoteStorageManagerConformance):
+class TestChunkedOverLocalFolder(ListableRemoteStorageManagerConformance):
     def make_rsm(self, tmp_path):
         return chunked(tmp_path, **{
             "compression.enabled": "true", "encryption.enabled": "true", "encryption.key.id": "a",
@@ -37,7 +37,7 @@ class TestChunkedOverLocalFolder(RemoteStorageManagerConformance):
             "fetch.chunk.cache.size": str(4 * 1024 * KIB), "fetch.chunk.cache.prefetch.max.size": str(128 * KIB)})
 
 
-class TestChunkedOverS3(RemoteStorageManagerConformance):
+class TestChunkedOverS3(ListableRemoteStorageManagerConformance):
     @pytest.fixture(autouse=True)
     def _endpoint(self, moto_s3):
         self.endpoint = moto_s3

@@ -6,24 +6,24 @@ import pytest
 
 from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 from tieredlog.rsm.fsspec_rsm import FsspecRemoteStorageManager
-from tieredlog.rsm.testing import RemoteStorageManagerConformance
+from tieredlog.rsm.testing import ListableRemoteStorageManagerConformance
 
 
-class TestFsspecFile(RemoteStorageManagerConformance):
+class TestFsspecFile(ListableRemoteStorageManagerConformance):
     def make_rsm(self, tmp_path):
         rsm = FsspecRemoteStorageManager()
         rsm.configure({"storage.fsspec.url": f"file://{tmp_path}/remote", "broker.id": 0})
         return rsm
 
 
-class TestFsspecMemory(RemoteStorageManagerConformance):
+class TestFsspecMemory(ListableRemoteStorageManagerConformance):
     def make_rsm(self, tmp_path):
         rsm = FsspecRemoteStorageManager()
         rsm.configure({"storage.fsspec.url": f"memory://tiered-{uuid.uuid4().hex}", "key.prefix": "kp/"})
         return rsm
 
 
-class TestFsspecS3(RemoteStorageManagerConformance):
+class TestFsspecS3(ListableRemoteStorageManagerConformance):
     @pytest.fixture(autouse=True)
     def _endpoint(self, moto_s3):
         self.endpoint = moto_s3

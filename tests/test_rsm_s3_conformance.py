@@ -4,10 +4,10 @@ import pytest
 
 from tests.s3servers import moto_s3, seaweed_s3, unique_prefix  # noqa: F401  (fixtures)
 from tieredlog.rsm.s3 import MIN_PART_SIZE, S3RemoteStorageManager
-from tieredlog.rsm.testing import RemoteStorageManagerConformance
+from tieredlog.rsm.testing import ListableRemoteStorageManagerConformance
 
 
-class _S3Conformance(RemoteStorageManagerConformance):
+class _S3Conformance(ListableRemoteStorageManagerConformance):
     endpoint_fixture = ""
 
     @pytest.fixture(autouse=True)

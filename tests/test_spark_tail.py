@@ -378,7 +378,7 @@ class FixedBrokers:
         return None
 
 
-def test_the_tail_starts_where_the_tier_ends_and_a_hole_on_the_brokers_is_data_loss(tmp_path: Path) -> None:
+def test_the_tail_starts_where_the_tier_ends_and_nothing_below_the_log_start_is_read(tmp_path: Path) -> None:
     import uuid
 
     from spark_readers.brokers import TailTask
@@ -415,9 +415,14 @@ def test_the_tail_starts_where_the_tier_ends_and_a_hole_on_the_brokers_is_data_l
     assert len(spread) == 7 and sum(hi - lo for *_, lo, hi in spread) == 130
     assert [(lo, hi) for _, p, lo, hi in spread if p == 0] == [(10, 25), (25, 40), (40, 60), (60, 80), (80, 100),
                                                                (100, 120)]
-    # the brokers' log starts past the tier's end (DeleteRecords there): offsets 80..89 are nowhere
-    with pytest.raises(PlanError, match=f"{CORE_TOPIC}-0: offsets 80..89 are neither in the remote tier nor on the"):
-        tasks({0: (90, 120)})
+    # the brokers' log starts past the tier's end (DeleteRecords there): earliest is the log start, as
+    # for a consumer, and the tiered records below it are never read
+    assert tasks({0: (90, 120)}) == [("brokers", 0, 90, 120)]
+    # ... and inside the tier: the tiered part is read from there
+    assert tasks({0: (50, 120)}) == [("tier", 0, 50, 80), ("brokers", 0, 80, 120)]
+    with pytest.raises(PlanError, match=f"{CORE_TOPIC}-0: offset 20 is no longer in the partition .below its log "
+                                        "start offset. .earliest 50."):
+        tasks({0: (50, 120)}, startingOffsets=f'{{"{CORE_TOPIC}":{{"0":20}}}}')
     assert tasks({0: (90, 120)}, failOnDataLoss="false")[-1] == ("brokers", 0, 90, 120)
     with pytest.raises(PlanError, match="endingOffsets 200 is past the end of the partition on the brokers"):
         tasks({0: (0, 120)}, endingOffsets=f'{{"{CORE_TOPIC}":{{"0":200}}}}')

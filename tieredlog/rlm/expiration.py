@@ -54,6 +54,7 @@ class RLMExpirationTask:
         if new_log_start is not None and new_log_start > plog.log_start_offset:
             # move the log start first: readers are sent below it no more before the data goes
             plog.maybe_increment_log_start_offset(new_log_start, "SegmentDeletion")
+        self._publish_log_start(plog)
         for md in to_delete:
             if ctx.cancelled or self._closing():
                 return
@@ -62,6 +63,25 @@ class RLMExpirationTask:
                             "%s: deleted remote segment [%d, %d] (%d bytes, %s): %s", self.state.tip,
                             md.start_offset, md.end_offset, md.segment_size_in_bytes,
                             md.remote_log_segment_id.id, _WHY.get(md.state, "remote retention"))
+
+    def _publish_log_start(self, plog: TieredLog) -> None:
+        """Readers without a broker see only the tier: when the log start has moved past the start of a
+        committed remote segment (DeleteRecords inside it, or before the segments below it are
+        deleted), publish it there first, so those readers skip the records Kafka no longer has."""
+        log_start = plog.log_start_offset
+        if log_start == self.state.published_log_start:
+            return
+        starts = [m.start_offset for m in self._lifecycle.segments(self.state.tip) if m.state == S.COPY_SEGMENT_FINISHED]
+        if not starts or log_start <= min(starts):
+            return
+        try:
+            self._lifecycle.publish_log_start(self.state.tip, log_start)
+        except Exception as exc:  # retried on the next run; the deletions below do not depend on it
+            tiering_log.log(("log-start", self.state.tip), logging.WARNING,
+                            "%s: cannot publish log start offset %d to the remote tier: %s", self.state.tip,
+                            log_start, " ".join(str(exc).split())[:300])
+            return
+        self.state.published_log_start = log_start
 
     def _superseded(self, md: RemoteLogSegmentMetadata) -> bool:
         """A FINISHED copy whose whole range the RLMM now serves from other copies (a new leader

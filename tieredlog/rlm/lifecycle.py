@@ -32,6 +32,7 @@ from tieredlog.rsm.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,15 @@ class RemoteSegmentLifecycle:
         except RemoteResourceNotFoundException:
             pass  # already finished by an earlier attempt
 
+    def publish_log_start(self, tip: TopicIdPartition, offset: int | None) -> bool:
+        """Tell readers without a broker the partition's log start offset (None: the partition is gone),
+        through the RSM's listing contract; False when the RSM has none (no such reader can read it)."""
+        if not isinstance(self.rsm, ListableRemoteStorageManager):
+            return False
+        self.rsm.write_log_start_offset(tip, offset)
+        self.metrics.object_store.record(tip.topic, "DELETE" if offset is None else "PUT", 1)
+        return True
+
     def mark_partition(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
         self.rlmm.put_remote_partition_delete_metadata(
             RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id)
@@ -172,6 +182,7 @@ class RemoteSegmentLifecycle:
         self.mark_partition(tip, RemotePartitionDeleteState.DELETE_PARTITION_STARTED)
         if not self.delete_all_segments(tip, cancelled):
             return False
+        self.publish_log_start(tip, None)
         self.mark_partition(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
         return True
 

@@ -15,5 +15,7 @@ class PartitionState:
     tip: TopicIdPartition
     copied_offset: int | None = None  # highest offset known copied; None = ask the RLMM first
     log_start_checked: bool = False
+    # the log start offset last published to the tier for readers without a broker
+    published_log_start: int | None = None
     being_copied: set[uuid.UUID] = field(default_factory=set)  # segment ids the copy task is uploading
     copy_disabled_reason: str | None = None

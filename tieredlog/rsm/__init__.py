@@ -20,6 +20,7 @@ from tieredlog.rsm.api import (
     check_positions,
 )
 from tieredlog.rsm.config import ConfigReader, RemoteStorageConfigError
+from tieredlog.rsm.keys import SegmentObjectKey
 from tieredlog.rsm.listing import ListableRemoteStorageManager
 from tieredlog.rsm.registry import PluginLoadError, load_remote_storage_manager
 
@@ -41,6 +42,7 @@ __all__ = [
     "RemoteStorageException",
     "RemoteStorageManager",
     "RetriableRemoteStorageException",
+    "SegmentObjectKey",
     "TopicIdPartition",
     "check_positions",
     "load_remote_storage_manager",

@@ -110,6 +110,15 @@ def partition_prefix(key_prefix: str, tp: TopicIdPartition) -> str:
     return f"{key_prefix}{tp.topic}-{uuid_to_base64(tp.topic_id)}/{tp.partition}/"
 
 
+# Beside a partition's segments, never parsed as one: the log start offset its leader published.
+LOG_START_OFFSET_NAME = "log-start-offset.json"
+
+
+def log_start_offset_key(key_prefix: str, tp: TopicIdPartition) -> str:
+    """``<prefix><topic>-<topicId>/<partition>/log-start-offset.json``."""
+    return partition_prefix(key_prefix, tp) + LOG_START_OFFSET_NAME
+
+
 def segment_stem(metadata: RemoteLogSegmentMetadata) -> str:
     """``<20-digit start offset>-<segment id>``: every object of a segment is named this plus a suffix."""
     return f"{metadata.start_offset:020d}-{uuid_to_base64(metadata.remote_log_segment_id.id)}"

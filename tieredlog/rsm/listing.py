@@ -5,9 +5,10 @@ import each other."""
 from __future__ import annotations
 
 import abc
+import json
 from typing import Any
 
-from tieredlog.rsm.api import RemoteStorageManager, TopicIdPartition
+from tieredlog.rsm.api import RemoteStorageException, RemoteStorageManager, TopicIdPartition
 from tieredlog.rsm.keys import SegmentObjectKey
 
 
@@ -28,3 +29,38 @@ class ListableRemoteStorageManager(RemoteStorageManager):
     @abc.abstractmethod
     def read_manifest(self, key: SegmentObjectKey | str) -> dict[str, Any]:
         """The body of the manifest at ``key``; RemoteStorageException when it is not one."""
+
+    @abc.abstractmethod
+    def write_log_start_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        """Publish the partition's log start offset (Kafka's ``logStartOffset``) beside its segments,
+        replacing the last one: records below it are gone in Kafka's view (DeleteRecords, retention)
+        though the segment holding them may still be in the tier. The leader's RLM calls it, off the
+        event loop, when the log start moves past a remote segment's start; ``None`` removes it (the
+        partition's deletion)."""
+
+    @abc.abstractmethod
+    def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        """The offset last published by :meth:`write_log_start_offset`; None when there is none."""
+
+
+# The object is a few dozen bytes; a reader refuses anything this big.
+MAX_LOG_START_BYTES = 4096
+
+
+def encode_log_start_offset(offset: int) -> bytes:
+    """The body of the log-start object: one small JSON document, so it can grow fields."""
+    if offset < 0:
+        raise ValueError(f"log start offset {offset} is negative")
+    return json.dumps({"version": 1, "log_start_offset": offset}, sort_keys=True).encode()
+
+
+def decode_log_start_offset(data: bytes, where: str) -> int:
+    """The offset in a log-start object; RemoteStorageException naming ``where`` when it is not one."""
+    try:
+        body = json.loads(data)
+        offset = body["log_start_offset"]
+        if body.get("version") != 1 or not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError("not version 1 with a non-negative log_start_offset")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RemoteStorageException(f"{where} is not a log start offset: {type(exc).__name__}: {exc}") from None
+    return int(offset)

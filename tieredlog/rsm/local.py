@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Mapping
 
-from tieredlog.atomic_file import atomic_copy, fsync_dir
+from tieredlog.atomic_file import atomic_copy, atomic_write, fsync_dir
 from tieredlog.formats.manifest import MAX_MANIFEST_BYTES
 from tieredlog.rsm import keys
 from tieredlog.rsm.api import (
@@ -43,7 +43,12 @@ from tieredlog.rsm.api import (
 )
 from tieredlog.rsm.config import config_int
 from tieredlog.rsm.keys import uuid_from_base64, uuid_to_base64  # noqa: F401 - tools import them from here
-from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.listing import (
+    MAX_LOG_START_BYTES,
+    ListableRemoteStorageManager,
+    decode_log_start_offset,
+    encode_log_start_offset,
+)
 from tieredlog.rsm.objectstore import build_manifest, parse_manifest
 
 if TYPE_CHECKING:
@@ -280,6 +285,33 @@ class LocalTieredStorage(ListableRemoteStorageManager):
         with self._open(self.root / name) as f:
             # one byte more than a manifest may have: a huge file is refused, not read whole
             return parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
+
+    def write_log_start_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        path = self.root / _checked(keys.log_start_offset_key, "", topic_id_partition)
+        try:
+            if offset is None:
+                _unlink(path)
+                for folder in (path.parent, path.parent.parent):  # as the last segment's delete does
+                    if folder == self.root:
+                        break
+                    try:
+                        folder.rmdir()
+                    except OSError:
+                        break
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, encode_log_start_offset(offset))
+        except OSError as exc:
+            raise RemoteStorageException(f"cannot write the log start offset of {topic_id_partition}: {exc}") from exc
+
+    def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        name = _checked(keys.log_start_offset_key, "", topic_id_partition)
+        try:
+            with self._open(self.root / name) as f:
+                data = f.read(MAX_LOG_START_BYTES + 1)
+        except RemoteResourceNotFoundException:
+            return None
+        return decode_log_start_offset(data, name)
 
     def _keys_under(self, prefix: str) -> Iterator[str]:
         """The keys (paths under the root, ``/``-separated) of the segment files whose key starts with

@@ -26,6 +26,7 @@ from tieredlog.rsm.api import (
     IndexType,
     LogSegmentData,
     RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundException,
     RemoteStorageException,
     TopicIdPartition,
     check_positions,
@@ -36,6 +37,7 @@ from tieredlog.rsm.keys import (
     MANIFEST_SUFFIX,
     InvalidKeyError,
     SegmentObjectKey,
+    log_start_offset_key,
     parse_listing,
     parse_segment_key,
     partition_prefix,
@@ -43,7 +45,12 @@ from tieredlog.rsm.keys import (
     segment_stem,
     validate_topic,
 )
-from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.listing import (
+    MAX_LOG_START_BYTES,
+    ListableRemoteStorageManager,
+    decode_log_start_offset,
+    encode_log_start_offset,
+)
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -184,6 +191,22 @@ class ObjectStoreRemoteStorageManager(ListableRemoteStorageManager):
 
     def _parsed_listing(self, prefix: str) -> list[SegmentObjectKey]:
         return parse_listing(self._list_keys(prefix), self.key_prefix)
+
+    def write_log_start_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        key = log_start_offset_key(self.key_prefix, topic_id_partition)
+        if offset is None:
+            self._delete_keys([key])
+        else:
+            self._put_bytes(key, encode_log_start_offset(offset))
+
+    def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        key = log_start_offset_key(self.key_prefix, topic_id_partition)
+        try:
+            with self._get_range(key, 0, None) as stream:
+                data = stream.read(MAX_LOG_START_BYTES + 1)
+        except RemoteResourceNotFoundException:
+            return None
+        return decode_log_start_offset(data, key)
 
     def read_manifest(self, key: SegmentObjectKey | str) -> dict[str, Any]:
         name = key.key if isinstance(key, SegmentObjectKey) else key

@@ -16,6 +16,9 @@ past the object), every index type, a missing transaction index raising
 RemoteResourceNotFoundException, idempotent copy (overwrite) and delete (twice), fetching a deleted
 or never-written segment, concurrent readers, and a large segment (``large_segment_size``, 20 MiB by
 default: configure small multipart or chunk sizes in ``make_rsm`` so it crosses them).
+
+A backend that can also list what it holds (:class:`~tieredlog.rsm.listing.ListableRemoteStorageManager`,
+which readers without a broker need) subclasses :class:`ListableRemoteStorageManagerConformance` instead.
 """
 
 from __future__ import annotations
@@ -30,15 +33,18 @@ from typing import BinaryIO, Iterator
 
 import pytest
 
+from tieredlog.formats.manifest import manifest_fields
 from tieredlog.rsm.api import (
     IndexType,
     LogSegmentData,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteResourceNotFoundException,
+    RemoteStorageException,
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 MIB = 1024 * 1024
 
@@ -296,3 +302,85 @@ class RemoteStorageManagerConformance:
         rsm.delete_log_segment_data(big.metadata)
         with pytest.raises(RemoteResourceNotFoundException):
             read_all(rsm.fetch_log_segment(big.metadata, 0, 10))
+
+
+class ListableRemoteStorageManagerConformance(RemoteStorageManagerConformance):
+    """The checks a reader without a broker needs of a :class:`ListableRemoteStorageManager`, on top of
+    the contract's: what was copied is listed under its partition, with its manifest, whose body
+    describes the segment; a copy that fails leaves no manifest (so the manifest is written last and a
+    half-copied segment is never read); and a byte range of a segment found only by listing reads as
+    the bytes that were copied (the reader's ranged GET); and the log start offset published beside
+    a partition's segments reads back as written."""
+
+    def test_listing_returns_what_was_copied(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
+        listable = _listable(rsm)
+        md = copied.metadata
+        keys = listable.list_segment_objects(md.topic_id_partition)
+        mine = [k for k in keys if k.segment_id == md.remote_log_segment_id.id]
+        suffixes = {k.suffix for k in mine}
+        assert {"log", "index", "timeindex", "snapshot", "txnindex", "manifest"} <= suffixes, suffixes
+        assert all((k.topic, k.partition, k.start_offset) == (md.topic_id_partition.topic,
+                                                                md.topic_id_partition.partition, md.start_offset)
+                   for k in mine)
+        assert [k.key for k in listable.list_topic_segment_objects(md.topic_id_partition.topic)
+                if k.segment_id == md.remote_log_segment_id.id] == [k.key for k in mine]
+        [manifest_key] = [k for k in mine if k.suffix == "manifest"]
+        fields = manifest_fields(listable.read_manifest(manifest_key))
+        assert (fields.topic, fields.topic_id, fields.partition, fields.segment_id) == (
+            md.topic_id_partition.topic, md.topic_id_partition.topic_id, md.topic_id_partition.partition,
+            md.remote_log_segment_id.id)
+        assert (fields.start_offset, fields.end_offset, fields.segment_size_in_bytes, fields.tx_index_present,
+                dict(fields.segment_leader_epochs)) == (md.start_offset, md.end_offset, md.segment_size_in_bytes,
+                                                         md.tx_index_present, md.segment_leader_epochs)
+        rsm.delete_log_segment_data(md)
+        assert not [k for k in listable.list_segment_objects(md.topic_id_partition)
+                    if k.segment_id == md.remote_log_segment_id.id]
+
+    def test_failed_copy_leaves_no_manifest(self, rsm: RemoteStorageManager, tmp_path: Path) -> None:
+        segment = make_segment(tmp_path / "broken", size=8192)
+        Path(segment.data.producer_snapshot_index).unlink()  # the copy fails part way through
+        with pytest.raises((RemoteStorageException, OSError)):
+            rsm.copy_log_segment_data(segment.metadata, segment.data)
+        listed = _listable(rsm).list_segment_objects(segment.metadata.topic_id_partition)
+        assert not [k for k in listed if k.segment_id == segment.metadata.remote_log_segment_id.id
+                    and k.suffix == "manifest"]
+
+    def test_fetch_range_of_a_listed_segment(self, rsm: RemoteStorageManager, copied: SegmentFixture) -> None:
+        listable = _listable(rsm)
+        [key] = [k for k in listable.list_segment_objects(copied.metadata.topic_id_partition)
+                 if k.suffix == "manifest"]
+        fields = manifest_fields(listable.read_manifest(key))
+        # only what the listing and the manifest say: what a reader without the broker's metadata has
+        md = RemoteLogSegmentMetadata(
+            remote_log_segment_id=RemoteLogSegmentId(
+                TopicIdPartition(fields.topic_id, fields.topic, fields.partition), fields.segment_id),
+            start_offset=fields.start_offset, end_offset=fields.end_offset, max_timestamp_ms=fields.max_timestamp_ms,
+            broker_id=fields.broker_id, event_timestamp_ms=fields.event_timestamp_ms,
+            segment_size_in_bytes=fields.segment_size_in_bytes,
+            segment_leader_epochs=dict(fields.segment_leader_epochs), tx_index_present=fields.tx_index_present)
+        size = fields.segment_size_in_bytes
+        for start, end in ((0, size - 1), (size // 3, 2 * size // 3), (size - 100, size - 1)):
+            assert read_all(rsm.fetch_log_segment(md, start, end)) == copied.log[start:end + 1], (start, end)
+        assert read_all(rsm.fetch_index(md, IndexType.OFFSET)) == copied.indexes[IndexType.OFFSET]
+
+    def test_log_start_offset_is_published_beside_the_segments(self, rsm: RemoteStorageManager,
+                                                              copied: SegmentFixture) -> None:
+        listable = _listable(rsm)
+        tp = copied.metadata.topic_id_partition
+        other = TopicIdPartition(tp.topic_id, tp.topic, tp.partition + 1)
+        assert listable.read_log_start_offset(tp) is None
+        listed = sorted(k.key for k in listable.list_segment_objects(tp))
+        listable.write_log_start_offset(tp, copied.metadata.start_offset + 5)
+        listable.write_log_start_offset(tp, copied.metadata.start_offset + 9)  # replaces it
+        assert listable.read_log_start_offset(tp) == copied.metadata.start_offset + 9
+        assert listable.read_log_start_offset(other) is None
+        assert sorted(k.key for k in listable.list_segment_objects(tp)) == listed  # never taken for a segment
+        listable.write_log_start_offset(tp, None)
+        listable.write_log_start_offset(tp, None)  # gone already: not an error
+        assert listable.read_log_start_offset(tp) is None
+        assert read_all(rsm.fetch_log_segment(copied.metadata, 0)) == copied.log
+
+
+def _listable(rsm: RemoteStorageManager) -> ListableRemoteStorageManager:
+    assert isinstance(rsm, ListableRemoteStorageManager), f"{type(rsm).__name__} does not implement listing"
+    return rsm

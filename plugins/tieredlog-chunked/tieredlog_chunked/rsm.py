@@ -15,7 +15,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Mapping
+from typing import Any, BinaryIO, Mapping
 
 import zstandard
 
@@ -23,11 +23,14 @@ from tieredlog.rsm import (
     ConfigReader,
     CustomMetadata,
     IndexType,
+    ListableRemoteStorageManager,
     LogSegmentData,
     RemoteLogSegmentMetadata,
     RemoteStorageConfigError,
     RemoteStorageException,
     RemoteStorageManager,
+    SegmentObjectKey,
+    TopicIdPartition,
     check_positions,
     load_remote_storage_manager,
 )
@@ -55,8 +58,12 @@ class FetchStats:
     chunks_decoded: int = 0
 
 
-class ChunkedRemoteStorageManager(RemoteStorageManager):
-    """Configs (without the broker's ``rsm.config.`` prefix):
+class ChunkedRemoteStorageManager(ListableRemoteStorageManager):
+    """Listing (for readers without a broker) is the wrapped backend's: the objects keep its names and its
+    manifest, written last, describes the original segment; only the log's and indexes' bytes differ, and
+    :meth:`fetch_log_segment` / :meth:`fetch_index` undo that.
+
+    Configs (without the broker's ``rsm.config.`` prefix):
 
     - ``chunked.backend``: the wrapped RSM (short name or ``module:Class``); its configs go under
       ``chunked.backend.config.`` (``broker.id`` is passed on); ``chunked.backend.class.path`` optional.
@@ -370,6 +377,31 @@ class ChunkedRemoteStorageManager(RemoteStorageManager):
             self._headers.pop(segment_id, None)
         if self.cache:
             self.cache.invalidate_segment(segment_id)
+
+    # -- listing (the wrapped backend's) -----------------------------------------------------------------
+
+    def _listable(self) -> ListableRemoteStorageManager:
+        backend = self._backend()
+        if not isinstance(backend, ListableRemoteStorageManager):
+            raise RemoteStorageException(
+                f"the wrapped backend {type(backend).__name__} cannot list segments, so readers without a broker "
+                "cannot read this tier")
+        return backend
+
+    def list_segment_objects(self, topic_id_partition: TopicIdPartition | None = None) -> list[SegmentObjectKey]:
+        return self._listable().list_segment_objects(topic_id_partition)
+
+    def list_topic_segment_objects(self, topic: str) -> list[SegmentObjectKey]:
+        return self._listable().list_topic_segment_objects(topic)
+
+    def read_manifest(self, key: SegmentObjectKey | str) -> dict[str, Any]:
+        return self._listable().read_manifest(key)
+
+    def write_log_start_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        self._listable().write_log_start_offset(topic_id_partition, offset)  # an offset, nothing to hide
+
+    def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        return self._listable().read_log_start_offset(topic_id_partition)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -1,0 +1,238 @@
+"""``spark_readers.read_topic`` through the plugin contract: a broker process tiers a topic with the
+tieredlog-chunked plugin (chunked, zstd-compressed, AES-GCM encrypted over a local folder), and the reader,
+configured with the broker's own ``remote.log.storage.manager.class.name`` and ``rsm.config.*``
+properties, reads it as Arrow, DuckDB and Polars row for row as a consumer does; after DeleteRecords,
+nothing below the log start (from the brokers, and from the tier alone once the leader published it); byte-range splits of one partition neither drop nor repeat a record; a
+segment deleted under a read fails it in one line; secrets stay out of messages; and one Spark query
+reads the same rows through the same contract."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pytest
+from broker_harness import BrokerProcess
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from spark_harness import spark  # noqa: F401  (fixture)
+
+from spark_readers import read_topic
+from spark_readers.arrow import plan_read
+from spark_readers.options import parse_options
+from spark_readers.planner import ReadTask
+from spark_readers.read import SegmentDeletedError
+from spark_readers.storage import StorageError, open_storage, storage_spec
+from tests.helpers import wait_for
+from tieredlog.clients.blocking import KafkaClient
+from tieredlog.protocol.api import LIST_OFFSETS
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "read-anywhere"
+PARTITIONS = 2
+LATEST_TIERED = -5  # ListOffsets: the highest offset in remote storage (KIP-1005)
+KEY = base64.b64encode(bytes(range(7, 39))).decode()
+TS0 = int(time.time() * 1000) - 600_000
+
+Row = tuple[Any, ...]
+
+
+def rsm_properties(remote: Path) -> dict[str, str]:
+    """The broker's storage properties; the reader takes the very same."""
+    return {
+        "remote.log.storage.manager.class.name": "chunked",
+        "rsm.config.chunked.backend": "local",
+        "rsm.config.chunked.backend.config.dir": str(remote),
+        "rsm.config.chunk.size": "4096",
+        "rsm.config.compression.enabled": "true",
+        "rsm.config.compression.heuristic.enabled": "false",
+        "rsm.config.encryption.enabled": "true",
+        "rsm.config.encryption.key.id": "k1",
+        "rsm.config.encryption.keys.k1": KEY,
+    }
+
+
+def tiered_ends(bootstrap: str) -> dict[int, int]:
+    with KafkaClient(bootstrap) as c:
+        r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": TOPIC, "partitions": [{"partition_index": p, "timestamp": LATEST_TIERED,
+                                            "current_leader_epoch": -1} for p in range(PARTITIONS)]}]})
+        return {p.partition_index: p.offset + 1 for p in r.topics[0].partitions if p.error_code == 0}
+
+
+def produce(bootstrap: str, count: int) -> None:
+    errors: list[Any] = []
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 2048, "enable.idempotence": True})
+    for i in range(count):
+        p.produce(TOPIC, key=None if i % 7 == 0 else b"k%d" % i, value=b"value-%d-" % i + b"x" * (i % 60),
+                  partition=i % PARTITIONS, timestamp=TS0 + i,
+                  headers=None if i % 3 else [("i", b"%d" % i), ("null", None)],
+                  on_delivery=lambda err, msg: errors.append(err) if err else None)
+        p.poll(0)
+    assert p.flush(60) == 0 and errors == []
+
+
+def consume(bootstrap: str) -> list[Row]:
+    """What a read_committed consumer reads, as (partition, offset, key, value, timestamp, headers)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-anywhere", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(TOPIC, p, -2) for p in range(PARTITIONS)])  # -2: the log start offset
+    rows: list[Row] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(at_end) < PARTITIONS and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error() is not None:
+                    at_end.add(m.partition())
+                    continue
+                headers = m.headers()
+                rows.append((m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1],
+                             tuple(headers) if headers else None))
+    finally:
+        c.close()
+    assert len(at_end) == PARTITIONS
+    return sorted(rows)
+
+
+def arrow_rows(table: pa.Table) -> list[Row]:
+    rows = []
+    for r in table.to_pylist():
+        headers = tuple((h["key"], h["value"]) for h in r["headers"]) if r["headers"] is not None else None
+        rows.append((r["partition"], r["offset"], r["key"], r["value"], int(r["timestamp"].timestamp() * 1000),
+                     headers))
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    root = tmp_path_factory.mktemp("read-anywhere")
+    b = BrokerProcess(root / "data", {
+        "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1", "offsets.topic.num.partitions": "1",
+        **rsm_properties(root / "remote")}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={
+            "remote.storage.enable": "true", "segment.bytes": "16000", "index.interval.bytes": "512"})])[TOPIC].result(30)
+        produce(b.bootstrap, 2000)
+        active = {p: max(int(f.name[:20]) for f in (b.data_dir / f"{TOPIC}-{p}").glob("*.log"))
+                  for p in range(PARTITIONS)}
+        wait_for(lambda: tiered_ends(b.bootstrap) == active, "the rolled segments tiered", 60)
+        b.remote = root / "remote"  # type: ignore[attr-defined]
+        yield b
+    finally:
+        b.stop()
+
+
+def reader_options(b: BrokerProcess, **extra: str) -> dict[str, str]:
+    return {**rsm_properties(b.remote), "includeHeaders": "true", **extra}  # type: ignore[attr-defined]
+
+
+def test_arrow_duckdb_and_polars_read_what_a_consumer_reads(broker: BrokerProcess) -> None:
+    consumed = consume(broker.bootstrap)
+    ends = tiered_ends(broker.bootstrap)
+    # the tier alone: every record below the tiered end, decrypted and decompressed by the plugin
+    tiered = read_topic(TOPIC, reader_options(broker)).read_all()
+    assert arrow_rows(tiered) == [r for r in consumed if r[1] < ends[r[0]]]
+    assert b"value-0-" not in b"".join(p.read_bytes() for p in broker.remote.rglob("*.log"))  # type: ignore[attr-defined]
+    # history plus the brokers' tail: the whole topic
+    everything = reader_options(broker, **{"kafka.bootstrap.servers": broker.bootstrap})
+    assert arrow_rows(read_topic(TOPIC, everything).read_all()) == consumed
+    db = duckdb.connect()
+    db.register("records", read_topic(TOPIC, everything))
+    counts = db.sql("SELECT partition, count(*), min(\"offset\"), max(\"offset\"), sum(octet_length(value)) "
+                        "FROM records GROUP BY partition ORDER BY partition").fetchall()
+    assert counts == [(p, len([r for r in consumed if r[0] == p]), 0, max(r[1] for r in consumed if r[0] == p),
+                       sum(len(r[3]) for r in consumed if r[0] == p)) for p in range(PARTITIONS)]
+    frame = pl.from_arrow(read_topic(TOPIC, everything))
+    assert isinstance(frame, pl.DataFrame)
+    assert arrow_rows(frame.to_arrow()) == consumed
+
+
+def test_byte_range_splits_neither_drop_nor_repeat_a_record(broker: BrokerProcess) -> None:
+    whole = plan_read(parse_options({**reader_options(broker), "topic": TOPIC}))
+    split = plan_read(parse_options({**reader_options(broker), "topic": TOPIC, "maxBytesPerTask": "3000"}))
+    assert len(split.tasks) > 2 * len(whole.tasks)
+    for task in split.tasks:
+        assert isinstance(task, ReadTask)
+        if task.end_position is not None:
+            # index entries every 512 bytes and batches of about 2 KiB: every cut fits
+            assert task.end_position - task.start_position + 1 <= 3000
+    rows = arrow_rows(split.reader().read_all())
+    assert len(rows) == len(set((r[0], r[1]) for r in rows))
+    assert rows == arrow_rows(whole.reader().read_all())
+
+
+def test_after_delete_records_nothing_below_the_log_start(broker: BrokerProcess) -> None:
+    ends = tiered_ends(broker.bootstrap)
+    cut = ends[0] // 2 + 3  # inside a tiered segment
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (future,) = admin.delete_records([TopicPartition(TOPIC, 0, cut)], request_timeout=30).values()
+    assert future.result(30).low_watermark == cut
+    consumed = consume(broker.bootstrap)
+    assert min(r[1] for r in consumed if r[0] == 0) == cut
+    options = reader_options(broker, **{"kafka.bootstrap.servers": broker.bootstrap})
+    assert arrow_rows(read_topic(TOPIC, options).read_all()) == consumed
+    db = duckdb.connect()
+    db.register("records", read_topic(TOPIC, options))
+    assert db.sql("SELECT min(\"offset\") FROM records WHERE partition = 0").fetchall() == [(cut,)]
+    frame = pl.from_arrow(read_topic(TOPIC, options))
+    assert isinstance(frame, pl.DataFrame)
+    assert frame.filter((pl.col("partition") == 0) & (pl.col("offset") < cut)).height == 0
+    # without the brokers: the leader publishes the log start to the tier, and the tier alone agrees
+    tier_only = reader_options(broker)
+
+    def tier_start() -> int:
+        return pl.from_arrow(read_topic(TOPIC, tier_only)).filter(pl.col("partition") == 0)["offset"].min()
+
+    wait_for(lambda: tier_start() == cut, "the log start published to the remote tier", 30)
+    ends = tiered_ends(broker.bootstrap)
+    assert arrow_rows(read_topic(TOPIC, tier_only).read_all()) == [r for r in consumed if r[1] < ends[r[0]]]
+
+
+def test_spark_reads_the_same_rows_through_the_contract(spark, broker: BrokerProcess) -> None:  # noqa: F811
+    """After the DeleteRecords above: the broker's properties as options, the plugin in the executors."""
+    r = spark.read.format("tieredlog").option("topic", TOPIC)
+    for k, v in reader_options(broker, **{"kafka.bootstrap.servers": broker.bootstrap}).items():
+        r = r.option(k, v)
+    rows = []
+    for row in r.load().selectExpr("*", "unix_millis(timestamp) AS ts_ms").collect():
+        headers = tuple((h["key"], None if h["value"] is None else bytes(h["value"])) for h in row["headers"]) \
+            if row["headers"] is not None else None
+        rows.append((row["partition"], row["offset"], None if row["key"] is None else bytes(row["key"]),
+                     bytes(row["value"]), row["ts_ms"], headers))
+    assert sorted(rows) == consume(broker.bootstrap)
+
+
+def test_secrets_never_appear_in_messages(tmp_path: Path) -> None:
+    bad_key = base64.b64encode(b"a-secret-that-is-not-32-bytes").decode()
+    # chunk.size echoes its bad value in the message; the same text is a secret's value, so it is masked
+    options = {**rsm_properties(tmp_path / "remote"), "rsm.config.encryption.keys.k1": bad_key,
+               "rsm.config.chunk.size": bad_key, "topic": TOPIC}
+    parsed = parse_options(options)
+    assert bad_key not in repr(parsed)
+    spec = storage_spec(parsed.path, parsed.storage)
+    assert bad_key not in repr(spec)
+    with pytest.raises(StorageError, match="cannot configure remote storage manager 'chunked'") as err:
+        open_storage(spec)
+    assert bad_key not in str(err.value) and "rsm.config.chunk.size='[hidden]'" in str(err.value)
+    with pytest.raises(StorageError, match="set either path or remote.log.storage.manager.class.name"):
+        storage_spec("file:///x", parsed.storage)
+
+
+def test_a_segment_deleted_under_a_read_fails_it_in_one_line(broker: BrokerProcess) -> None:
+    read = plan_read(parse_options({**reader_options(broker), "topic": TOPIC}))
+    first = read.tasks[0]
+    assert isinstance(first, ReadTask)
+    read.rsm.delete_log_segment_data(first.metadata)  # as remote retention deletes it
+    with pytest.raises(SegmentDeletedError, match=f"^{TOPIC}-{first.partition}: segment .* was deleted from the "
+                                                  "remote tier while it was read .*: read again$"):
+        read.reader().read_all()
