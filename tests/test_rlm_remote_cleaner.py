@@ -24,7 +24,7 @@ from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
 from tieredlog.rlm.remote_cleaner import RemoteCleaner, plan_remote_clean, served_segments
 from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
-from tieredlog.rsm.api import RemoteLogSegmentState
+from tieredlog.rsm.api import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from tieredlog.rsm.local import LocalTieredStorage
 
 T0 = time.time_ns() // 1_000_000
@@ -96,6 +96,27 @@ def read_all(rlm: RemoteLogManager, plog: UnifiedLog) -> bytes:
     return bytes(out)
 
 
+class Crash(Exception):
+    pass
+
+
+class CrashingRLMM(InMemoryRemoteLogMetadataManager):
+    """The in-memory RLMM, stopping the writer at the n-th transition to ``crash_at``: the metadata then
+    holds what a broker killed at that point would have written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.crash_at: RemoteLogSegmentState | None = None
+        self.after = 0
+
+    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> None:
+        if update.state == self.crash_at:
+            if self.after == 0:
+                raise Crash(update.state.name)
+            self.after -= 1
+        super().update_remote_log_segment_metadata(update)
+
+
 @pytest.fixture
 def tiered(tmp_path: Path) -> Iterator[tuple[UnifiedLog, RemoteLogManager, PartitionState, bytes]]:
     cfg = LogConfig().with_overrides({
@@ -108,7 +129,7 @@ def tiered(tmp_path: Path) -> Iterator[tuple[UnifiedLog, RemoteLogManager, Parti
     rsm = LocalTieredStorage(tmp_path / "remote")
     rsm.configure({"broker.id": 0})
     rlm = RemoteLogManager(RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2),
-                           Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
+                           Logs(plog), rsm, CrashingRLMM())
     rlm.start()
     state = PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))
     rlm.copy_task(state).run(TaskContext())
@@ -164,3 +185,34 @@ def test_dirty_ratio_and_compaction_lags_decide_when_a_round_runs(tiered) -> Non
     # max.compaction.lag.ms: overdue dirty data is cleaned whatever the ratio
     overdue = plan_remote_clean(served, half, 0, 1, 0.99, T0 + 10)
     assert overdue is not None and overdue.needs_compaction_now
+
+
+@pytest.mark.parametrize("crash_at", [RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                                      RemoteLogSegmentState.DELETE_SEGMENT_STARTED,
+                                      RemoteLogSegmentState.DELETE_SEGMENT_FINISHED])
+def test_a_crash_mid_round_leaves_one_copy_per_offset_and_expiration_removes_the_orphan(
+        tiered, tmp_path: Path, crash_at: RemoteLogSegmentState) -> None:
+    plog, rlm, state, whole = tiered
+    expected, _, _ = committed_view(whole)
+    served = served_segments(rlm.lifecycle, plog, state)
+    rlmm = rlm.lifecycle.rlmm
+    assert isinstance(rlmm, CrashingRLMM)
+    rlmm.crash_at, rlmm.after = crash_at, 2  # the third replacement
+    cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128)
+    plan = plan_remote_clean(served, 0, 0, 1 << 62, 0.5, T0)
+    assert plan is not None
+    with pytest.raises(Crash):
+        cleaner.clean(state, plog, plan, lambda: False)
+    rlmm.crash_at = None
+    leftovers = len(rlm.lifecycle.segments(state.tip)) - len(served)
+    assert leftovers == 1  # the replacement that never finished, or the old copy not yet deleted
+    # every offset is served from exactly one copy, and what is read is the same committed view
+    assert [(m.start_offset, m.end_offset) for m in served_segments(rlm.lifecycle, plog, state)] == \
+        [(m.start_offset, m.end_offset) for m in served]
+    assert committed_view(read_all(rlm, plog))[0] == expected
+    rlm.expiration_task(state).run(TaskContext())
+    listed = rlm.lifecycle.segments(state.tip)
+    assert len(listed) == len(served) and all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed)
+    stored = {p.name.split(".")[0] for p in (tmp_path / "remote").rglob("*.log")}
+    assert len(stored) == len(served)  # the orphan's objects are gone from the store too
+    assert committed_view(read_all(rlm, plog))[0] == expected
