@@ -224,6 +224,9 @@ class Cleaner:
             raise LogCleaningAbortedError(f"{plog.topic_partition} was deleted")
         cfg = plog.config
         group: list[LogSegment] = []
+        # a tiered log's segments up to here are in the remote tier, whose cleaning keeps their ranges; a
+        # cleaned group across this offset would be copied again over segments already there
+        tiered = plog.highest_offset_in_remote_storage
 
         def ends_group(kept_bytes: int) -> bool:
             """Whether the group ends with its latest segment, whose last batch would add ``kept_bytes``:
@@ -236,7 +239,8 @@ class Cleaner:
             nxt = to_clean[n]
             last_offset = _upper(segs, segs.index(nxt), plog) - 1
             offsets, times = cleaned.offset_index, cleaned.time_index
-            return (cleaned.size + kept_bytes + nxt.size > cfg.segment_bytes
+            return (base <= tiered < nxt.base_offset  # a copy is a whole segment: keep its bounds
+                    or cleaned.size + kept_bytes + nxt.size > cfg.segment_bytes
                     or offsets.size_bytes + nxt.offset_index.size_bytes + offsets.entry_size > cfg.segment_index_bytes
                     or times.size_bytes + nxt.time_index.size_bytes + times.entry_size > cfg.segment_index_bytes
                     or bool(nxt.size and last_offset - base > INT32_MAX))
