@@ -4,6 +4,7 @@ RemoteLogManager's read path. Key-level equivalence with a replay of the uncompa
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 import uuid
@@ -22,7 +23,7 @@ from tieredlog.rlm.config import RemoteLogManagerConfig
 from tieredlog.rlm.manager import RemoteLogManager
 from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
-from tieredlog.rlm.remote_cleaner import RemoteCleaner, plan_remote_clean, served_segments
+from tieredlog.rlm.remote_cleaner import RemoteCleaner, RLMRemoteCleaningTask, plan_remote_clean, served_segments
 from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tieredlog.rsm.api import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from tieredlog.rsm.local import LocalTieredStorage
@@ -216,3 +217,25 @@ def test_a_crash_mid_round_leaves_one_copy_per_offset_and_expiration_removes_the
     stored = {p.name.split(".")[0] for p in (tmp_path / "remote").rglob("*.log")}
     assert len(stored) == len(served)  # the orphan's objects are gone from the store too
     assert committed_view(read_all(rlm, plog))[0] == expected
+
+
+def test_the_task_cleans_when_due_and_then_waits_for_new_dirty_bytes(tiered, tmp_path: Path) -> None:
+    plog, rlm, state, whole = tiered
+    task = RLMRemoteCleaningTask(state, lambda: plog, rlm.lifecycle,
+                                 RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128),
+                                 lambda: False)
+    assert task.run(TaskContext()) is None  # not a compacted topic: nothing to do
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+    topic = plog.topic_partition.topic
+    before = rlm.metrics.object_store.snapshot().get(topic, {})
+    stats = task.run(TaskContext())
+    assert stats is not None and stats.segments_replaced > 0
+    used = {op: n - before.get(op, 0) for op, n in rlm.metrics.object_store.snapshot()[topic].items()}
+    # a log GET per segment, a txn index GET where there is one, a snapshot and an epoch index per
+    # replacement; five or six objects put per replacement and deleted per retired copy
+    assert used["GET"] >= stats.segments_read + 2 * stats.segments_replaced
+    assert 5 * stats.segments_replaced <= used["PUT"] <= 6 * stats.segments_replaced
+    assert 5 * stats.segments_replaced <= used["DELETE"] <= 6 * stats.segments_replaced
+    assert state.remote_clean_offset == served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    assert task.run(TaskContext()) is None  # clean: the dirty ratio is 0
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]

@@ -30,6 +30,7 @@ from tieredlog.log.types import TopicPartition
 from tieredlog.rlm.contracts import TieredLog
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.partition_state import PartitionState
+from tieredlog.rlm.pool import TaskContext
 from tieredlog.rsm.api import (
     IndexType,
     LogSegmentData,
@@ -265,3 +266,37 @@ class RemoteCleaner:
         self._lifecycle.delete(old)
         log.info("%s: compacted remote segment [%d, %d] from %d to %d bytes as %s", state.tip, old.start_offset,
                  old.end_offset, old.segment_size_in_bytes, new.segment_size_in_bytes, new.remote_log_segment_id.id)
+
+
+class RLMRemoteCleaningTask:
+    """The leader's remote cleaning of one compacted partition, scheduled on the RLM's expiration pool:
+    each run plans by the dirty-ratio rules and, when a round is due, runs it."""
+
+    def __init__(self, state: PartitionState, logs: Callable[[], CompactedTieredLog | None],
+                 lifecycle: RemoteSegmentLifecycle, cleaner: RemoteCleaner, closing: Callable[[], bool],
+                 clock: Callable[[], int] | None = None) -> None:
+        self.state = state
+        self._log = logs
+        self._lifecycle = lifecycle
+        self._cleaner = cleaner
+        self._closing = closing
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+
+    def run(self, ctx: TaskContext) -> RemoteCleanStats | None:
+        plog = self._log()
+        if plog is None or not plog.config.compact or not self._lifecycle.ready(self.state.tip):
+            return None
+        cfg = plog.config
+        served = served_segments(self._lifecycle, plog, self.state)
+        plan = plan_remote_clean(served, self.state.remote_clean_offset, cfg.min_compaction_lag_ms,
+                                 cfg.max_compaction_lag_ms, cfg.min_cleanable_dirty_ratio, self._clock())
+        if plan is None:
+            return None
+        stats = self._cleaner.clean(self.state, plog, plan, lambda: ctx.cancelled or self._closing())
+        self.state.remote_clean_offset = max(self.state.remote_clean_offset, stats.end_offset)
+        c = stats.cleaner
+        log.info("%s: cleaned the remote tier up to offset %d: %d segment(s) read, %d replaced, %.1f MB read, "
+                 "%.1f MB written, %.0f%% of the records kept", self.state.tip, stats.end_offset,
+                 stats.segments_read, stats.segments_replaced, stats.bytes_read / 1e6, stats.bytes_written / 1e6,
+                 100.0 * c.filter.messages_retained / max(c.filter.messages_read, 1))
+        return stats
