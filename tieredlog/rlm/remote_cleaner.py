@@ -16,10 +16,11 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across, decode_txn_entries
 from tieredlog.log.cleaner.batch_filter import RecordFilter
@@ -41,11 +42,7 @@ from tieredlog.rsm.api import (
 
 log = logging.getLogger(__name__)
 
-
-class CompactedTieredLog(TieredLog, Protocol):
-    """A tiered log as remote cleaning reads it: also the producers whose last batch must stay."""
-
-    def last_records_of_active_producers(self) -> dict[int, tuple[int, int]]: ...
+DIR_NAME = "remote-log-cleaner"  # in the first log dir: the segments of the round being cleaned
 
 
 def served_segments(lifecycle: RemoteSegmentLifecycle, plog: TieredLog, tip_state: PartitionState) -> list[RemoteLogSegmentMetadata]:
@@ -145,6 +142,21 @@ class RemoteCleaner:
         self._broker_id = broker_id
         self._custom_metadata_max_bytes = custom_metadata_max_bytes
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._busy = threading.Lock()  # one round at a time: the cleaner's offset map is not shared
+
+    def try_clean(self, state: PartitionState, plog: TieredLog, plan: RemoteCleanPlan,
+                  cancelled: Callable[[], bool]) -> RemoteCleanStats | None:
+        """``clean``, unless another partition's round is running (None: the task tries next interval)."""
+        if not self._busy.acquire(blocking=False):
+            return None
+        try:
+            # a round killed with the broker left its scratch files: no round runs now, so all are stale
+            if self._scratch_root.is_dir():
+                for stale in self._scratch_root.iterdir():
+                    shutil.rmtree(stale, ignore_errors=True)
+            return self.clean(state, plog, plan, cancelled)
+        finally:
+            self._busy.release()
 
     # ---- object store reads -----------------------------------------------------------------------
     def _get(self, md: RemoteLogSegmentMetadata, kind: IndexType | None, dest: Path) -> Path:
@@ -176,7 +188,7 @@ class RemoteCleaner:
         return list(dict.fromkeys(found + local))  # once each: remote and local copies of one range overlap
 
     # ---- a round ----------------------------------------------------------------------------------
-    def clean(self, state: PartitionState, plog: CompactedTieredLog, plan: RemoteCleanPlan,
+    def clean(self, state: PartitionState, plog: TieredLog, plan: RemoteCleanPlan,
               cancelled: Callable[[], bool]) -> RemoteCleanStats:
         """Clean the remote tier per ``plan``; returns the round's figures (``end_offset`` is where
         the next round's dirty part begins). Stops between segments when ``cancelled``."""
@@ -272,7 +284,7 @@ class RLMRemoteCleaningTask:
     """The leader's remote cleaning of one compacted partition, scheduled on the RLM's expiration pool:
     each run plans by the dirty-ratio rules and, when a round is due, runs it."""
 
-    def __init__(self, state: PartitionState, logs: Callable[[], CompactedTieredLog | None],
+    def __init__(self, state: PartitionState, logs: Callable[[], TieredLog | None],
                  lifecycle: RemoteSegmentLifecycle, cleaner: RemoteCleaner, closing: Callable[[], bool],
                  clock: Callable[[], int] | None = None) -> None:
         self.state = state
@@ -292,7 +304,9 @@ class RLMRemoteCleaningTask:
                                  cfg.max_compaction_lag_ms, cfg.min_cleanable_dirty_ratio, self._clock())
         if plan is None:
             return None
-        stats = self._cleaner.clean(self.state, plog, plan, lambda: ctx.cancelled or self._closing())
+        stats = self._cleaner.try_clean(self.state, plog, plan, lambda: ctx.cancelled or self._closing())
+        if stats is None:
+            return None
         self.state.remote_clean_offset = max(self.state.remote_clean_offset, stats.end_offset)
         c = stats.cleaner
         log.info("%s: cleaned the remote tier up to offset %d: %d segment(s) read, %d replaced, %.1f MB read, "
