@@ -275,8 +275,9 @@ class RemoteLogManager:
                 self._leaders[tp] = state
                 self.copier.schedule(("copy", tp), self.copy_task(state).run, interval)
                 self.expirer.schedule(("expire", tp), self.expiration_task(state).run, interval)
-                if plog.config.compact:
-                    self.expirer.schedule(("remote-clean", tp), self.remote_cleaning_task(state).run, interval)
+                # for every tiered leader: cleanup.policy may turn compact later, and a run of a
+                # non-compacted log returns at once
+                self.expirer.schedule(("remote-clean", tp), self.remote_cleaning_task(state).run, interval)
 
     def _cancel_leader_tasks(self, tp: TopicPartition) -> PartitionState | None:
         state = self._leaders.pop(tp, None)

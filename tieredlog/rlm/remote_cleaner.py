@@ -270,12 +270,16 @@ class RemoteCleaner:
         data = LogSegmentData(log_segment=dest.log_path, offset_index=dest.offset_index_path,
                               time_index=dest.time_index_path, transaction_index=txn,
                               producer_snapshot_index=snapshot, leader_epoch_index=epochs)
-        state.being_copied.add(new.remote_log_segment_id.id)  # expiration leaves an upload in progress alone
+        # expiration leaves both alone meanwhile: the upload in progress, and the old copy, superseded from
+        # the replacement's COPY_SEGMENT_FINISHED on, that this round deletes itself (two deletions of one
+        # segment would publish its DELETE_SEGMENT_FINISHED twice)
+        ids = {new.remote_log_segment_id.id, old.remote_log_segment_id.id}
+        state.being_copied |= ids
         try:
             self._lifecycle.copy(new, data, self._custom_metadata_max_bytes)
+            self._lifecycle.delete(old)
         finally:
-            state.being_copied.discard(new.remote_log_segment_id.id)
-        self._lifecycle.delete(old)
+            state.being_copied -= ids
         log.info("%s: compacted remote segment [%d, %d] from %d to %d bytes as %s", state.tip, old.start_offset,
                  old.end_offset, old.segment_size_in_bytes, new.segment_size_in_bytes, new.remote_log_segment_id.id)
 
@@ -296,7 +300,8 @@ class RLMRemoteCleaningTask:
 
     def run(self, ctx: TaskContext) -> RemoteCleanStats | None:
         plog = self._log()
-        if plog is None or not plog.config.compact or not self._lifecycle.ready(self.state.tip):
+        if (plog is None or not plog.config.compact or not plog.config.remote_storage_enable
+                or not self._lifecycle.ready(self.state.tip)):
             return None
         cfg = plog.config
         served = served_segments(self._lifecycle, plog, self.state)
