@@ -44,9 +44,9 @@ def create_topic(b: BrokerProcess) -> None:
         "local.retention.ms": "500", "min.cleanable.dirty.ratio": "0.01"})])[TOPIC].result(30)
 
 
-def produce(b: BrokerProcess, seed: int) -> tuple[dict[bytes, bytes], int]:
-    """Updates and deletes of 100 keys, and transactions committed or aborted at random; the map a
-    replay of all acknowledged records gives, and the payload bytes written."""
+def produce(b: BrokerProcess, seed: int) -> tuple[dict[bytes, bytes | None], int]:
+    """Updates and deletes of 100 keys, and transactions committed or aborted at random; the key -> latest
+    value map (None: a tombstone) of a replay of all acknowledged records, and the payload bytes written."""
     rnd = random.Random(seed)
     acked: list[tuple[int, bytes, bytes | None]] = []
     aborted: set[int] = set()
@@ -85,24 +85,20 @@ def produce(b: BrokerProcess, seed: int) -> tuple[dict[bytes, bytes], int]:
                 tx.commit_transaction(30)
             acked += mine
     assert p.flush(60) == 0 and not errors, errors[:3]
-    view: dict[bytes, bytes] = {}
+    view: dict[bytes, bytes | None] = {}
     for offset, key, value in sorted(acked):
-        if offset in aborted:
-            continue
-        if value is None:
-            view.pop(key, None)
-        else:
-            view[key] = value
+        if offset not in aborted:
+            view[key] = value  # a tombstone (None) too: a reader within delete.retention.ms sees it
     return view, written
 
 
-def consume(b: BrokerProcess) -> tuple[dict[bytes, bytes], list[int]]:
+def consume(b: BrokerProcess) -> tuple[dict[bytes, bytes | None], list[int]]:
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"reader-{uuid.uuid4()}", "enable.auto.commit": False,
                   "enable.partition.eof": True, "isolation.level": "read_committed"})
     try:
         _, high = c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30)
         c.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
-        view: dict[bytes, bytes] = {}
+        view: dict[bytes, bytes | None] = {}
         offsets: list[int] = []
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
@@ -115,10 +111,7 @@ def consume(b: BrokerProcess) -> tuple[dict[bytes, bytes], list[int]]:
                     return view, offsets
                 continue
             offsets.append(msg.offset())
-            if msg.value() is None:
-                view.pop(msg.key(), None)
-            else:
-                view[msg.key()] = msg.value()
+            view[msg.key()] = msg.value()
         raise AssertionError(f"read {len(offsets)} records in {WAIT_S} s without reaching offset {high}")
     finally:
         c.close()

@@ -54,8 +54,8 @@ def workload(plog: UnifiedLog, seed: int) -> None:
     plog.update_high_watermark(plog.log_end_offset)
 
 
-def committed_view(data: bytes) -> tuple[dict[bytes, bytes], list[int], int]:
-    """What a read_committed consumer from offset 0 ends with (key -> latest value, tombstones delete),
+def committed_view(data: bytes) -> tuple[dict[bytes, bytes | None], list[int], int]:
+    """What a read_committed consumer from offset 0 ends with (key -> latest value, None a tombstone),
     the offsets of all records in the log, and how many records of aborted transactions it holds."""
     pending: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
     visible: list[tuple[int, bytes, bytes | None]] = []
@@ -73,12 +73,9 @@ def committed_view(data: bytes) -> tuple[dict[bytes, bytes], list[int], int]:
             visible += [(r.offset, r.key, r.value) for r in recs]
     assert not any(pending.values()), "transactional records without their marker"
     visible.sort()
-    view: dict[bytes, bytes] = {}
+    view: dict[bytes, bytes | None] = {}
     for _, k, v in visible:
-        if v is None:
-            view.pop(k, None)
-        else:
-            view[k] = v
+        view[k] = v  # tombstones too: they stay for delete.retention.ms
     offsets = [o for h, recs in iter_batches_records(data) if not h.is_control for o in (r.offset for r in recs)]
     return view, offsets, aborted
 
