@@ -44,7 +44,7 @@ def create_topic(b: BrokerProcess) -> None:
         "local.retention.ms": "500", "min.cleanable.dirty.ratio": "0.01"})])[TOPIC].result(30)
 
 
-def produce(b: BrokerProcess, seed: int) -> tuple[dict[bytes, bytes | None], int]:
+def produce(b: BrokerProcess, seed: int, transactions: bool = True) -> tuple[dict[bytes, bytes | None], int]:
     """Updates and deletes of 100 keys, and transactions committed or aborted at random; the key -> latest
     value map (None: a tombstone) of a replay of all acknowledged records, and the payload bytes written."""
     rnd = random.Random(seed)
@@ -61,7 +61,8 @@ def produce(b: BrokerProcess, seed: int) -> tuple[dict[bytes, bytes | None], int
     p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True,
                   "batch.size": 4096, "linger.ms": 2})
     tx = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"tx-{seed}"})
-    tx.init_transactions(30)
+    if transactions:
+        tx.init_transactions(30)
     written = 0
     for i in range(3000):
         key = b"key-%d" % rnd.randrange(100)
@@ -69,7 +70,7 @@ def produce(b: BrokerProcess, seed: int) -> tuple[dict[bytes, bytes | None], int
         written += len(key) + len(value or b"")
         p.produce(TOPIC, key=key, value=value, partition=0, on_delivery=report)
         p.poll(0)
-        if i % 300 == 150:
+        if transactions and i % 300 == 150:
             p.flush(30)
             tx.begin_transaction()
             mine: list[tuple[int, bytes, bytes | None]] = []

@@ -39,7 +39,7 @@ def workload(plog: UnifiedLog, seed: int) -> None:
     rnd = random.Random(seed)
     seq = 0
     for i in range(500):
-        if i % 25 == 24:
+        if i % 100 == 99:
             recs = [(b"k%d" % rnd.randrange(40), b"txn-%d-%d" % (i, j), [], T0) for j in range(2)]
             plog.append_as_leader(build_batch(recs, producer_id=TXN_PID, producer_epoch=0, base_sequence=seq,
                                               is_transactional=True), 0)
@@ -86,7 +86,9 @@ def read_all(rlm: RemoteLogManager, plog: UnifiedLog) -> bytes:
     while offset < plog.local_log_start_offset:
         chunk = rlm.read(plog.topic_partition, offset, 64 * 1024, timeout=10)
         hdrs = [h for _, h in iter_headers(chunk)]
-        assert hdrs
+        # never an answer of nothing but empty batches (librdkafka gives up after ten): a segment whose
+        # records were all superseded is read on into the next
+        assert any(h.records_count for h in hdrs) or hdrs[-1].next_offset >= plog.local_log_start_offset
         out += chunk
         offset = hdrs[-1].next_offset
     for seg in plog.segments:
