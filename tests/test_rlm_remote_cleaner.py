@@ -238,3 +238,17 @@ def test_the_task_cleans_when_due_and_then_waits_for_new_dirty_bytes(tiered, tmp
     assert state.remote_clean_offset == served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
     assert task.run(TaskContext()) is None  # clean: the dirty ratio is 0
     assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+
+
+def test_a_key_map_smaller_than_the_dirty_part_cleans_round_by_round(tiered, tmp_path: Path) -> None:
+    plog, rlm, state, whole = tiered
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
+    small = Cleaner(0, 24 * 32)  # 32 slots: fewer than the 40 keys, the map fills in the first segments
+    task = RLMRemoteCleaningTask(state, lambda: plog, rlm.lifecycle,
+                                 RemoteCleaner(rlm.lifecycle, small, tmp_path / "scratch", 0, 128), lambda: False)
+    ends = []
+    while (stats := task.run(TaskContext())) is not None:
+        ends.append(stats.end_offset)
+        assert len(ends) < 100
+    assert len(ends) > 1 and ends == sorted(ends)  # each round goes on where the last one's map ended
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]

@@ -13,6 +13,7 @@ expiration task. Blocking I/O throughout: the RLM's pools only, never the event 
 
 from __future__ import annotations
 
+import filecmp
 import logging
 import shutil
 import tempfile
@@ -69,6 +70,7 @@ class RemoteCleanPlan:
     dirty: list[RemoteLogSegmentMetadata]
     total_bytes: int
     needs_compaction_now: bool
+    first_dirty_offset: int = 0  # where the map starts: inside dirty[0] when the last round's map filled there
 
     @property
     def dirty_bytes(self) -> int:
@@ -96,7 +98,7 @@ def plan_remote_clean(served: list[RemoteLogSegmentMetadata], clean_offset: int,
         return None
     total = sum(m.segment_size_in_bytes for m in served)
     overdue = any(m.max_timestamp_ms < now_ms - max_lag_ms for m in dirty)
-    plan = RemoteCleanPlan(cleanable, dirty, total, overdue)
+    plan = RemoteCleanPlan(cleanable, dirty, total, overdue, max(clean_offset, dirty[0].start_offset))
     return plan if overdue or plan.cleanable_ratio > min_dirty_ratio else None
 
 
@@ -203,7 +205,7 @@ class RemoteCleaner:
             stats.segments_read += len(fetched)
             source = _FetchedSegments(plog.topic_partition, dirty_end, aborted)
             dirty_segs = [fetched[m.start_offset] for m in plan.dirty]
-            offset_map = self._cleaner.build_offset_map(source, dirty_segs, plan.dirty[0].start_offset, dirty_end,
+            offset_map = self._cleaner.build_offset_map(source, dirty_segs, plan.first_dirty_offset, dirty_end,
                                                         stats.cleaner)
             end_offset = offset_map.latest_offset + 1
             record_filter = RecordFilter(offset_map, now, plog.config.delete_retention_ms, stats.cleaner.filter)
@@ -221,7 +223,9 @@ class RemoteCleaner:
                 self._replace(state, plog, md, seg, source, record_filter, txns, last_records, scratch, now, stats)
                 seg.close()
                 seg.log_path.unlink()
-                stats.end_offset = md.end_offset + 1
+                # the next round's dirty part starts where this round's map ended (Kafka's checkpoint), even
+                # inside the last segment cleaned: keys past the map's end were not mapped yet
+                stats.end_offset = min(md.end_offset + 1, end_offset)
             for seg in fetched.values():
                 seg.close()
         stats.cleaner.ended = time.monotonic()
@@ -236,7 +240,7 @@ class RemoteCleaner:
                           max_index_size=cfg.segment_index_bytes, created_ms=now, active=True)
         try:
             self._cleaner.clean_segment(source, seg, md.end_offset + 1, dest, record_filter, txns, last_records)
-            if dest.log_path.read_bytes() == seg.log_path.read_bytes():
+            if dest.size == seg.size and filecmp.cmp(dest.log_path, seg.log_path, shallow=False):
                 return  # nothing changed: the old copy stays, no request spent
             self._upload(state, md, dest, scratch)
             stats.segments_replaced += 1
