@@ -252,3 +252,14 @@ def test_a_key_map_smaller_than_the_dirty_part_cleans_round_by_round(tiered, tmp
         assert len(ends) < 100
     assert len(ends) > 1 and ends == sorted(ends)  # each round goes on where the last one's map ended
     assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+
+
+def test_total_retention_applies_to_compact_delete_only(tiered) -> None:
+    plog, rlm, state, _ = tiered
+    expiration = rlm.expiration_task(state)
+    old = T0 + 10**9  # every segment's records are older than retention.ms=1 by then
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact", retention_ms=1, retention_bytes=1)
+    assert expiration.plan(plog, now_ms=old) == ([], None)  # every key's latest value stays
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact,delete")
+    doomed, log_start = expiration.plan(plog, now_ms=old)
+    assert doomed and log_start is not None
