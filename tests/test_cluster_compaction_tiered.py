@@ -36,7 +36,7 @@ def test_a_follower_rebuilt_from_a_compacted_remote_tier_serves_the_same_view(
         "cleanup.policy": "compact", "remote.storage.enable": "true", "segment.bytes": "16384",
         "local.retention.ms": "500", "min.cleanable.dirty.ratio": "0.01", "min.insync.replicas": "1"})
     wait_state(b1, 1, [1])
-    expected, _ = produce(b1, seed=3, transactions=False)
+    expected, _ = produce(b1, seed=3, transactions=False, records=1500)
     wait_until(lambda: local_log_start(b1) > 0, timeout=WAIT_S, message="nothing only in the remote tier")
     wait_until(lambda: "compacted remote segment" in b1.log_text(), timeout=WAIT_S, message="no replacement")
 

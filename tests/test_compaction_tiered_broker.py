@@ -44,7 +44,8 @@ def create_topic(b: BrokerProcess) -> None:
         "local.retention.ms": "500", "min.cleanable.dirty.ratio": "0.01"})])[TOPIC].result(30)
 
 
-def produce(b: BrokerProcess, seed: int, transactions: bool = True) -> tuple[dict[bytes, bytes | None], int]:
+def produce(b: BrokerProcess, seed: int, transactions: bool = True, records: int = 3000,
+            ) -> tuple[dict[bytes, bytes | None], int]:
     """Updates and deletes of 100 keys, and transactions committed or aborted at random; the key -> latest
     value map (None: a tombstone) of a replay of all acknowledged records, and the payload bytes written."""
     rnd = random.Random(seed)
@@ -64,7 +65,7 @@ def produce(b: BrokerProcess, seed: int, transactions: bool = True) -> tuple[dic
     if transactions:
         tx.init_transactions(30)
     written = 0
-    for i in range(3000):
+    for i in range(records):
         key = b"key-%d" % rnd.randrange(100)
         value = None if rnd.random() < 0.1 else b"value-%d-" % i * 8
         written += len(key) + len(value or b"")
