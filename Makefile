@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-rebalance bench-tls bench-flood bench-host fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-remote-cleaner bench-rebalance bench-tls bench-flood bench-host fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,9 @@ bench-rebalance: install-test system-deps
 # The log cleaner alone (also part of `make bench`): MB/s cleaned beside a raw read-and-write, bytes per key.
 bench-cleaner: install-test system-deps
 	$(PY) -m bench bench_cleaner
+
+bench-remote-cleaner: install-test
+	$(PY) -m bench bench_remote_cleaner
 
 # confluent-kafka produce and consume over SSL beside PLAINTEXT, one broker with both listeners.
 bench-tls: install-test system-deps

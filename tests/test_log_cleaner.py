@@ -126,6 +126,21 @@ def test_a_round_keeps_exactly_the_latest_value_of_every_key_at_its_offset(tmp_p
     assert records(again) == got
 
 
+def test_a_cleaned_group_never_straddles_the_highest_offset_in_remote_storage(tmp_path: Path) -> None:
+    clock = Clock()
+    plog = compacted(tmp_path, clock)
+    for n in range(300):
+        produce(plog, [(b"k%d" % (n % 5), b"v%d" % n)])
+    plog.roll()
+    bases = [s.base_offset for s in plog.segments]
+    tiered_end = bases[len(bases) // 2]
+    plog.highest_offset_in_remote_storage = tiered_end - 1  # what the copy task records after a copy
+    assert clean_all(cleaner_for(plog, clock)) >= 1
+    after = [s.base_offset for s in plog.segments]
+    assert tiered_end in after and len(after) > 2  # the segments on either side joined, not across it
+    assert {k for _, k, _ in records(plog)} == {b"k%d" % i for i in range(5)}
+
+
 def test_tombstones_stay_until_their_delete_horizon_then_go(tmp_path: Path) -> None:
     clock = Clock()
     plog = compacted(tmp_path, clock, **{"delete.retention.ms": "60000"})

@@ -225,9 +225,6 @@ def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
 
 def validate_log_config(cfg: LogConfig) -> None:
     """Cross-field checks Kafka makes in LogConfig.validate."""
-    if cfg.remote_storage_enable and cfg.compact:
-        # KIP-405: a remote segment is immutable once copied, so the cleaner could never compact it
-        raise ConfigError(f"Remote log storage is not supported for compacted topics (cleanup.policy={cfg.cleanup_policy})")
     if cfg.local_retention_ms != -2 and cfg.retention_ms != -1 and cfg.local_retention_ms > cfg.retention_ms:
         raise ConfigError(
             f"Value must not be more than retention.ms property value: local.retention.ms={cfg.local_retention_ms}"

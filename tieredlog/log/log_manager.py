@@ -46,9 +46,11 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 
 # Folders other parts of the broker keep in a log dir (tieredlog.rlmm.snapshot.SNAPSHOT_DIR,
-# tieredlog.rlm.index_cache.DIR_NAME, the local RSM's default "dir" in tieredlog.server.remote_tier). Named here
+# tieredlog.rlm.index_cache.DIR_NAME, the local RSM's default "dir" in tieredlog.server.remote_tier, the remote
+# cleaner's scratch directory, tieredlog.rlm.remote_cleaner.DIR_NAME). Named here
 # rather than imported so the log layer does not depend on the tiering packages.
-BROKER_OWNED_DIRS = frozenset({"remote-log-metadata-snapshots", "remote-log-index-cache", "remote-storage"})
+BROKER_OWNED_DIRS = frozenset({"remote-log-metadata-snapshots", "remote-log-index-cache", "remote-storage",
+                               "remote-log-cleaner"})
 
 
 def topics_in_log_dirs(log_dirs: Iterable[Path]) -> set[str]:

@@ -596,7 +596,8 @@ class UnifiedLog:
         try:
             with self._lock:
                 self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self.log_start_offset, doomed)
-                if cfg.delete:
+                # a compacted tiered log has local retention too: what is copied leaves the local disk
+                if cfg.delete or self.remote_enabled:
                     tiered = self.remote_enabled
                     retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
                     retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms

@@ -40,6 +40,9 @@ _FIELDS: dict[str, str] = {
     "remote.log.manager.fetch.quota.window.size.seconds": "fetch_quota_window_size_seconds",
     "remote.fetch.max.wait.ms": "remote_fetch_max_wait_ms",
     "remote.list.offsets.request.timeout.ms": "remote_list_offsets_request_timeout_ms",
+    # remote cleaning of compacted topics uses the local cleaner's map size and throttle rate
+    "log.cleaner.dedupe.buffer.size": "cleaner_dedupe_buffer_size",
+    "log.cleaner.io.max.bytes.per.second": "cleaner_io_max_bytes_per_second",
 }
 
 
@@ -69,6 +72,8 @@ class RemoteLogManagerConfig:
     fetch_quota_window_size_seconds: int = _default("remote.log.manager.fetch.quota.window.size.seconds")
     remote_fetch_max_wait_ms: int = _default("remote.fetch.max.wait.ms")
     remote_list_offsets_request_timeout_ms: int = _default("remote.list.offsets.request.timeout.ms")
+    cleaner_dedupe_buffer_size: int = _default("log.cleaner.dedupe.buffer.size")
+    cleaner_io_max_bytes_per_second: float = _default("log.cleaner.io.max.bytes.per.second")
     broker_id: int = 0
     log_dirs: tuple[str, ...] = ()
     rsm_configs: dict[str, Any] = field(default_factory=dict)

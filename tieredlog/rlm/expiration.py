@@ -133,11 +133,11 @@ class RLMExpirationTask:
 
         new_log_start: int | None = None
         remaining = 0
-        if cfg.retention_bytes >= 0:
+        if cfg.retention_bytes >= 0 and cfg.delete:  # a compact-only topic keeps every key's latest value
             remote_size = sum(m.segment_size_in_bytes for m in valid if m.remote_log_segment_id not in seen)
             total = remote_size + plog.only_local_log_segments_size()
             remaining = max(0, total - cfg.retention_bytes)
-        cleanup_until = now_ms - cfg.retention_ms if cfg.retention_ms >= 0 else None
+        cleanup_until = now_ms - cfg.retention_ms if cfg.retention_ms >= 0 and cfg.delete else None
         for md in valid:
             if md.remote_log_segment_id in seen:
                 continue

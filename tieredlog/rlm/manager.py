@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from tieredlog.errors import (
@@ -39,6 +40,8 @@ from tieredlog.errors import (
 from tieredlog.formats.errors import CorruptRecordError
 from tieredlog.formats.index import CorruptIndexError
 from tieredlog.formats.txn_index import AbortedTxn
+from tieredlog.log.cleaner.cleaner import Cleaner
+from tieredlog.log.cleaner.throttler import Throttler
 from tieredlog.log.types import FetchDataInfo, TopicPartition
 from tieredlog.rate_limited_log import RateLimitedLog, one_line
 from tieredlog.rlm.aborted_txns import RemoteAbortedTxns, in_range
@@ -55,6 +58,8 @@ from tieredlog.rlm.pending_deletes import PendingDeleteJournal
 from tieredlog.rlm.pool import FixedDelayScheduler, RemoteReaderPool, TaskContext
 from tieredlog.rlm.quota import RLMQuotaManager
 from tieredlog.rlm.reader import RemoteReadPath, RemoteRecords
+from tieredlog.rlm.remote_cleaner import DIR_NAME as REMOTE_CLEANER_DIR
+from tieredlog.rlm.remote_cleaner import RemoteCleaner, RLMRemoteCleaningTask
 from tieredlog.rlmm.api import RemoteLogMetadataManager
 from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
@@ -136,6 +141,11 @@ class RemoteLogManager:
         self.read_failures = RateLimitedLog(log, failure_log_s)
         self.read_path = RemoteReadPath(self.lifecycle, rsm, self.index_cache, self.reader_pool)
         self.aborted_txns = RemoteAbortedTxns(self.lifecycle, self.index_cache)
+        self.remote_cleaner = RemoteCleaner(
+            self.lifecycle,
+            Cleaner(-1, c.cleaner_dedupe_buffer_size, throttler=Throttler(c.cleaner_io_max_bytes_per_second)),
+            Path(c.first_log_dir) / REMOTE_CLEANER_DIR, c.broker_id, c.custom_metadata_max_bytes,
+        )
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -211,7 +221,6 @@ class RemoteLogManager:
         return (
             self.config.system_enable
             and bool(cfg.remote_storage_enable)
-            and not cfg.compact
             and plog.topic_partition.topic not in _INTERNAL_TOPICS
         )
 
@@ -231,6 +240,10 @@ class RemoteLogManager:
 
     def expiration_task(self, state: PartitionState) -> RLMExpirationTask:
         return RLMExpirationTask(state, self.logs, self.lifecycle, self.metrics, self.is_tiered, self._is_closing)
+
+    def remote_cleaning_task(self, state: PartitionState) -> RLMRemoteCleaningTask:
+        return RLMRemoteCleaningTask(state, lambda: self.logs.get_log(state.tp), self.lifecycle, self.remote_cleaner,
+                                     self._is_closing)
 
     def on_leadership_change(
         self, leader_partitions: Iterable[TopicPartition], follower_partitions: Iterable[TopicPartition] = ()
@@ -262,11 +275,15 @@ class RemoteLogManager:
                 self._leaders[tp] = state
                 self.copier.schedule(("copy", tp), self.copy_task(state).run, interval)
                 self.expirer.schedule(("expire", tp), self.expiration_task(state).run, interval)
+                # for every tiered leader: cleanup.policy may turn compact later, and a run of a
+                # non-compacted log returns at once
+                self.expirer.schedule(("remote-clean", tp), self.remote_cleaning_task(state).run, interval)
 
     def _cancel_leader_tasks(self, tp: TopicPartition) -> PartitionState | None:
         state = self._leaders.pop(tp, None)
         self.copier.cancel(("copy", tp))
         self.expirer.cancel(("expire", tp))
+        self.expirer.cancel(("remote-clean", tp))
         if state is not None:
             self.metrics.copy_lag_bytes.labels(tp.topic, str(tp.partition)).set(0)
             self.metrics.copy_lag_segments.labels(tp.topic, str(tp.partition)).set(0)

@@ -30,6 +30,7 @@ from tieredlog.records.batch import (
     BATCH_LENGTH_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    iter_headers,
     next_offset_at,
     peek_size,
     read_header,
@@ -57,10 +58,10 @@ SLACK_BYTES = 64 * 1024
 
 
 class RemoteRecords(NamedTuple):
-    """What one remote read returns: whole batches sliced from one remote segment (a read never
-    crosses a segment boundary), that segment, and the offset after the last batch (the fetch
-    offset when nothing was returned). A read_committed fetch finds its aborted transactions from
-    the last two."""
+    """What one remote read returns: whole batches sliced from one remote segment (a read crosses a
+    segment boundary only after segments holding nothing but empty batches), that segment (the last
+    one read), and the offset after the last batch (the fetch offset when nothing was returned). A
+    read_committed fetch finds its aborted transactions from the last two."""
 
     records: bytes | memoryview
     segment: RemoteLogSegmentMetadata | None  # None: no segment held the offset
@@ -299,7 +300,30 @@ class RemoteReadPath:
         self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True,
         segment_ready: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
     ) -> RemoteRecords | None:
-        """What :meth:`read` would answer, when the sequential stream waiting at ``fetch_offset``
+        """:meth:`_read_inline_segment`, going on into the next segments while what it answers holds no
+        record up to its segment's end (see :meth:`read`); None when a continuation is not in memory."""
+        got = self._read_inline_segment(tip, log, fetch_offset, max_bytes, min_one_message, segment_ready)
+        parts: list[bytes | memoryview] = []
+        used = 0
+        while got is not None and _empty_to_segment_end(got, log, max_bytes - used):
+            nxt = self._read_inline_segment(tip, log, got.next_offset, max_bytes - used - len(got.records), False,
+                                            segment_ready)
+            if nxt is None:
+                return None  # the pool's read goes on from a fresh stream
+            if not nxt.records:
+                break
+            parts.append(got.records)
+            used += len(got.records)
+            got = nxt
+        if parts and got is not None:
+            return RemoteRecords(b"".join([*parts, got.records]), got.segment, got.next_offset)
+        return got
+
+    def _read_inline_segment(
+        self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True,
+        segment_ready: Callable[[RemoteLogSegmentMetadata], bool] | None = None,
+    ) -> RemoteRecords | None:
+        """What :meth:`_read_segment` would answer, when the sequential stream waiting at ``fetch_offset``
         already holds those bytes in memory; None when it does not (no such stream, the bytes are
         still being read ahead, a read failed, the segment ends oddly): then call :meth:`read` on
         the pool. Never does I/O and never waits for a read in flight, so any thread, the event
@@ -332,6 +356,29 @@ class RemoteReadPath:
         return got
 
     def read(
+        self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True
+    ) -> RemoteRecords:
+        """Whole batches from the segment holding ``fetch_offset`` (:meth:`_read_segment`). When they hold
+        no record up to the segment's end (a compacted topic's segment whose records were all superseded
+        keeps one empty batch, its range being fixed), the read goes on into the next segments within
+        ``max_bytes``: an answer of nothing but empty batches, again and again, makes librdkafka report
+        MSG_SIZE_TOO_LARGE. The answer names the last segment read: only it has records, so only its
+        aborted transactions matter."""
+        got = self._read_segment(tip, log, fetch_offset, max_bytes, min_one_message)
+        parts: list[bytes | memoryview] = []
+        used = 0
+        while _empty_to_segment_end(got, log, max_bytes - used):
+            nxt = self._read_segment(tip, log, got.next_offset, max_bytes - used - len(got.records), False)
+            if not nxt.records:
+                break
+            parts.append(got.records)
+            used += len(got.records)
+            got = nxt
+        if parts:
+            return RemoteRecords(b"".join([*parts, got.records]), got.segment, got.next_offset)
+        return got
+
+    def _read_segment(
         self, tip: TopicIdPartition, log, fetch_offset: int, max_bytes: int, min_one_message: bool = True
     ) -> RemoteRecords:
         pending = self._starting.get((tip, fetch_offset))
@@ -645,6 +692,17 @@ class RemoteReadPath:
                 if hit is not None:
                     return OffsetAndTimestamp(hit[0], hit[1], h.partition_leader_epoch)
             p += h.size
+
+
+def _empty_to_segment_end(got: RemoteRecords, log, room: int) -> bool:
+    """Whether ``got`` reaches its segment's end holding only empty batches, with room and a remote
+    segment after it: checked batch by batch only then (once a segment; the first batch with a record
+    ends it)."""
+    md = got.segment
+    if (md is None or not got.records or got.next_offset <= md.end_offset or len(got.records) >= room
+            or got.next_offset >= log.local_log_start_offset):
+        return False
+    return all(h.records_count == 0 for _, h in iter_headers(got.records))
 
 
 def _name(s: _Stream) -> str:

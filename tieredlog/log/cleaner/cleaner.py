@@ -18,9 +18,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 from tieredlog.formats.errors import CorruptRecordError
+from tieredlog.formats.txn_index import AbortedTxn
 from tieredlog.log.cleaner.batch_filter import (
     BatchRetention,
     FilterStats,
@@ -42,6 +43,18 @@ log = logging.getLogger(__name__)
 
 # Kafka's log.cleaner.io.buffer.load.factor: the map is never filled past this share of its slots.
 DEFAULT_LOAD_FACTOR = 0.9
+
+
+class CleanSource(Protocol):
+    """What mapping and rewriting read of the log besides its segments: a local log (UnifiedLog), or
+    the remote tier's segments fetched for a remote cleaning round."""
+
+    @property
+    def topic_partition(self) -> TopicPartition: ...
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]: ...
 
 
 class LogCleaningAbortedError(Exception):
@@ -137,7 +150,7 @@ class Cleaner:
             current.clear()
         return current
 
-    def build_offset_map(self, plog: UnifiedLog, segs: list[LogSegment], start: int, end: int,
+    def build_offset_map(self, plog: CleanSource, segs: list[LogSegment], start: int, end: int,
                          stats: CleanerStats) -> OffsetMap:
         """Kafka's buildOffsetMap: the latest offset of every key in ``[start, end)``, skipping the
         batches of aborted transactions; stops early (``latest_offset`` says where) when full."""
@@ -211,6 +224,9 @@ class Cleaner:
             raise LogCleaningAbortedError(f"{plog.topic_partition} was deleted")
         cfg = plog.config
         group: list[LogSegment] = []
+        # a tiered log's segments up to here are in the remote tier, whose cleaning keeps their ranges; a
+        # cleaned group across this offset would be copied again over segments already there
+        tiered = plog.highest_offset_in_remote_storage
 
         def ends_group(kept_bytes: int) -> bool:
             """Whether the group ends with its latest segment, whose last batch would add ``kept_bytes``:
@@ -223,7 +239,8 @@ class Cleaner:
             nxt = to_clean[n]
             last_offset = _upper(segs, segs.index(nxt), plog) - 1
             offsets, times = cleaned.offset_index, cleaned.time_index
-            return (cleaned.size + kept_bytes + nxt.size > cfg.segment_bytes
+            return (base <= tiered < nxt.base_offset  # a copy is a whole segment: keep its bounds
+                    or cleaned.size + kept_bytes + nxt.size > cfg.segment_bytes
                     or offsets.size_bytes + nxt.offset_index.size_bytes + offsets.entry_size > cfg.segment_index_bytes
                     or times.size_bytes + nxt.time_index.size_bytes + times.entry_size > cfg.segment_index_bytes
                     or bool(nxt.size and last_offset - base > INT32_MAX))
@@ -252,7 +269,19 @@ class Cleaner:
                 cleaned.delete()
         return first + len(group)
 
-    def _clean_into(self, plog: UnifiedLog, seg: LogSegment, dest: LogSegment, record_filter: RecordFilter,
+    def clean_segment(self, source: CleanSource, seg: LogSegment, upper: int, dest: LogSegment,
+                      record_filter: RecordFilter, txns: CleanedTransactionMetadata,
+                      last_records: dict[int, tuple[int, int]]) -> None:
+        """Write what stays of ``seg`` (offsets up to ``upper`` - 1) into ``dest``, a segment of its own
+        covering the same offsets (the remote tier's replacements): its last batch stays, empty if none
+        of its records does, so ``dest`` ends where ``seg`` did. ``dest`` is flushed, indexes trimmed."""
+        txns.cleaned_index = dest.txn_index
+        txns.add_aborted(source.collect_aborted_transactions(seg.base_offset, upper))
+        self._clean_into(source, seg, dest, record_filter, txns, last_records, upper, lambda _: True)
+        dest.on_become_inactive()
+        dest.flush()
+
+    def _clean_into(self, plog: CleanSource, seg: LogSegment, dest: LogSegment, record_filter: RecordFilter,
                     txns: CleanedTransactionMetadata, last_records: dict[int, tuple[int, int]], round_upper: int,
                     ends_group: Callable[[int], bool]) -> bool:
         """Write what stays of ``seg`` into ``dest``; whether the group ends with ``seg`` (``ends_group``
@@ -329,6 +358,6 @@ class Cleaner:
         return ends
 
 
-def _upper(segs: list[LogSegment], i: int, plog: UnifiedLog) -> int:
+def _upper(segs: list[LogSegment], i: int, plog: CleanSource) -> int:
     """The offset after segment ``i``'s range: the next segment's base, or the log end."""
     return segs[i + 1].base_offset if i + 1 < len(segs) else plog.log_end_offset

@@ -1,0 +1,186 @@
+"""Compacted topics in the remote tier, end to end: a real broker process with its local-folder remote
+tier, confluent-kafka producers (idempotent updates and deletes, one transactional producer committing
+and aborting) and a confluent-kafka consumer reading from offset 0, through the remote tier.
+
+- Once remote cleaning has replaced segments, the key -> latest value map read from offset 0 equals a
+  replay of everything acknowledged (aborted transactions left out), offsets strictly increase, and the
+  remote tier holds far fewer bytes than were written.
+- SIGKILL of the broker while remote cleaning runs (slowed by log.cleaner.io.max.bytes.per.second):
+  after the restart the same map is read, and once the round is over every remote segment listed in
+  the store is one the broker serves (the orphan went through expiration).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.broker_harness import BrokerProcess
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "changelog"
+WAIT_S = 60.0
+
+
+def broker_overrides(remote: Path, **extra: str) -> dict[str, str]:
+    return {"remote.log.storage.system.enable": "true", "rsm.config.dir": str(remote),
+            "remote.log.manager.task.interval.ms": "200", "log.cleaner.backoff.ms": "200",
+            "log.retention.check.interval.ms": "200",
+            "rlmm.config.remote.log.metadata.topic.num.partitions": "1", **extra}
+
+
+def create_topic(b: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 1, config={
+        "cleanup.policy": "compact", "remote.storage.enable": "true", "segment.bytes": "16384",
+        "local.retention.ms": "500", "min.cleanable.dirty.ratio": "0.01"})])[TOPIC].result(30)
+
+
+def produce(b: BrokerProcess, seed: int, transactions: bool = True, records: int = 3000,
+            ) -> tuple[dict[bytes, bytes | None], int]:
+    """Updates and deletes of 100 keys, and transactions committed or aborted at random; the key -> latest
+    value map (None: a tombstone) of a replay of all acknowledged records, and the payload bytes written."""
+    rnd = random.Random(seed)
+    acked: list[tuple[int, bytes, bytes | None]] = []
+    aborted: set[int] = set()
+    errors: list[KafkaError] = []
+
+    def report(err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.append((msg.offset(), msg.key(), msg.value()))
+
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "batch.size": 4096, "linger.ms": 2})
+    tx = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"tx-{seed}"})
+    if transactions:
+        tx.init_transactions(30)
+    written = 0
+    for i in range(records):
+        key = b"key-%d" % rnd.randrange(100)
+        value = None if rnd.random() < 0.1 else b"value-%d-" % i * 8
+        written += len(key) + len(value or b"")
+        p.produce(TOPIC, key=key, value=value, partition=0, on_delivery=report)
+        p.poll(0)
+        if transactions and i % 300 == 150:
+            p.flush(30)
+            tx.begin_transaction()
+            mine: list[tuple[int, bytes, bytes | None]] = []
+            for j in range(5):
+                tx.produce(TOPIC, key=b"key-%d" % rnd.randrange(100), value=b"txn-%d-%d" % (i, j), partition=0,
+                           on_delivery=lambda err, msg, mine=mine: report(err, msg) if err else
+                           mine.append((msg.offset(), msg.key(), msg.value())))
+            tx.flush(30)
+            if rnd.random() < 0.5:
+                tx.abort_transaction(30)
+                aborted |= {o for o, _, _ in mine}
+            else:
+                tx.commit_transaction(30)
+            acked += mine
+    assert p.flush(60) == 0 and not errors, errors[:3]
+    view: dict[bytes, bytes | None] = {}
+    for offset, key, value in sorted(acked):
+        if offset not in aborted:
+            view[key] = value  # a tombstone (None) too: a reader within delete.retention.ms sees it
+    return view, written
+
+
+def consume(b: BrokerProcess) -> tuple[dict[bytes, bytes | None], list[int]]:
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"reader-{uuid.uuid4()}", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "isolation.level": "read_committed"})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30)
+        c.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        view: dict[bytes, bytes | None] = {}
+        offsets: list[int] = []
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            msg = c.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                if msg.offset() >= high:
+                    return view, offsets
+                continue
+            offsets.append(msg.offset())
+            view[msg.key()] = msg.value()
+        raise AssertionError(f"read {len(offsets)} records in {WAIT_S} s without reaching offset {high}")
+    finally:
+        c.close()
+
+
+def copies_per_start_offset(remote: Path) -> dict[int, int]:
+    """How many segments the store holds for each start offset (object names start with it)."""
+    out: dict[int, int] = {}
+    for p in remote.rglob("*.log"):
+        start = int(p.name.split("-")[0])
+        out[start] = out.get(start, 0) + 1
+    return out
+
+
+def remote_log_bytes(remote: Path) -> int:
+    total = 0
+    for p in remote.rglob("*.log"):
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:
+            continue  # deleted (a retired copy) since it was listed
+    return total
+
+
+def local_log_start(b: BrokerProcess) -> int:
+    logs = sorted((b.data_dir / f"{TOPIC}-0").glob("*.log"))
+    return int(logs[0].name.split(".")[0]) if logs else 0
+
+
+def test_the_compacted_view_read_through_the_remote_tier_equals_a_replay(broker_factory, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    b = broker_factory(broker_overrides(remote))
+    create_topic(b)
+    expected, written = produce(b, seed=1)
+    wait_for(lambda: local_log_start(b) > 0, "nothing moved to the remote tier only", WAIT_S)
+    wait_for(lambda: "compacted remote segment" in b.log_text(), "no remote segment replaced", WAIT_S)
+    wait_for(lambda: remote_log_bytes(remote) < written / 3, "the remote tier did not shrink", WAIT_S)
+    view, offsets = consume(b)
+    assert view == expected
+    assert offsets == sorted(set(offsets))
+    assert not [line for line in b.log_text().splitlines() if " ERROR " in line]
+
+
+def test_a_kill_9_mid_remote_cleaning_leaves_a_consistent_view(broker_factory, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    b = broker_factory(broker_overrides(remote, **{"log.cleaner.io.max.bytes.per.second": "20000"}))
+    create_topic(b)
+    expected, _ = produce(b, seed=2)
+    wait_for(lambda: local_log_start(b) > 0, "nothing moved to the remote tier only", WAIT_S)
+    scratch = b.data_dir / "remote-log-cleaner"
+
+    def mid_round() -> bool:
+        """A throttled round has replaced a segment and is still running (its scratch files are there)."""
+        text = b.log_text()
+        last = text.rfind("compacted remote segment")
+        return last > text.rfind("cleaned the remote tier") and scratch.is_dir() and any(scratch.iterdir())
+
+    wait_for(mid_round, "no remote cleaning round in progress", WAIT_S, interval_s=0.01)
+    b.kill9()
+    mark = len(b.log_text())
+    b.overrides["log.cleaner.io.max.bytes.per.second"] = "100000000"
+    b.start()
+    view, offsets = consume(b)  # at once: whatever the crash left is one consistent view
+    assert view == expected and offsets == sorted(set(offsets))
+    wait_for(lambda: "cleaned the remote tier" in b.log_text()[mark:], "no remote cleaning after the restart", WAIT_S)
+    wait_for(lambda: max(copies_per_start_offset(remote).values()) == 1, "an orphaned copy is left", WAIT_S)
+    wait_for(lambda: not any(scratch.iterdir()), "the killed round's scratch files are left", WAIT_S)
+    view, offsets = consume(b)
+    assert view == expected and offsets == sorted(set(offsets))
+    assert not [line for line in b.log_text()[mark:].splitlines() if " ERROR " in line]
