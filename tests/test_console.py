@@ -209,3 +209,27 @@ def test_kafkas_main_metrics_and_the_event_loop_lag_are_exported(tiered_broker):
     assert m["kafka_controller_kafkacontroller_preferredreplicaimbalancecount"] == 0
     assert m["tieredlog_rlmm_not_ready_partitions"] == 0
     assert m["tieredlog_event_loop_lag_seconds_count"] >= 1 and "tieredlog_event_loop_lag_max_seconds" in m
+
+
+def test_the_remote_log_metadata_managers_lag_and_time_to_ready_are_exported(tiered_broker):
+    b, port = tiered_broker
+    topic = "rlmm-metrics"
+    create(b.bootstrap, topic)
+    produce(b.bootstrap, topic, 0, 600)
+    wait_for(lambda: list_offset(b.bootstrap, topic, -5) >= 0, what="a segment of the topic to be tiered")
+    lag = "kafka_consumer_consumer_fetch_manager_metrics_records_lag"
+    client = "__remote_log_metadata_client_0_consumer"
+
+    def caught_up() -> dict[str, float] | None:
+        m = _samples(port)
+        lags = {k: v for k, v in m.items() if k.startswith(lag + "{")}
+        return m if lags and not any(lags.values()) else None
+
+    # the manager reads back its own writes: once the copies settle, it is at the end of every partition
+    m = wait_for(caught_up, what="the metadata consumer's lag at 0")
+    loaded = {k.split('partition="')[1].split('"')[0] for k in m if k.startswith(lag + "{")}
+    assert all(f'client_id="{client}"' in k and 'topic="__remote_log_metadata"' in k for k in m if k.startswith(lag))
+    ready = {p: m[f'tieredlog_rlmm_partition_ready_time_seconds{{partition="{p}"}}'] for p in loaded}
+    assert ready and all(v >= 0 for v in ready.values())
+    assert loaded <= {"0", "1", "2"}  # remote.log.metadata.topic.num.partitions is 3 here
+    assert m["tieredlog_rlmm_not_ready_partitions"] == 0

@@ -172,6 +172,44 @@ def test_two_brokers_share_the_topic():
     a.close(), b.close()
 
 
+def test_partition_states_report_lag_as_last_read_and_time_to_ready():
+    topic = MemoryMetadataTopic()
+    a, b = manager(topic), manager(topic, **{"broker.id": 7})
+    assert b.consumer_client_id == "__remote_log_metadata_client_7_consumer"
+    p = metadata_partition(TPS[3], NUM)
+    states = {s.partition: s for s in b.metadata_partition_states()}
+    assert set(states) == {metadata_partition(t, NUM) for t in TPS}
+    assert all(s.lag == 0 and s.ready_time_s is not None and s.ready_time_s >= 0 for s in states.values())
+    md = seg(TPS[3], 0, 9)
+    a.add_remote_log_segment_metadata(md)
+    a.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+    # b has not read since: the state reports the end it last saw, without reading the topic itself
+    read_before = topic.records_read
+    assert {s.partition: s.lag for s in b.metadata_partition_states()}[p] == 0
+    assert topic.records_read == read_before
+    b._learn_end(p)  # what its next read does first
+    assert {s.partition: s.lag for s in b.metadata_partition_states()}[p] == 2
+    assert b.remote_log_segment_metadata(TPS[3], 0, 5) is not None  # catches up
+    state = {s.partition: s for s in b.metadata_partition_states()}[p]
+    assert (state.end_offset, state.consumed_offset, state.lag) == (2, 2, 0)
+    a.close(), b.close()
+
+
+def test_a_loading_partition_has_no_ready_time():
+    m = TopicBasedRemoteLogMetadataManager(MemoryMetadataTopic(), {"remote.log.metadata.topic.num.partitions": NUM})
+    assert m.metadata_partition_states() == []
+    gate = threading.Event()
+    for _ in range(4):  # every loader thread busy: the load waits behind them
+        m._loader.submit(gate.wait)
+    m.on_partition_leadership_changes([TPS[0]], [])
+    [state] = m.metadata_partition_states()
+    assert state.partition == metadata_partition(TPS[0], NUM) and state.ready_time_s is None
+    gate.set()
+    m.wait_until_ready([TPS[0]], timeout=30)
+    assert m.metadata_partition_states()[0].ready_time_s is not None
+    m.close()
+
+
 def test_not_ready_partition_raises_retriable_error():
     topic = MemoryMetadataTopic()
     m = TopicBasedRemoteLogMetadataManager(topic, {"remote.log.metadata.topic.num.partitions": NUM})

@@ -114,6 +114,20 @@ class TopicBasedRlmmConfig:
         return cfg
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataPartitionState:
+    """Where the reading of one metadata partition stands, for the broker's metrics."""
+
+    partition: int
+    end_offset: int  # the topic's end as last learned by the reads (never asked for by a scrape)
+    consumed_offset: int  # the next offset to apply
+    ready_time_s: float | None  # from the first request to load it until loaded; None while loading
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end_offset - self.consumed_offset)
+
+
 class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def __init__(self, metadata_topic: MetadataTopic, configs: Mapping[str, object] | None = None):
         self._topic = metadata_topic
@@ -125,6 +139,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._read_locks: dict[int, threading.Lock] = {}
         self._loaded: set[int] = set()
         self._loads: dict[int, Future] = {}
+        self._known_end: dict[int, int] = {}  # metadata partition -> its end offset as last read
+        self._load_requested: dict[int, float] = {}  # metadata partition -> monotonic time first asked for
+        self._ready_time_s: dict[int, float] = {}
         self._assigned: set[TopicIdPartition] = set()
         self._initialized = False
         self._init_lock = threading.Lock()
@@ -243,6 +260,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 return fut  # loading or loaded; a failed or cancelled load is tried again
             if self._loader is None or self._closed.is_set():
                 raise RuntimeError("manager is not running")
+            self._load_requested.setdefault(p, time.monotonic())
             fut = self._loads[p] = self._loader.submit(self._load, p)
             return fut
 
@@ -257,6 +275,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 for cache in self._stores[p].caches.values():
                     cache.mark_initialized()
                 self._loaded.add(p)
+                self._ready_time_s[p] = time.monotonic() - self._load_requested.get(p, t0)
         log.info("%s-%d loaded in %.3f s (snapshot up to offset %s, %d records replayed)",
                  "__remote_log_metadata", p, time.monotonic() - t0, restored, replayed)
         if replayed >= self.config.snapshot_min_records:
@@ -274,7 +293,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         except (SnapshotError, OSError) as exc:
             log.warning("ignoring metadata snapshot %s: %s", path, exc)
             return None
-        end = self._topic.end_offset(p)
+        end = self._learn_end(p)
         if snap.next_offset > end:
             # The topic holds less than the snapshot saw (recreated or truncated): trust the topic.
             log.warning("ignoring metadata snapshot %s: covers offset %d but the topic ends at %d",
@@ -291,7 +310,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _consume(self, p: int, until: int | None) -> int:
         """Apply the records of metadata partition ``p`` from the consumed offset up to ``until``
         (exclusive; the current end when None). Caller holds the partition's read lock."""
-        end = self._topic.end_offset(p) if until is None else until
+        end = self._learn_end(p) if until is None else until
         applied = 0
         if self._consumed[p] >= end:
             return 0
@@ -301,6 +320,13 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             if offset + 1 >= end:
                 break
         return applied
+
+    def _learn_end(self, p: int) -> int:
+        """The topic's end offset, kept for the lag metric: a scrape reports the end the reads last
+        saw rather than ask a remote leader for it on the metrics thread."""
+        end = self._topic.end_offset(p)
+        self._known_end[p] = end  # one dict store, atomic: the read path takes no lock for it
+        return end
 
     def _apply(self, p: int, offset: int, value: bytes) -> None:
         try:
@@ -331,7 +357,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def _catch_up(self, p: int, until: int | None = None) -> None:
         """Read up to ``until`` (our own record + 1) or the current end, waiting up to
         remote.log.metadata.consume.wait.ms for the record to become readable."""
-        if until is None and self._topic.end_offset(p) <= self._consumed[p]:
+        if until is None and self._learn_end(p) <= self._consumed[p]:
             return  # the common read path: nothing new, no lock taken
         deadline = time.monotonic() + self.config.consume_wait_ms / 1000
         while True:
@@ -417,6 +443,19 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         store = self._ready_store(self.partition_for(tp), tp)
         with self._lock:
             return store.delete_metadata.get(tp)
+
+    # -- metrics --------------------------------------------------------------------------------
+
+    @property
+    def consumer_client_id(self) -> str:
+        """The client id Kafka's manager gives its metadata consumer, which labels its lag metric."""
+        return f"__remote_log_metadata_client_{self.config.broker_id}_consumer"
+
+    def metadata_partition_states(self) -> list[MetadataPartitionState]:
+        """Each metadata partition this broker reads (asked to load), loaded or loading; no I/O."""
+        with self._lock:
+            return [MetadataPartitionState(p, max(self._known_end.get(p, 0), self._consumed[p]), self._consumed[p],
+                                           self._ready_time_s.get(p)) for p in sorted(self._loads)]
 
     # -- snapshots ------------------------------------------------------------------------------
 

@@ -10,6 +10,9 @@ kafka.server:type=DelayedRemoteFetchMetrics,name=ExpiresPerSec               kaf
 kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs (histogram, ms)      kafka_log_logflushstats_logflushrateandtimems
 kafka.controller:type=KafkaController,name=PreferredReplicaImbalanceCount    kafka_controller_kafkacontroller_preferredreplicaimbalancecount
 (tieredlog's) tiered partitions here whose remote log metadata is loading    tieredlog_rlmm_not_ready_partitions
+kafka.consumer:type=consumer-fetch-manager-metrics,client-id=...,topic=...,   kafka_consumer_consumer_fetch_manager_metrics_records_lag  client_id, topic, partition
+  partition=... records-lag, of the RLMM's consumer __remote_log_metadata_client_<broker.id>_consumer
+(tieredlog's) seconds from a metadata partition's first load request to ready  tieredlog_rlmm_partition_ready_time_seconds           partition
 (tieredlog's) the event loop's wake-up delay (histogram, seconds)            tieredlog_event_loop_lag_seconds
 (tieredlog's) its largest value over the last 30 to 60 seconds             tieredlog_event_loop_lag_max_seconds
 (kafka-exporter's names) a group's committed offset, groups coordinated here   kafka_consumergroup_current_offset                          consumergroup, topic, partition
@@ -17,6 +20,10 @@ kafka.controller:type=KafkaController,name=PreferredReplicaImbalanceCount    kaf
 (tieredlog's) 1 when that next offset is only in the remote tier             tieredlog_consumergroup_reads_remote                        consumergroup, topic, partition
 (KIP-827's TotalBytes / UsableBytes) each log dir's file system              tieredlog_log_dir_total_bytes, tieredlog_log_dir_usable_bytes  logdir
 ==========================================================================  ==========================================================  ================
+
+The RLMM's lag and time to ready cover the ``__remote_log_metadata`` partitions this broker reads, with the
+topic-based manager only; the lag is the partition's end offset as the manager's reads last learned it (a
+scrape never asks a leader) minus the next offset it applies.
 
 Purgatories: Fetch counts the partition watches of parked Fetch requests, Produce the parked acks=all
 appends, RemoteFetch the remote reads a Fetch waits on now.
@@ -53,6 +60,7 @@ def broker_health_families(metrics: BrokerMetrics) -> Iterator[Any]:
     yield from _flush_families()
     yield _imbalance_family(metrics)
     yield _rlmm_family(metrics)
+    yield from _rlmm_consumer_families(metrics)
     yield from _loop_lag_families(metrics)
     yield from _group_families(metrics)
     yield from _log_dir_families(metrics)
@@ -110,6 +118,28 @@ def _rlmm_family(metrics: BrokerMetrics) -> Any:
     return GaugeMetricFamily("tieredlog_rlmm_not_ready_partitions",
                              "Tiered partitions hosted here whose remote log metadata is not loaded yet: they "
                              "neither copy nor serve remote reads meanwhile", value=waiting)
+
+
+def _rlmm_consumer_families(metrics: BrokerMetrics) -> Iterator[Any]:
+    from tieredlog.rlmm.topic import METADATA_TOPIC
+    from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager
+
+    lag = GaugeMetricFamily("kafka_consumer_consumer_fetch_manager_metrics_records_lag",
+                            "records-lag: the remote log metadata manager's lag behind the end of each "
+                            "__remote_log_metadata partition it reads", labels=["client_id", "topic", "partition"])
+    ready = GaugeMetricFamily("tieredlog_rlmm_partition_ready_time_seconds",
+                              "Seconds a __remote_log_metadata partition took from its first load request to "
+                              "ready (snapshot restored and tail replayed)", labels=["partition"])
+    rlm = metrics.broker.remote_log_manager
+    rlmm = rlm.rlmm if rlm is not None else None
+    if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
+        client_id = rlmm.consumer_client_id
+        for state in rlmm.metadata_partition_states():
+            lag.add_metric([client_id, METADATA_TOPIC, str(state.partition)], state.lag)
+            if state.ready_time_s is not None:
+                ready.add_metric([str(state.partition)], state.ready_time_s)
+    yield lag
+    yield ready
 
 
 def _loop_lag_families(metrics: BrokerMetrics) -> Iterator[Any]:
