@@ -188,6 +188,10 @@ def test_two_clients_share_the_replicated_metadata_topic_across_a_leader_failove
             return found is not None and found.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 
         wait_until(seen_by_m2, timeout=10, message="the second manager sees the finished segment")
+        # its lag, from the end its reads learned over the network: caught up
+        (state,) = [x for x in m2.metadata_partition_states() if x.partition == m2.partition_for(tp)]
+        assert (state.lag, state.end_offset) == (0, state.consumed_offset) and state.consumed_offset > 0
+        assert state.ready_time_s is not None
         (listed,) = list(m2.list_remote_log_segments(tp))
         assert (listed.remote_log_segment_id, listed.state) == (md.remote_log_segment_id,
                                                                 RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
