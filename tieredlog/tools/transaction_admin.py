@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
+from tieredlog.clients.routing import COORDINATOR_RETRIABLE, CoordinatorType, find_coordinators
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import (
     DESCRIBE_PRODUCERS,
@@ -50,14 +51,11 @@ RETRY_BACKOFF_S = 0.2
 WRITE_TXN_MARKERS_MIN_VERSION = 1
 
 # What Kafka's admin handlers answer by looking again (the leader or coordinator moved, or is loading)
-RETRIABLE = frozenset({
+RETRIABLE = COORDINATOR_RETRIABLE | {
     ErrorCode.not_leader_or_follower,
     ErrorCode.leader_not_available,
-    ErrorCode.coordinator_load_in_progress,
-    ErrorCode.coordinator_not_available,
-    ErrorCode.not_coordinator,
     ErrorCode.network_exception,
-})
+}
 
 
 class TransactionState(str, enum.Enum):
@@ -81,13 +79,6 @@ class TransactionState(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class CoordinatorType(enum.IntEnum):
-    """Kafka's FindCoordinatorRequest.CoordinatorType (FindCoordinator's key_type)."""
-
-    GROUP = 0
-    TRANSACTION = 1
 
 
 class AdminApiError(Exception):
@@ -352,22 +343,13 @@ class TransactionsAdmin:
     def _find_coordinators(self, keys: list[str]) -> dict[str, int | AdminApiError]:
         client = self._any()
         version = self._version(client, FIND_COORDINATOR, "The bootstrap broker")
-        answers: list[tuple[str, Any]] = []
-        if version >= 4:  # KIP-699: one request for every key
-            r = client.request(FIND_COORDINATOR, {"key_type": CoordinatorType.TRANSACTION, "coordinator_keys": keys},
-                               version=version)
-            answers = [(c.key, c) for c in r.coordinators]
-        else:
-            for key in keys:
-                answers.append((key, client.request(FIND_COORDINATOR, {"key": key, "key_type": CoordinatorType.TRANSACTION},
-                                                    version=version)))
         out: dict[str, int | AdminApiError] = {}
-        for key, c in answers:
+        for c in find_coordinators(client, CoordinatorType.TRANSACTION, keys, version=version):
             if c.error_code != ErrorCode.none:
-                out[key] = AdminApiError(c.error_code, c.error_message)
+                out[c.key] = AdminApiError(c.error_code, c.error_message)
             else:
-                self._nodes[int(c.node_id)] = Node(int(c.node_id), c.host, int(c.port), None)
-                out[key] = int(c.node_id)
+                self._nodes[c.node_id] = Node(c.node_id, c.host, c.port, None)
+                out[c.key] = c.node_id
         return out
 
     def _next_correlation(self) -> int:
