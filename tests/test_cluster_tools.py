@@ -23,14 +23,22 @@ from broker_harness import REPO, BrokerProcess
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 from zk_harness import ZooKeeperServer, free_port, wait_until, zookeeper  # noqa: F401
 
 from tieredlog import cli
 from tieredlog.clients.blocking import KafkaClient
+from tieredlog.clients.routing import (
+    ControllerNotFound,
+    CoordinatorType,
+    call_controller,
+    find_controller,
+    find_coordinators,
+)
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
 from tieredlog.kafka_uuid import uuid_to_kafka_str
-from tieredlog.protocol.api import METADATA
+from tieredlog.protocol.api import LIST_PARTITION_REASSIGNMENTS, METADATA
 
 pytestmark = pytest.mark.integration
 
@@ -276,6 +284,36 @@ def test_preferred_leader_election_returns_leadership_to_the_restarted_preferred
     rc, out, err = tool(capsys, "leader-election", "--bootstrap-server", cluster.bootstrap,
                         "--election-type", "preferred", "--path-to-json-file", str(partitions))
     assert (rc, out) == (0, ["Valid replica already elected for partitions elect-0"]), err
+
+
+def test_routing_finds_the_controller_and_the_coordinator_through_any_broker(cluster: Cluster) -> None:
+    """What the tools route by: a controller-only request sent through a broker that is not the
+    controller reaches the controller; an answer that keeps saying NOT_CONTROLLER ends with the last
+    reason once the wait is over; FindCoordinator one key at a time (v3) and batched (v4) agree."""
+    with ZkClient(cluster.connect) as zk:
+        controller = zk.get_controller_id()
+    other = next(i for i, b in cluster.brokers.items() if i != controller and b.alive())
+    with KafkaClient(cluster.brokers[other].bootstrap, timeout=10) as c:
+        body = {"timeout": 30000, "topics": None}
+        assert c.request(LIST_PARTITION_REASSIGNMENTS, body, version=0).error_code == ErrorCode.not_controller
+        assert find_controller(c) == (controller, cluster.brokers[controller].bootstrap)
+        answer = call_controller(c, LIST_PARTITION_REASSIGNMENTS, body, version=0, wait_s=30, backoff_s=0.2)
+        assert answer.error_code == ErrorCode.none
+
+        with pytest.raises(ControllerNotFound) as refused:
+            call_controller(c, LIST_PARTITION_REASSIGNMENTS, body, version=0, wait_s=0, backoff_s=0.2,
+                            not_controller=lambda a: True)
+        assert refused.value.reason == f"broker {controller} is no longer the controller"
+
+        def coordinators(version: int) -> list[tuple[str, ErrorCode, int]]:
+            found = find_coordinators(c, CoordinatorType.GROUP, ["routing-a", "routing-b"], version=version)
+            return [(f.key, f.error_code, f.node_id) for f in found]
+
+        wait_until(lambda: all(code == ErrorCode.none for _, code, _ in coordinators(3)), timeout=30,
+                   message="the group coordinators are up")
+        one_by_one = coordinators(3)
+        assert one_by_one == coordinators(4)
+        assert {node for _, _, node in one_by_one} <= set(BROKER_IDS)
 
 
 def _consecutive_free_ports(n: int) -> int:

@@ -10,7 +10,7 @@ import pytest
 from test_async_client import Peer, ScriptedBroker, _metadata, run
 
 from tieredlog.clients.node_clients import BlockingNodeConnection, ConnectSettings, NodeConnections
-from tieredlog.clients.retry import ExponentialBackoff
+from tieredlog.clients.retry import ExponentialBackoff, retry_until
 from tieredlog.protocol.api import METADATA
 
 
@@ -88,3 +88,32 @@ def test_backoff_doubles_to_its_bound_and_starts_again_after_a_success() -> None
     assert [backoff.failed() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     backoff.reset()
     assert backoff.failed() == 0.1
+
+
+def test_retry_until_asks_again_on_a_retriable_error_and_raises_any_other_at_once() -> None:
+    calls: list[str] = []
+
+    def flaky() -> str:
+        calls.append("try")
+        if len(calls) < 3:
+            raise TimeoutError("not yet")
+        return "answer"
+
+    assert retry_until(flaky, timeout_s=30, backoff_s=0, retriable=lambda e: isinstance(e, TimeoutError)) == "answer"
+    assert len(calls) == 3
+
+    calls.clear()
+    with pytest.raises(ValueError):
+        retry_until(lambda: calls.append("try") or int("x"), timeout_s=30, backoff_s=0,
+                    retriable=lambda e: isinstance(e, TimeoutError))
+    assert len(calls) == 1
+
+    calls.clear()
+
+    def never() -> str:
+        calls.append("try")
+        raise TimeoutError(f"attempt {len(calls)}")
+
+    with pytest.raises(TimeoutError):  # the deadline has passed: the last error, after one more try
+        retry_until(never, timeout_s=0, backoff_s=0, retriable=lambda e: True)
+    assert len(calls) == 1

@@ -65,6 +65,12 @@ class KafkaClient:
                 raise
         return self
 
+    def for_node(self, address: str) -> "KafkaClient":
+        """A client of another broker (the controller, a leader, a coordinator) with this one's id,
+        timeout and security, not connected yet: what goes for the bootstrap broker goes for all."""
+        return KafkaClient(address, client_id=self.client_id, timeout=self.timeout, ssl_context=self.ssl_context,
+                           sasl=self.sasl)
+
     def _connect_any(self) -> socket.socket:
         """The first address of the bootstrap list that accepts a connection, as Kafka's clients try
         each bootstrap server in turn: a tool keeps working while the first one listed is down."""

@@ -2,7 +2,8 @@
 
 ``NodeConnections`` is the asyncio form (the broker's senders on the event loop: replica fetchers,
 the controller channel, transaction markers); ``BlockingNodeConnection`` is one node's connection for
-worker threads (the controller's send threads, the replicated metadata topic client). Both connect
+worker threads (the controller's send threads, the replicated metadata topic client);
+``BlockingNodeClients`` is a blocking client per node for the tools (one thread, no locks). Both connect
 with the listener's ``ListenerSecurity`` and reconnect on the next request after a failure: a
 request that fails or times out closes its connection, since a late answer would be read as the
 next request's.
@@ -156,6 +157,27 @@ class BlockingNodeConnection:
             self._closed = True
             client, self._client = self._client, None
         _shut(client)
+
+
+class BlockingNodeClients(Generic[N]):
+    """A blocking client per node for a tool, opened on first use and kept until ``close`` (the tool
+    closes them all after a connection fails, so each is opened again on its next use)."""
+
+    def __init__(self, client_of: Callable[[N], KafkaClient]) -> None:
+        """``client_of(node)``: a client of that node, not connected yet."""
+        self._client_of = client_of
+        self._clients: dict[N, KafkaClient] = {}
+
+    def get(self, node: N) -> KafkaClient:
+        client = self._clients.get(node)
+        if client is None:
+            client = self._clients[node] = self._client_of(node).connect()
+        return client
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
 
 
 def _shut(client: KafkaClient | None) -> None:

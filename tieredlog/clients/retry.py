@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
 
 class ExponentialBackoff:
     """Waits that start at ``initial_s`` and double after each failure up to ``max_s``; a success
@@ -28,3 +33,18 @@ class ExponentialBackoff:
 
     def reset(self) -> None:
         self._current = self.initial_s
+
+
+def retry_until(attempt: Callable[[], T], *, timeout_s: float, backoff_s: float,
+                retriable: Callable[[Exception], bool]) -> T:
+    """``attempt()`` until it answers; an exception ``retriable`` accepts means try again after
+    ``backoff_s``, until ``timeout_s`` has passed, when the last one is raised (as Kafka's admin client
+    retries a call until default.api.timeout.ms). Any other exception is raised at once. Blocking."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return attempt()
+        except Exception as exc:
+            if not retriable(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(backoff_s)

@@ -9,15 +9,14 @@ between the Metadata answer and the request; so do we.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.clients.blocking import KafkaClient
+from tieredlog.clients.routing import ControllerNotFound, call_controller
 from tieredlog.protocol.api import METADATA
-from tieredlog.tools.command_config import same_as
 
 # How long a tool keeps looking for a controller that answers (an election after the controller
 # left takes up to the ZooKeeper session timeout).
@@ -89,25 +88,10 @@ def controller_request(client: KafkaClient, api_key: int, body: Any, *, version:
                        wait_s: float = CONTROLLER_WAIT_S) -> Any:
     """Send ``body`` to the active controller (found through ``client``'s broker) and return its
     answer; NOT_CONTROLLER, or no controller yet, means look again until ``wait_s`` has passed."""
-    deadline = time.monotonic() + wait_s
-    last = "no controller is elected"
-    while True:
-        view = describe_cluster(client, [])
-        node = view.brokers.get(view.controller_id)
-        if node is not None:
-            try:
-                with same_as(client, node.address) as c:
-                    answer = c.request(api_key, body, version=version)
-            except (OSError, ConnectionError) as exc:
-                last = f"cannot reach the controller (broker {node.node_id} at {node.address}): {exc}"
-            else:
-                code = getattr(answer, "error_code", ErrorCode.none)
-                if code != ErrorCode.not_controller:
-                    return answer
-                last = f"broker {node.node_id} is no longer the controller"
-        if time.monotonic() >= deadline:
-            raise AdminCommandFailed(f"Timed out waiting for the controller: {last}")
-        time.sleep(RETRY_BACKOFF_S)
+    try:
+        return call_controller(client, api_key, body, version=version, wait_s=wait_s, backoff_s=RETRY_BACKOFF_S)
+    except ControllerNotFound as exc:
+        raise AdminCommandFailed(f"Timed out waiting for the controller: {exc.reason}") from None
 
 
 def tp_name(topic: str, partition: int) -> str:

@@ -49,8 +49,7 @@ class ClientSettings:
 def same_as(client: KafkaClient, address: str) -> KafkaClient:
     """A client of another broker (the controller, a partition's leader) with ``client``'s id, timeout
     and security: what the tool was told to use for the bootstrap broker goes for every broker."""
-    return KafkaClient(address, client_id=client.client_id, timeout=client.timeout, ssl_context=client.ssl_context,
-                       sasl=client.sasl)
+    return client.for_node(address)
 
 
 def load(path: str | None) -> ClientSettings:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence, TextIO
 from kio.schema.errors import ErrorCode
 
 from tieredlog.clients.errors import KafkaProtocolError
+from tieredlog.clients.routing import CoordinatorType, find_coordinators
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import (
     CONSUMER_GROUP_DESCRIBE,
@@ -42,7 +43,7 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.tools import command_config, run_against_broker
 from tieredlog.tools.cluster_admin import Node, exception_name
-from tieredlog.tools.transaction_admin import AdminApiError, CoordinatorType, TransactionsAdmin
+from tieredlog.tools.transaction_admin import AdminApiError, TransactionsAdmin
 
 Clock = Callable[[], int]
 
@@ -136,11 +137,10 @@ class GroupsAdmin(TransactionsAdmin):
 
     def coordinator(self, group: str) -> Node:
         def attempt() -> Node:
-            r = self._any().request(FIND_COORDINATOR, {"key": group, "key_type": CoordinatorType.GROUP},
-                                    version=_V[FIND_COORDINATOR])
-            if r.error_code != ErrorCode.none:
-                raise AdminApiError(r.error_code, r.error_message)
-            node = Node(int(r.node_id), r.host, int(r.port), None)
+            (c,) = find_coordinators(self._any(), CoordinatorType.GROUP, [group], version=_V[FIND_COORDINATOR])
+            if c.error_code != ErrorCode.none:
+                raise AdminApiError(c.error_code, c.error_message)
+            node = Node(c.node_id, c.host, c.port, None)
             self._nodes[node.node_id] = node
             return node
 

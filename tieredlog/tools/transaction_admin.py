@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import enum
 import functools
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
+from tieredlog.clients.node_clients import BlockingNodeClients
+from tieredlog.clients.retry import retry_until
+from tieredlog.clients.routing import COORDINATOR_RETRIABLE, CoordinatorType, find_coordinators
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import (
     DESCRIBE_PRODUCERS,
@@ -50,14 +52,11 @@ RETRY_BACKOFF_S = 0.2
 WRITE_TXN_MARKERS_MIN_VERSION = 1
 
 # What Kafka's admin handlers answer by looking again (the leader or coordinator moved, or is loading)
-RETRIABLE = frozenset({
+RETRIABLE = COORDINATOR_RETRIABLE | {
     ErrorCode.not_leader_or_follower,
     ErrorCode.leader_not_available,
-    ErrorCode.coordinator_load_in_progress,
-    ErrorCode.coordinator_not_available,
-    ErrorCode.not_coordinator,
     ErrorCode.network_exception,
-})
+}
 
 
 class TransactionState(str, enum.Enum):
@@ -81,13 +80,6 @@ class TransactionState(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class CoordinatorType(enum.IntEnum):
-    """Kafka's FindCoordinatorRequest.CoordinatorType (FindCoordinator's key_type)."""
-
-    GROUP = 0
-    TRANSACTION = 1
 
 
 class AdminApiError(Exception):
@@ -192,7 +184,7 @@ class TransactionsAdmin:
         self.retry_for_s = retry_for_s
         self._bootstrap: KafkaClient | None = None
         self._nodes: dict[int, Node] = {}
-        self._clients: dict[int, KafkaClient] = {}
+        self._clients = BlockingNodeClients(self._node_client)
         self._correlation = 0
 
     def __enter__(self) -> "TransactionsAdmin":
@@ -202,11 +194,10 @@ class TransactionsAdmin:
         self.close()
 
     def close(self) -> None:
-        for c in [self._bootstrap, *self._clients.values()]:
-            if c is not None:
-                c.close()
+        if self._bootstrap is not None:
+            self._bootstrap.close()
         self._bootstrap = None
-        self._clients.clear()
+        self._clients.close()
 
     # ---- connections --------------------------------------------------------------------------------
 
@@ -216,17 +207,16 @@ class TransactionsAdmin:
         return self._bootstrap
 
     def _client(self, node_id: int) -> KafkaClient:
-        client = self._clients.get(node_id)
-        if client is None:
+        return self._clients.get(node_id)
+
+    def _node_client(self, node_id: int) -> KafkaClient:
+        node = self._nodes.get(node_id)
+        if node is None:
+            self.cluster([])
             node = self._nodes.get(node_id)
-            if node is None:
-                self.cluster([])
-                node = self._nodes.get(node_id)
-            if node is None:
-                raise AdminApiError(ErrorCode.broker_not_available, f"Broker {node_id} is not in the cluster")
-            client = self._clients[node_id] = self.settings.client(node.address, self.client_id,
-                                                                   self.timeout_s).connect()
-        return client
+        if node is None:
+            raise AdminApiError(ErrorCode.broker_not_available, f"Broker {node_id} is not in the cluster")
+        return self.settings.client(node.address, self.client_id, self.timeout_s)
 
     def _version(self, client: KafkaClient, api_key: int, who: str, minimum: int = 0) -> int:
         """The newest version of ``api_key`` both sides speak; UNSUPPORTED_VERSION when there is none from
@@ -246,20 +236,20 @@ class TransactionsAdmin:
         self.close()
 
     def _retrying(self, attempt: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self.retry_for_s
-        while True:
+        def once() -> T:
             try:
                 return attempt()
-            except (OSError, ConnectionError) as exc:
+            except OSError as exc:  # ConnectionError and socket timeouts included
                 self._forget()
-                last = AdminApiError(ErrorCode.network_exception, str(exc))
-            except AdminApiError as exc:
-                if not exc.retriable:
-                    raise
-                last = exc
-            if time.monotonic() >= deadline:
-                raise AdminApiError(last.code, f"{last} (still so after {self.retry_for_s:g} s)", retriable=False)
-            time.sleep(RETRY_BACKOFF_S)
+                raise AdminApiError(ErrorCode.network_exception, str(exc)) from exc
+
+        try:
+            return retry_until(once, timeout_s=self.retry_for_s, backoff_s=RETRY_BACKOFF_S,
+                               retriable=lambda exc: isinstance(exc, AdminApiError) and exc.retriable)
+        except AdminApiError as exc:
+            if not exc.retriable:
+                raise
+            raise AdminApiError(exc.code, f"{exc} (still so after {self.retry_for_s:g} s)", retriable=False) from None
 
     def cluster(self, topics: Iterable[str] | None = None) -> ClusterView:
         view = describe_cluster(self._any(), topics)
@@ -352,22 +342,13 @@ class TransactionsAdmin:
     def _find_coordinators(self, keys: list[str]) -> dict[str, int | AdminApiError]:
         client = self._any()
         version = self._version(client, FIND_COORDINATOR, "The bootstrap broker")
-        answers: list[tuple[str, Any]] = []
-        if version >= 4:  # KIP-699: one request for every key
-            r = client.request(FIND_COORDINATOR, {"key_type": CoordinatorType.TRANSACTION, "coordinator_keys": keys},
-                               version=version)
-            answers = [(c.key, c) for c in r.coordinators]
-        else:
-            for key in keys:
-                answers.append((key, client.request(FIND_COORDINATOR, {"key": key, "key_type": CoordinatorType.TRANSACTION},
-                                                    version=version)))
         out: dict[str, int | AdminApiError] = {}
-        for key, c in answers:
+        for c in find_coordinators(client, CoordinatorType.TRANSACTION, keys, version=version):
             if c.error_code != ErrorCode.none:
-                out[key] = AdminApiError(c.error_code, c.error_message)
+                out[c.key] = AdminApiError(c.error_code, c.error_message)
             else:
-                self._nodes[int(c.node_id)] = Node(int(c.node_id), c.host, int(c.port), None)
-                out[key] = int(c.node_id)
+                self._nodes[c.node_id] = Node(c.node_id, c.host, c.port, None)
+                out[c.key] = c.node_id
         return out
 
     def _next_correlation(self) -> int:

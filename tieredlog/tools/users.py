@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
+from tieredlog.clients.routing import ControllerNotFound, call_controller
 from tieredlog.protocol.api import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from tieredlog.security import scram
 from tieredlog.security.sasl.client import SaslClientError
@@ -33,11 +33,10 @@ from tieredlog.tools.cluster_admin import (
     CONTROLLER_WAIT_S,
     RETRY_BACKOFF_S,
     AdminCommandFailed,
-    describe_cluster,
     exception_name,
     exception_text,
 )
-from tieredlog.tools.command_config import CommandConfigError, same_as
+from tieredlog.tools.command_config import CommandConfigError
 
 # ---- --add-config / --delete-config (kafka-configs' syntax) -----------------------------------------
 
@@ -96,22 +95,18 @@ def alteration(user: str, add: dict[str, tuple[int, str]], delete: list[str]) ->
 def alter_on_controller(client: KafkaClient, body: dict[str, Any]) -> Any:
     """AlterUserScramCredentials to the bootstrap broker, then to the controller while the answer is
     NOT_CONTROLLER (a cluster's other brokers), until CONTROLLER_WAIT_S has passed."""
-    deadline = time.monotonic() + CONTROLLER_WAIT_S
     answer = client.request(ALTER_USER_SCRAM_CREDENTIALS, body, version=0)
-    while any(r.error_code == ErrorCode.not_controller for r in answer.results):
-        if time.monotonic() >= deadline:
-            raise AdminCommandFailed("Timed out waiting for the controller")
-        time.sleep(RETRY_BACKOFF_S)
-        view = describe_cluster(client, [])
-        node = view.brokers.get(view.controller_id)
-        if node is None:
-            continue
-        try:
-            with same_as(client, node.address) as c:
-                answer = c.request(ALTER_USER_SCRAM_CREDENTIALS, body, version=0)
-        except (OSError, ConnectionError):
-            continue
-    return answer
+    if not _not_controller(answer):
+        return answer
+    try:
+        return call_controller(client, ALTER_USER_SCRAM_CREDENTIALS, body, version=0, wait_s=CONTROLLER_WAIT_S,
+                               backoff_s=RETRY_BACKOFF_S, not_controller=_not_controller)
+    except ControllerNotFound:
+        raise AdminCommandFailed("Timed out waiting for the controller") from None
+
+
+def _not_controller(answer: Any) -> bool:
+    return any(r.error_code == ErrorCode.not_controller for r in answer.results)
 
 
 def describe(client: KafkaClient, users: list[str]) -> int:
