@@ -4,6 +4,7 @@ between brokers, restarts, and snapshot + tail replay giving the same state as a
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import crc32c
@@ -540,3 +541,43 @@ def test_snapshot_with_a_valid_checksum_but_bad_content_is_ignored(tmp_path, bod
     assert canonical(again) == expected  # replayed from the topic instead
     assert any("ignoring metadata snapshot" in r.getMessage() for r in caplog.records)
     again.close()
+
+
+class LeaderlessMetadataTopic(MemoryMetadataTopic):
+    """A metadata topic whose partitions have no leader until ``leader_back`` is set, as after every
+    replica restarted at once: reads give up as the cluster client does after its request timeout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leader_back = threading.Event()
+
+    def end_offset(self, partition: int) -> int:
+        if not self.leader_back.is_set():
+            raise TimeoutError(f"end offset of __remote_log_metadata-{partition}: gave up, no leader")
+        return super().end_offset(partition)
+
+
+def test_a_load_that_failed_is_tried_again_when_the_partition_is_asked_for(caplog):
+    topic = LeaderlessMetadataTopic()
+    first = MemoryMetadataTopic()
+    writer = manager(first)
+    md = seg(TPS[0], 0, 9)
+    writer.add_remote_log_segment_metadata(md)
+    writer.update_remote_log_segment_metadata(upd(md, S.COPY_SEGMENT_FINISHED))
+    writer.close()
+    topic.partitions = first.partitions
+    m = TopicBasedRemoteLogMetadataManager(topic, {"remote.log.metadata.topic.num.partitions": NUM, "broker.id": 1,
+                                                   "remote.log.metadata.snapshot.interval.ms": 0})
+    try:
+        m.on_partition_leadership_changes([TPS[0]], [])
+        with pytest.raises(TimeoutError):
+            m.wait_until_ready([TPS[0]], timeout=30)
+        assert "not loaded yet" in caplog.text and not m.is_ready(TPS[0])
+        topic.leader_back.set()
+        # the RLM's tasks ask on every pass; no leadership change comes to trigger a load
+        deadline = time.monotonic() + 30
+        while not m.is_ready(TPS[0]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert m.remote_log_segment_metadata(TPS[0], 0, 5).remote_log_segment_id == md.remote_log_segment_id
+    finally:
+        m.close()

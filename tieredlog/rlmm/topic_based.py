@@ -245,7 +245,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     if md.state != RemotePartitionDeleteState.DELETE_PARTITION_FINISHED]
 
     def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
-        return self.partition_for(topic_id_partition) in self._loaded
+        p = self.partition_for(topic_id_partition)
+        if p in self._loaded:
+            return True
+        # A load that failed (the metadata partition had no leader for a while, as after every replica
+        # restarted at once) is tried again here: the RLM's tasks and reads ask on every pass, as Kafka's
+        # consumer task keeps polling until the partition is caught up. Cheap: only submits the load.
+        try:
+            self._schedule_load(p)
+        except RuntimeError:
+            pass  # not configured yet, or closing: nothing to load
+        return False
 
     def wait_until_ready(self, partitions: Iterable[TopicIdPartition], timeout: float | None = None) -> None:
         """Block until the metadata of ``partitions`` is loaded (tests, benchmarks, broker startup)."""
@@ -265,7 +275,17 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return fut
 
     def _load(self, p: int) -> None:
-        """Snapshot + tail replay of one metadata partition, then mark it ready."""
+        """Snapshot + tail replay of one metadata partition, then mark it ready. A failure is logged in
+        one line and left in the future: the next ``_schedule_load`` of ``p`` tries again."""
+        try:
+            self._load_partition(p)
+        except Exception as exc:
+            if not self._closed.is_set():
+                log.warning("%s-%d not loaded yet, tried again on the next request for it: %s",
+                            "__remote_log_metadata", p, exc)
+            raise
+
+    def _load_partition(self, p: int) -> None:
         self._ensure_initialized()
         t0 = time.monotonic()
         with self._read_locks[p]:

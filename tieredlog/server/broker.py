@@ -124,6 +124,8 @@ class Broker:
         self.scram_credentials: ScramCredentialStore | None = None
         # cluster mode: topic changes to write to ZooKeeper at the next topics_durable()
         self._zk_pending: list[tuple[Any, Callable[[Any], bool]]] = []
+        # alone: partitions of created topics whose logs the next topics_durable() creates off the loop
+        self._logs_to_create: list[tuple[TopicMetadata, int]] = []
         self.producer_ids: ProducerIdManager | None = None
         self._store = TopicStore(self.log_dirs[0])
         self.stopping = False  # set on SIGTERM; parked fetches return at once
@@ -187,7 +189,8 @@ class Broker:
             self.topics_by_id = {t.topic_id: t for t in self.topics.values()}
             for t in list(self.topics.values()):
                 for p in range(t.partitions):
-                    self._ensure_log(t, p)
+                    self._logs_to_create.append((t, p))
+            await self._create_staged_logs()
             for plog in self.log_manager.all_logs():
                 # sole replica, so the ISR is {this broker}: everything recovered is committed
                 plog.update_high_watermark(plog.log_end_offset)
@@ -195,7 +198,7 @@ class Broker:
         self.replica_manager.start()
         if self.cluster_node is None:
             await self._start_coordinator()
-            self._start_remote_log_manager()
+            await self._start_remote_log_manager()
         else:
             # the logs on disk wait for the controller's LeaderAndIsr, which says what each one is now
             self._alter_partition = AlterPartitionManager(
@@ -317,10 +320,12 @@ class Broker:
         node = self.cluster_node
         return node is None or broker_id in node.metadata.brokers
 
-    def _start_remote_log_manager(self) -> None:
+    async def _start_remote_log_manager(self) -> None:
         # tiered storage (tieredlog.rlm; None when disabled): its metrics join the broker's endpoint
-        from tieredlog.server.remote_tier import create_remote_log_manager
+        from tieredlog.server.remote_tier import create_remote_log_manager, stage_metadata_topic
 
+        stage_metadata_topic(self)
+        await self.topics_durable()  # the metadata topic's logs, before the RLMM reads them
         self.remote_log_manager = create_remote_log_manager(self)
 
     def _make_log_manager(self) -> LogManager:
@@ -395,8 +400,10 @@ class Broker:
 
     async def _start_coordinator(self) -> None:
         self.group_coordinator = create_group_coordinator(self)
+        await self.topics_durable()  # __consumer_offsets' logs, when it was just created
         await self.group_coordinator.start()
         self.transaction_coordinator = create_transaction_coordinator(self)
+        await self.topics_durable()
         await self.transaction_coordinator.start()
 
     async def controlled_shutdown(self) -> bool:
@@ -479,13 +486,26 @@ class Broker:
         except ConfigError as exc:
             raise InvalidConfigError(str(exc)) from None
 
-    def _ensure_log(self, t: TopicMetadata, partition: int) -> UnifiedLog:
-        tp = TopicPartition(t.name, partition)
-        plog = self.log_manager.get_or_create_log(tp, t.topic_id, self._effective_log_config(t.configs))
+    async def _create_staged_logs(self) -> None:
+        """Alone: create the logs of the partitions staged by create_topic / create_partitions. The
+        directory creation and its fsync run on an executor thread; the partitions become servable (sole
+        replica) on the loop afterwards, so a produce or fetch never finds a topic without its log."""
+        staged, self._logs_to_create = self._logs_to_create, []
+        if not staged:
+            return
+        wanted = [(TopicPartition(t.name, p), t.topic_id, self._effective_log_config(t.configs)) for t, p in staged]
+        logs = self.log_manager
+        created = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: [logs.get_or_create_log(tp, tid, cfg) for tp, tid, cfg in wanted])
         rm = self.replica_manager
-        if rm is not None and self.cluster_node is None and rm.get_partition(tp) is None:
-            rm.add_sole_replica(tp, plog)
-        return plog
+        for (t, _), (tp, _, _), plog in zip(staged, wanted, created):
+            if self.topics.get(t.name) is not t:
+                # deleted while its log was being made: the log goes too
+                if self.log_manager.get_log(tp) is plog:
+                    self.log_manager.delete_log(tp)
+            elif rm is not None and rm.get_partition(tp) is None:
+                rm.add_sole_replica(tp, plog)
+
 
     def get_topic(self, name: str) -> TopicMetadata | None:
         return self.topics.get(name)
@@ -536,6 +556,7 @@ class Broker:
         and (for up to ``wait_s``) in this broker's metadata."""
         if self.cluster_node is None:
             version = self._store.staged_version
+            await self._create_staged_logs()
             await asyncio.get_running_loop().run_in_executor(None, self._store.sync, version)
             return
         pending, self._zk_pending = self._zk_pending, []
@@ -572,20 +593,18 @@ class Broker:
         self.topics[name] = t
         self.topics_by_id[t.topic_id] = t
         self._store.stage(self.topics)
-        for p in range(partitions):
-            self._ensure_log(t, p)
+        self._logs_to_create.extend((t, p) for p in range(partitions))
         log.info("created topic %s with %d partition(s), id %s", name, partitions, t.topic_id)
         return t
 
     def create_internal_topic(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> TopicMetadata:
-        """Create ``name`` if missing (idempotent) and durable; used at start-up by the coordinator and the
-        RLMM, before any request is served, so the write is inline."""
+        """Create ``name`` if missing (idempotent); used at start-up by the coordinator and the RLMM, before
+        any request is served. As every topic change, it is durable and its logs exist once the caller
+        awaited ``topics_durable()``."""
         t = self.topics.get(name)
         if t is not None:
             return t
-        t = self.create_topic(name, partitions, 1, configs)
-        self._store.sync()
-        return t
+        return self.create_topic(name, partitions, 1, configs)
 
     def delete_topic(self, name: str) -> None:
         t = self.topics.get(name)
@@ -600,6 +619,7 @@ class Broker:
             self.remote_log_manager.on_topic_deleted([TopicPartition(name, p) for p in range(t.partitions)])
         del self.topics[name]
         self.topics_by_id.pop(t.topic_id, None)
+        self._logs_to_create = [(x, p) for x, p in self._logs_to_create if x is not t]
         self._store.stage(self.topics)
         for p in range(t.partitions):
             tp = TopicPartition(name, p)
@@ -638,8 +658,7 @@ class Broker:
             return
         t.partitions = count
         self._store.stage(self.topics)
-        for p in range(old, count):
-            self._ensure_log(t, p)
+        self._logs_to_create.extend((t, p) for p in range(old, count))
 
     def alter_topic_configs(self, name: str, overrides: dict[str, str], validate_only: bool = False) -> None:
         """Replace the topic's overrides; validated as a whole, staged for the topics file, then pushed to

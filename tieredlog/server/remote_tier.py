@@ -94,16 +94,26 @@ def plugin_rlmm(broker: Broker, configs: dict[str, Any]) -> RemoteLogMetadataMan
     return rlmm
 
 
+def stage_metadata_topic(broker: Broker, cfg: RemoteLogManagerConfig | None = None) -> None:
+    """Alone, with the topic-based RLMM: create ``__remote_log_metadata`` when missing. Its logs exist
+    once the caller awaited ``broker.topics_durable()``."""
+    cfg = cfg or RemoteLogManagerConfig.from_broker_config(broker.config)
+    if not cfg.system_enable or not is_topic_based(str(broker.config.get(RLMM_CLASS_NAME_CONFIG) or "")):
+        return
+    rcfg = TopicBasedRlmmConfig.from_configs(rlmm_configs_for(broker, cfg))
+    topic_configs = {"retention.ms": str(rcfg.retention_ms), "cleanup.policy": "delete", "remote.storage.enable": "false"}
+    broker.create_internal_topic(METADATA_TOPIC, rcfg.num_partitions, topic_configs)
+
+
 def build_rlmm(broker: Broker, cfg: RemoteLogManagerConfig) -> RemoteLogMetadataManager:
     configs = rlmm_configs_for(broker, cfg)
     plugin = plugin_rlmm(broker, configs)
     if plugin is not None:
         return plugin
     rcfg = TopicBasedRlmmConfig.from_configs(configs)
-    topic_configs = {"retention.ms": str(rcfg.retention_ms), "cleanup.policy": "delete", "remote.storage.enable": "false"}
-    # Create the topic now, on the broker's own start-up path, so the RLMM's loader thread never
-    # has to mutate the broker's topic table; afterwards it only reads the partition count.
-    broker.create_internal_topic(METADATA_TOPIC, rcfg.num_partitions, topic_configs)
+    # created by stage_metadata_topic on the broker's start-up path (its logs made off the loop), so the
+    # RLMM's loader thread never has to mutate the broker's topic table; it only reads the partition count
+    stage_metadata_topic(broker, cfg)
 
     def create_topic(name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> int:
         t = broker.get_topic(name)
