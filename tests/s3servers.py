@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -112,16 +113,39 @@ def wait_for_bucket(endpoint: S3Endpoint, timeout: float = 60.0, proc: subproces
 
 
 def start_moto() -> S3Endpoint:
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    """moto's server mode in a process of its own: its state, its threads and its locks apart from the
+    test process (an in-process server shares the test process's GIL and moto's global backends with
+    every test that ran before)."""
     port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = S3Endpoint("moto", f"http://127.0.0.1:{port}", _stop=server.stop)
-    endpoint.client().create_bucket(Bucket=BUCKET)
+    workdir = Path(tempfile.mkdtemp(prefix="tieredlog-moto-"))
+    logfile = (workdir / "moto.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+
+    def stop() -> None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        logfile.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    endpoint = S3Endpoint("moto", f"http://127.0.0.1:{port}", _stop=stop)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            endpoint.client(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5).create_bucket(
+                Bucket=BUCKET)
+            break
+        except Exception as exc:  # not listening yet
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (workdir / "moto.log").read_bytes()[-2000:].decode(errors="replace")
+                stop()
+                raise RuntimeError(f"moto did not start: {exc!r}; log tail:\n{tail}") from None
+            time.sleep(0.2)
     return endpoint
 
 
