@@ -409,7 +409,8 @@ def start_metrics_endpoint(metrics: BrokerMetrics, config: BrokerConfig) -> Metr
         log.error("metrics endpoint not started: cannot bind %s:%d (metrics.host, metrics.port): %s; set "
                   "metrics.port to a free port, or -1 for no endpoint", host, port, exc.strerror or exc)
         return None
-    log.info("Prometheus metrics at http://%s:%d/metrics", host, endpoint.port)
+    log.info("Prometheus metrics at http://%s:%d/metrics, the console at http://%s:%d/console", host, endpoint.port,
+             host, endpoint.port)
     return endpoint
 
 
