@@ -54,6 +54,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.fixture(autouse=True)
+def _release_logs_left_open(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Release the descriptors of the logs a test made under its own ``tmp_path`` and left open.
+
+    Many unit tests end without closing their logs (a crash is their point, or the test simply stops),
+    and a segment holds raw descriptors that no garbage collection closes. Over the whole run they
+    added up past 1,024 in the test process, where py4j's callback server (Spark's foreachBatch)
+    watches its socket with select(), which cannot see a descriptor that high: every streaming test
+    after that point hung. The logs are only released (close_handles: nothing is written)."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    from tieredlog.log.unified_log import UnifiedLog
+
+    root = request.getfixturevalue("tmp_path")  # asked now: it is torn down after this fixture
+    made: list[UnifiedLog] = []
+    init = UnifiedLog.__init__
+
+    def recording_init(self: UnifiedLog, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(UnifiedLog, "__init__", recording_init)
+    yield
+    for plog in made:
+        if plog.dir.is_relative_to(root):
+            try:
+                plog.close_handles()
+            except OSError:
+                pass
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     b = BrokerProcess(tmp_path_factory.mktemp("broker") / "data").start()
