@@ -112,15 +112,14 @@ def wait_for_bucket(endpoint: S3Endpoint, timeout: float = 60.0, proc: subproces
     raise RuntimeError(f"{endpoint.name} at {endpoint.url} did not serve bucket {endpoint.bucket}: {last!r}")
 
 
-def start_moto() -> S3Endpoint:
-    """moto's server mode in a process of its own: its state, its threads and its locks apart from the
-    test process (an in-process server shares the test process's GIL and moto's global backends with
-    every test that ran before)."""
-    port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="tieredlog-moto-"))
-    logfile = (workdir / "moto.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+def _server_process(name: str, workdir: Path, command: list[str], port: int,
+                    ready: Callable[[S3Endpoint, subprocess.Popen], None]) -> S3Endpoint:
+    """Run ``command`` (an S3 server on ``port``) with its output in ``workdir``; its endpoint once
+    ``ready`` returns. Stopping it ends the process and removes ``workdir``; a server that does not
+    get ready is stopped, and the error carries its log's tail."""
+    log_path = workdir / f"{name}.log"
+    logfile = log_path.open("wb")
+    proc = subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True)
 
     def stop() -> None:
@@ -133,20 +132,38 @@ def start_moto() -> S3Endpoint:
         logfile.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    endpoint = S3Endpoint("moto", f"http://127.0.0.1:{port}", _stop=stop)
-    deadline = time.monotonic() + 60
+    endpoint = S3Endpoint(name, f"http://127.0.0.1:{port}", _stop=stop)
+    try:
+        ready(endpoint, proc)
+    except Exception as exc:
+        tail = log_path.read_bytes()[-2000:].decode(errors="replace")
+        stop()
+        raise RuntimeError(f"{name} did not start: {exc!r}; log tail:\n{tail}") from None
+    return endpoint
+
+
+def _create_bucket(endpoint: S3Endpoint, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Create the endpoint's bucket as soon as the server listens."""
+    client = endpoint.client(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5)
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            endpoint.client(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5).create_bucket(
-                Bucket=BUCKET)
-            break
-        except Exception as exc:  # not listening yet
+            client.create_bucket(Bucket=endpoint.bucket)
+            return
+        except Exception:  # not listening yet
             if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (workdir / "moto.log").read_bytes()[-2000:].decode(errors="replace")
-                stop()
-                raise RuntimeError(f"moto did not start: {exc!r}; log tail:\n{tail}") from None
+                raise
             time.sleep(0.2)
-    return endpoint
+
+
+def start_moto() -> S3Endpoint:
+    """moto's server mode in a process of its own: its state, its threads and its locks apart from the
+    test process (an in-process server shares the test process's GIL and moto's global backends with
+    every test that ran before)."""
+    port = free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="tieredlog-moto-"))
+    return _server_process("moto", workdir, [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                           port, _create_bucket)
 
 
 def seaweed_command(data_dir: Path, s3_port: int, config_file: Path, bucket: str = BUCKET) -> list[str]:
@@ -178,28 +195,8 @@ def start_seaweedfs() -> S3Endpoint:
     config = workdir / "s3.json"
     write_seaweed_identity(config)
     port = free_port()
-    logfile = (workdir / "weed.log").open("wb")
-    proc = subprocess.Popen(seaweed_command(workdir / "data", port, config), stdout=logfile,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        logfile.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    endpoint = S3Endpoint("seaweedfs", f"http://127.0.0.1:{port}", _stop=stop)
-    try:
-        wait_for_bucket(endpoint, proc=proc)
-    except Exception:
-        tail = (workdir / "weed.log").read_bytes()[-2000:].decode(errors="replace")
-        stop()
-        raise RuntimeError(f"SeaweedFS did not start; log tail:\n{tail}") from None
-    return endpoint
+    return _server_process("seaweedfs", workdir, seaweed_command(workdir / "data", port, config), port,
+                           lambda endpoint, proc: wait_for_bucket(endpoint, proc=proc))
 
 
 class _Shared:
