@@ -1,6 +1,8 @@
 """One broker as a child process: its properties, log file, start, exit status and orderly stop.
 
-Shared by the tools that run several brokers from one command (``tieredlog host``).
+Shared by the tools that run several brokers from one command (``tieredlog host``, ``tieredlog
+dev-cluster``), with the parsing of their ``--override`` options and the check that a broker has
+registered.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from tieredlog.clients.blocking import KafkaClient
+from tieredlog.tools.cluster_admin import describe_cluster
 from tieredlog.tools.zookeeper_server import die_with_parent
 
 STOP_TIMEOUT_S = 60.0  # an orderly broker shutdown moves leadership away through the controller first
@@ -47,6 +51,28 @@ class BrokerProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return ""
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, str]:
+    """``--override KEY=VALUE`` options as a dict; ValueError names the first malformed one."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--override expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def registered(broker_id: int, address: str, need_controller: bool = False) -> bool:
+    """The broker at ``address`` answers Metadata listing itself among the live brokers (and, with
+    ``need_controller``, knowing a controller)."""
+    try:
+        with KafkaClient(address, timeout=5) as c:
+            view = describe_cluster(c, [])
+    except Exception:  # noqa: BLE001 - not up yet, whatever it says
+        return False
+    return broker_id in view.brokers and (view.controller_id >= 0 or not need_controller)
 
 
 def stop_all(brokers: list[BrokerProcess], timeout_s: float = STOP_TIMEOUT_S) -> None:

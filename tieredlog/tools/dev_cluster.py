@@ -36,8 +36,9 @@ from typing import Any, Callable
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
+from tieredlog.tools.broker_process import STOP_TIMEOUT_S, parse_overrides
 from tieredlog.tools.cluster_admin import describe_cluster
-from tieredlog.tools.dev_cluster_broker import STOP_TIMEOUT_S, DevBroker
+from tieredlog.tools.dev_cluster_broker import DevBroker
 from tieredlog.tools.dev_cluster_control import COMMANDS, ControlError, ControlServer, running_supervisor, send
 from tieredlog.tools.dev_cluster_s3 import BUCKET, LocalS3Server, S3ServerNotAvailable, available_kind
 from tieredlog.tools.zookeeper_server import ZooKeeperNotAvailable, ZooKeeperServer
@@ -75,13 +76,10 @@ def _port_free(port: int) -> bool:
 
 
 def _parse_overrides(items: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise DevClusterError(f"--override expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
+    try:
+        return parse_overrides(items)
+    except ValueError as exc:
+        raise DevClusterError(str(exc)) from None
 
 
 def _check_settings(base: Path, remote: str) -> None:

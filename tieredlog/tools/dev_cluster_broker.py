@@ -8,31 +8,24 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from tieredlog.clients.blocking import KafkaClient
-from tieredlog.tools.cluster_admin import describe_cluster
-from tieredlog.tools.zookeeper_server import die_with_parent
+from tieredlog.tools.broker_process import STOP_TIMEOUT_S, BrokerProcess, registered
 
 HOST = "127.0.0.1"
-STOP_TIMEOUT_S = 60.0  # an orderly broker shutdown moves leadership away through the controller first
 
 
-class DevBroker:
+class DevBroker(BrokerProcess):
     def __init__(self, broker_id: int, port: int, base: Path, props: dict[str, str]) -> None:
-        self.broker_id = broker_id
         self.port = port
         self.data_dir = base / f"broker-{broker_id}" / "data"
-        self.log_path = base / f"broker-{broker_id}.log"
-        self.props = {"broker.id": str(broker_id), "listeners": f"PLAINTEXT://{HOST}:{port}",
-                      "log.dirs": str(self.data_dir), **props}
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(broker_id, {"broker.id": str(broker_id), "listeners": f"PLAINTEXT://{HOST}:{port}",
+                                     "log.dirs": str(self.data_dir), **props},
+                         base / f"broker-{broker_id}.log")
         # True once the supervisor stopped or killed it on request: the watch loop then says nothing
         self.exit_expected = False
-        self.reported_exit = False
         self.lock = threading.Lock()
 
     @property
@@ -56,21 +49,11 @@ class DevBroker:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def exited(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
     def start(self) -> None:
         """Start the process (the caller must be a long-lived thread: PR_SET_PDEATHSIG fires when the
         thread that forked the child ends, not only the process)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "tieredlog.cli", "broker"]
-        for k, v in self.props.items():
-            cmd += ["--override", f"{k}={v}"]
-        with open(self.log_path, "ab") as log:
-            # its own session: a Ctrl-C in the terminal reaches only the supervisor, which stops the
-            # brokers in order
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=die_with_parent)
+        super().start()
         self.exit_expected = False
         self.reported_exit = False
 
@@ -105,12 +88,7 @@ class DevBroker:
 
     def registered(self) -> bool:
         """It answers Metadata, lists itself among the live brokers and knows a controller."""
-        try:
-            with KafkaClient(self.address, timeout=5) as c:
-                view = describe_cluster(c, [])
-        except Exception:  # noqa: BLE001 - not up yet, whatever it says
-            return False
-        return self.broker_id in view.brokers and view.controller_id >= 0
+        return registered(self.broker_id, self.address, need_controller=True)
 
     def wait_registered(self, timeout: float, stopping: threading.Event) -> str | None:
         """None once registered, else why not (it exited, the cluster is stopping, time ran out)."""
@@ -134,9 +112,3 @@ class DevBroker:
         if rc is None:
             return f"running  pid {self.proc.pid}"
         return f"stopped  (exit code {rc})"
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""

@@ -25,10 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tieredlog.clients.blocking import KafkaClient
 from tieredlog.config import BrokerConfig, BrokerConfigError
-from tieredlog.tools.broker_process import BrokerProcess, stop_all
-from tieredlog.tools.cluster_admin import describe_cluster
+from tieredlog.tools.broker_process import BrokerProcess, parse_overrides, registered, stop_all
 
 READY_TIMEOUT_S = 90.0  # a broker's start on a loaded machine, plus its ZooKeeper registration
 
@@ -68,23 +66,11 @@ def _check_config(path: str | None) -> str | None:
     return str(Path(path).resolve())
 
 
-def _parse_overrides(items: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise HostError(f"--override expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _registered(b: BrokerProcess, address: str) -> bool:
-    """The broker answers and sees itself registered in the cluster."""
+def _overrides(items: list[str] | None) -> dict[str, str]:
     try:
-        with KafkaClient(address, timeout=5) as c:
-            return b.broker_id in describe_cluster(c, []).brokers
-    except Exception:  # noqa: BLE001 - not up yet, whatever it says
-        return False
+        return parse_overrides(items)
+    except ValueError as exc:
+        raise HostError(str(exc)) from None
 
 
 class Host:
@@ -109,7 +95,7 @@ class Host:
             if time.monotonic() >= deadline:
                 raise HostError(f"broker(s) {', '.join(str(b.broker_id) for b, _ in pending)} did not register "
                                 f"within {READY_TIMEOUT_S:.0f} s (logs beside their data)")
-            pending = [(b, addr) for b, addr in pending if not _registered(b, addr)]
+            pending = [(b, addr) for b, addr in pending if not registered(b.broker_id, addr)]
             if pending:
                 time.sleep(0.2)
 
@@ -147,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(a.dir).resolve()
     try:
         config_file = _check_config(a.config)
-        overrides = _parse_overrides(a.override)
+        overrides = _overrides(a.override)
     except HostError as exc:
         print(f"tieredlog host: {exc}", file=sys.stderr)
         return 2
