@@ -131,34 +131,43 @@ KAFKA_BROKER_CONFIGS: frozenset[str] = frozenset({
     "zookeeper.ssl.truststore.password", "zookeeper.ssl.truststore.type",
 })
 
-# the ones it changes without a restart (AllDynamicConfigs)
-KAFKA_DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset({
-    "advertised.listeners", "background.threads", "compression.gzip.level", "compression.lz4.level",
-    "compression.type", "compression.zstd.level", "listener.security.protocol.map", "listeners",
-    "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.delete.retention.ms",
-    "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size", "log.cleaner.io.max.bytes.per.second",
-    "log.cleaner.max.compaction.lag.ms", "log.cleaner.min.cleanable.ratio", "log.cleaner.min.compaction.lag.ms",
-    "log.cleaner.threads", "log.cleanup.policy", "log.flush.interval.messages", "log.flush.interval.ms",
-    "log.index.interval.bytes", "log.index.size.max.bytes", "log.local.retention.bytes", "log.local.retention.ms",
-    "log.message.downconversion.enable", "log.message.timestamp.after.max.ms",
+# the listeners' security and SASL configs: dynamic only per broker (with the listeners themselves,
+# below), never at the cluster-wide default
+KAFKA_LISTENER_SECURITY_CONFIGS: frozenset[str] = frozenset({
+    "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.service.name", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.login.refresh.buffer.seconds",
+    "sasl.login.refresh.min.period.seconds", "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter",
+    "sasl.mechanism.inter.broker.protocol", "ssl.cipher.suites", "ssl.client.auth", "ssl.enabled.protocols",
+    "ssl.endpoint.identification.algorithm", "ssl.engine.factory.class", "ssl.key.password",
+    "ssl.keymanager.algorithm", "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.keystore.location",
+    "ssl.keystore.password", "ssl.keystore.type", "ssl.protocol", "ssl.provider", "ssl.secure.random.implementation",
+    "ssl.trustmanager.algorithm", "ssl.truststore.certificates", "ssl.truststore.location", "ssl.truststore.password",
+    "ssl.truststore.type",
+})
+
+# dynamic only per broker, never at the cluster-wide default (PerBrokerConfigs)
+KAFKA_PER_BROKER_CONFIGS: frozenset[str] = KAFKA_LISTENER_SECURITY_CONFIGS | frozenset({
+    "advertised.listeners", "listener.security.protocol.map", "listeners", "principal.builder.class",
+})
+
+# the ones it changes without a restart (AllDynamicConfigs, which include the per-broker ones)
+KAFKA_DYNAMIC_BROKER_CONFIGS: frozenset[str] = KAFKA_PER_BROKER_CONFIGS | frozenset({
+    "background.threads", "compression.gzip.level", "compression.lz4.level", "compression.type",
+    "compression.zstd.level", "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.delete.retention.ms", "log.cleaner.io.buffer.load.factor", "log.cleaner.io.buffer.size",
+    "log.cleaner.io.max.bytes.per.second", "log.cleaner.max.compaction.lag.ms", "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.min.compaction.lag.ms", "log.cleaner.threads", "log.cleanup.policy", "log.flush.interval.messages",
+    "log.flush.interval.ms", "log.index.interval.bytes", "log.index.size.max.bytes", "log.local.retention.bytes",
+    "log.local.retention.ms", "log.message.downconversion.enable", "log.message.timestamp.after.max.ms",
     "log.message.timestamp.before.max.ms", "log.message.timestamp.difference.max.ms", "log.message.timestamp.type",
     "log.preallocate", "log.retention.bytes", "log.retention.ms", "log.roll.jitter.ms", "log.roll.ms",
     "log.segment.bytes", "log.segment.delete.delay.ms", "max.connection.creation.rate", "max.connections",
     "max.connections.per.ip", "max.connections.per.ip.overrides", "message.max.bytes", "metric.reporters",
     "min.insync.replicas", "num.io.threads", "num.network.threads", "num.recovery.threads.per.data.dir",
-    "num.replica.fetchers", "principal.builder.class", "producer.id.expiration.ms", "remote.fetch.max.wait.ms",
+    "num.replica.fetchers", "producer.id.expiration.ms", "remote.fetch.max.wait.ms",
     "remote.list.offsets.request.timeout.ms", "remote.log.index.file.cache.total.size.bytes",
     "remote.log.manager.copy.max.bytes.per.second", "remote.log.manager.fetch.max.bytes.per.second",
-    "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.kerberos.kinit.cmd",
-    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.service.name",
-    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.ticket.renew.window.factor",
-    "sasl.login.refresh.buffer.seconds", "sasl.login.refresh.min.period.seconds",
-    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.mechanism.inter.broker.protocol",
-    "ssl.cipher.suites", "ssl.client.auth", "ssl.enabled.protocols", "ssl.endpoint.identification.algorithm",
-    "ssl.engine.factory.class", "ssl.key.password", "ssl.keymanager.algorithm", "ssl.keystore.certificate.chain",
-    "ssl.keystore.key", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.type", "ssl.protocol",
-    "ssl.provider", "ssl.secure.random.implementation", "ssl.trustmanager.algorithm", "ssl.truststore.certificates",
-    "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.type",
     "transaction.partition.verification.enable", "unclean.leader.election.enable",
 })
 
@@ -167,22 +176,6 @@ KAFKA_BROKER_QUOTA_CONFIGS: frozenset[str] = frozenset({
     "follower.replication.throttled.rate", "leader.replication.throttled.rate",
     "replica.alter.log.dirs.io.max.bytes.per.second",
 })
-
-# dynamic only per broker, never at the cluster-wide default (the listeners' security and SASL configs)
-KAFKA_PER_BROKER_CONFIGS: frozenset[str] = frozenset({
-    "advertised.listeners", "listener.security.protocol.map", "listeners", "principal.builder.class",
-    "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.kerberos.kinit.cmd",
-    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.service.name",
-    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.ticket.renew.window.factor",
-    "sasl.login.refresh.buffer.seconds", "sasl.login.refresh.min.period.seconds",
-    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.mechanism.inter.broker.protocol",
-    "ssl.cipher.suites", "ssl.client.auth", "ssl.enabled.protocols", "ssl.endpoint.identification.algorithm",
-    "ssl.engine.factory.class", "ssl.key.password", "ssl.keymanager.algorithm", "ssl.keystore.certificate.chain",
-    "ssl.keystore.key", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.type", "ssl.protocol",
-    "ssl.provider", "ssl.secure.random.implementation", "ssl.trustmanager.algorithm", "ssl.truststore.certificates",
-    "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.type",
-})
-
 # of type PASSWORD: never shown, and stored encrypted when set dynamically
 KAFKA_PASSWORD_CONFIGS: frozenset[str] = frozenset({
     "delegation.token.master.key", "delegation.token.secret.key", "password.encoder.old.secret",
