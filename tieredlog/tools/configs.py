@@ -28,7 +28,7 @@ from tieredlog.clients.blocking import KafkaClient, KafkaProtocolError
 from tieredlog.config import read_properties
 from tieredlog.protocol.api import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from tieredlog.security.sasl.client import SaslClientError
-from tieredlog.tools import add_version_argument, command_config, run_tool, users
+from tieredlog.tools import add_version_argument, command_config, run_against_broker, users
 from tieredlog.tools.cluster_admin import AdminCommandFailed, describe_cluster, exception_text
 from tieredlog.tools.command_config import CommandConfigError, same_as
 
@@ -231,13 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         except SaslClientError as exc:
             print(f"tieredlog configs: authentication with {a.bootstrap_server} failed: {exc}", file=sys.stderr)
             return 1
-        except BrokenPipeError:
-            raise
-        except (OSError, ConnectionError, KafkaProtocolError) as exc:
-            print(f"tieredlog configs: cannot reach {a.bootstrap_server}: {exc}", file=sys.stderr)
-            return 1
 
-    return run_tool(run)
+    return run_against_broker("configs", a.bootstrap_server, run,
+                              unreachable=(OSError, ConnectionError, KafkaProtocolError))
 
 
 if __name__ == "__main__":
