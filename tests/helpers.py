@@ -3,9 +3,10 @@ test moves, and the part of the LogManager the RLM uses."""
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any, Callable, TypeVar
+
+from tieredlog.tools import dev_cluster_s3
 
 T = TypeVar("T")
 
@@ -26,20 +27,7 @@ def wait_for(cond: Callable[[], T], what: str = "condition", timeout_s: float = 
 def free_port(also_free_plus: int | None = None) -> int:
     """A free loopback port; with ``also_free_plus`` (SeaweedFS derives gRPC ports as port+10000)
     the derived port is free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if also_free_plus is None:
-            return port
-        if port + also_free_plus < 65536:
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", port + also_free_plus))
-                    return port
-                except OSError:
-                    continue
-    raise RuntimeError("no free loopback port")
+    return dev_cluster_s3.free_port(also_free_plus or 0)
 
 
 class FakeClock:

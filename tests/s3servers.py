@@ -17,7 +17,6 @@ Credentials are fixed test values (SeaweedFS checks them; moto accepts anything)
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -35,6 +34,7 @@ import pytest
 from botocore.config import Config
 
 from tests.helpers import free_port
+from tieredlog.tools import dev_cluster_s3
 
 ACCESS_KEY = "tieredlog"
 SECRET_KEY = "tieredlog-secret"
@@ -167,26 +167,12 @@ def start_moto() -> S3Endpoint:
 
 
 def seaweed_command(data_dir: Path, s3_port: int, config_file: Path, bucket: str = BUCKET) -> list[str]:
-    """``weed mini`` bound to loopback, every listener on a free port, telemetry off."""
-    p = {name: free_port(10000) for name in ("master", "volume", "filer", "admin")}
-    g = {name: free_port() for name in ("master", "volume", "filer", "s3")}
-    return [
-        str(WEED), "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-        f"-master.port={p['master']}", f"-master.port.grpc={g['master']}",
-        f"-volume.port={p['volume']}", f"-volume.port.grpc={g['volume']}",
-        f"-filer.port={p['filer']}", f"-filer.port.grpc={g['filer']}",
-        f"-s3.port={s3_port}", f"-s3.port.grpc={g['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-        f"-admin.port={p['admin']}", "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
-        "-master.volumeSizeLimitMB=64", f"-s3.config={config_file}", f"-bucket={bucket}",
-    ]
+    """The dev cluster's ``weed mini`` command (every listener on a free loopback port) with this WEED."""
+    return dev_cluster_s3.seaweed_command(str(WEED), data_dir, s3_port, config_file, bucket)
 
 
 def write_seaweed_identity(path: Path, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY) -> None:
-    path.write_text(json.dumps({"identities": [{
-        "name": "tieredlog",
-        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }]}))
+    dev_cluster_s3.write_seaweed_identity(path, access_key, secret_key)
 
 
 def start_seaweedfs() -> S3Endpoint:

@@ -55,7 +55,7 @@ def available_kind(wanted: str) -> str:
     return wanted
 
 
-def _free_port(also_free_plus: int = 0) -> int:
+def free_port(also_free_plus: int = 0) -> int:
     """A free port; with ``also_free_plus``, one whose port + that is free too (SeaweedFS derives gRPC
     ports that way where it is not told)."""
     for _ in range(100):
@@ -72,6 +72,29 @@ def _free_port(also_free_plus: int = 0) -> int:
                 except OSError:
                     continue
     raise RuntimeError("no free port on 127.0.0.1")
+
+
+def write_seaweed_identity(path: Path, access_key: str, secret_key: str) -> None:
+    """SeaweedFS's S3 identity file: one identity with these credentials, allowed everything."""
+    path.write_text(json.dumps({"identities": [{
+        "name": "tieredlog", "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+
+
+def seaweed_command(weed: str, data_dir: Path, s3_port: int, identity: Path, bucket: str) -> list[str]:
+    """``weed mini`` bound to loopback with its S3 endpoint on ``s3_port`` and every other listener on a
+    free port (the HTTP ones with their +10000 gRPC twins free too), telemetry off, ``bucket`` created."""
+    http = {name: free_port(10000) for name in ("master", "volume", "filer", "admin")}
+    grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+    return [
+        weed, "mini", f"-dir={data_dir}", f"-ip={HOST}", f"-ip.bind={HOST}",
+        f"-master.port={http['master']}", f"-master.port.grpc={grpc['master']}",
+        f"-volume.port={http['volume']}", f"-volume.port.grpc={grpc['volume']}",
+        f"-filer.port={http['filer']}", f"-filer.port.grpc={grpc['filer']}",
+        f"-s3.port={s3_port}", f"-s3.port.grpc={grpc['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+        f"-admin.port={http['admin']}", "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
+        "-master.volumeSizeLimitMB=64", f"-s3.config={identity}", f"-bucket={bucket}",
+    ]
 
 
 class LocalS3Server:
@@ -109,23 +132,11 @@ class LocalS3Server:
         if self.kind == "moto":
             return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)]
         identity = self.base / "s3.json"
-        identity.write_text(json.dumps({"identities": [{
-            "name": "tieredlog", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+        write_seaweed_identity(identity, ACCESS_KEY, SECRET_KEY)
         (self.base / "data").mkdir(parents=True, exist_ok=True)
-        http = {name: _free_port(10000) for name in ("master", "volume", "filer", "admin")}
-        grpc = {name: _free_port() for name in ("master", "volume", "filer", "s3")}
         weed = _weed()
         assert weed is not None
-        return [
-            weed, "mini", f"-dir={self.base / 'data'}", f"-ip={HOST}", f"-ip.bind={HOST}",
-            f"-master.port={http['master']}", f"-master.port.grpc={grpc['master']}",
-            f"-volume.port={http['volume']}", f"-volume.port.grpc={grpc['volume']}",
-            f"-filer.port={http['filer']}", f"-filer.port.grpc={grpc['filer']}",
-            f"-s3.port={self.port}", f"-s3.port.grpc={grpc['s3']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            f"-admin.port={http['admin']}", "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
-            "-master.volumeSizeLimitMB=64", f"-s3.config={identity}", f"-bucket={BUCKET}",
-        ]
+        return seaweed_command(weed, self.base / "data", self.port, identity, BUCKET)
 
     def start(self) -> None:
         """Start the server (from a long-lived thread, see DevBroker.start) and wait until the bucket
