@@ -21,8 +21,6 @@ from confluent_kafka.admin import (
 )
 from helpers import free_port
 
-pytest.importorskip("tieredlog.security.sasl.authenticator")
-
 pytestmark = pytest.mark.integration
 
 PLAIN_JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 
-import pytest
+import uvloop  # a dependency on Linux, where these tests run
 
 from tieredlog.server import event_loop
 from tieredlog.server.socket_sendfile import SocketSendfile, loop_has_sendfile
-
-uvloop = pytest.importorskip("uvloop")
 
 
 async def _send_region_to_slow_reader(path: str, position: int, size: int) -> bytes:
