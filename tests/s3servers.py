@@ -336,3 +336,16 @@ class FaultyS3Proxy:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def store_down(request: SeenRequest) -> int | None:
+    """A ``FaultyS3Proxy.fault`` for an outage: the broker checks its bucket once at start-up (HEAD),
+    every request after that fails with 503."""
+    return None if request.method == "HEAD" else 503
+
+
+@pytest.fixture
+def faulty_moto(moto_s3: S3Endpoint) -> Iterator[FaultyS3Proxy]:
+    """A FaultyS3Proxy in front of moto's server, passing everything until a test sets its fault."""
+    with FaultyS3Proxy(moto_s3.url) as p:
+        yield p

@@ -15,14 +15,21 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from helpers import wait_for
-from s3servers import FaultyS3Proxy, S3Endpoint, SeenRequest, moto_s3, unique_prefix  # noqa: F401
 from test_rlm_units import tiered_log  # noqa: F401 - the fixture, shared
 
+from tests.s3servers import (  # noqa: F401  (fixtures)
+    FaultyS3Proxy,
+    S3Endpoint,
+    faulty_moto,
+    moto_s3,
+    store_down,
+    unique_prefix,
+)
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.errors import UnknownServerError
 from tieredlog.protocol.api import CREATE_TOPICS, FETCH, LIST_OFFSETS
@@ -122,20 +129,9 @@ def test_a_removed_remote_segment_reaches_the_consumer_as_an_error(broker_factor
     assert b.alive()
 
 
-def _store_down(request: SeenRequest) -> int | None:
-    # the broker checks its bucket once at start-up; every request after that fails, as in an outage
-    return None if request.method == "HEAD" else 503
-
-
-@pytest.fixture
-def proxy(moto_s3: S3Endpoint) -> Iterator[FaultyS3Proxy]:  # noqa: F811
-    with FaultyS3Proxy(moto_s3.url) as p:
-        yield p
-
-
-def _s3_broker(broker_factory: Callable[..., Any], moto_s3: S3Endpoint, proxy: FaultyS3Proxy,  # noqa: F811
+def _s3_broker(broker_factory: Callable[..., Any], moto_s3: S3Endpoint, faulty_moto: FaultyS3Proxy,  # noqa: F811
                **extra: str) -> Any:
-    rsm = moto_s3.rsm_configs(prefix=unique_prefix(), **{"storage.s3.endpoint.url": proxy.url,
+    rsm = moto_s3.rsm_configs(prefix=unique_prefix(), **{"storage.s3.endpoint.url": faulty_moto.url,
                                                          "storage.s3.retry.max.attempts": "1"})
     return broker_factory({**FAST, "remote.log.storage.manager.class.name": "s3",
                            **{f"rsm.config.{k}": str(v) for k, v in rsm.items()}, **extra})
@@ -143,8 +139,8 @@ def _s3_broker(broker_factory: Callable[..., Any], moto_s3: S3Endpoint, proxy: F
 
 @pytest.mark.integration
 def test_an_object_store_outage_fails_reads_past_the_wait_and_a_brief_one_is_retried(
-        broker_factory, moto_s3: S3Endpoint, proxy: FaultyS3Proxy) -> None:  # noqa: F811
-    b = _s3_broker(broker_factory, moto_s3, proxy, **{"remote.fetch.max.wait.ms": "3000"})
+        broker_factory, moto_s3: S3Endpoint, faulty_moto: FaultyS3Proxy) -> None:  # noqa: F811
+    b = _s3_broker(broker_factory, moto_s3, faulty_moto, **{"remote.fetch.max.wait.ms": "3000"})
     topic = "outage"
     with KafkaClient(b.bootstrap, timeout=60) as c:
         _create(c, topic, 2)
@@ -152,24 +148,24 @@ def test_an_object_store_outage_fails_reads_past_the_wait_and_a_brief_one_is_ret
         wait_for(lambda: min(_local_start(c, topic, p) for p in (0, 1)) > 200, what="both partitions tiered")
         before = len(b.log_text())
         started = time.monotonic()
-        proxy.fault = _store_down
+        faulty_moto.fault = store_down
         # partition 1: the store comes back while the fetch waits; the read is retried and succeeds
         got: list[Any] = []
         reader = threading.Thread(target=lambda: got.append(_fetch(c, topic, 1)))
         reader.start()
         wait_for(lambda: f"{topic}-1: remote read at 0 failed" in b.log_text()[before:],
                  what="the first failed try of the read")
-        proxy.fault = lambda r: None
+        faulty_moto.fault = lambda r: None
         reader.join(60)
         assert got and got[0].error_code.value == 0, got
         assert list(iter_headers(bytes(got[0].records)))[0][1].base_offset == 0
         assert f"{topic}-1: remote reads succeed again after" in b.log_text()[before:]
     # partition 0: a store that stays down past remote.fetch.max.wait.ms answers the read's error
     with KafkaClient(b.bootstrap, timeout=60) as c:
-        proxy.fault = _store_down
+        faulty_moto.fault = store_down
         part = _fetch(c, topic, 0)
         assert (part.error_code.value, bytes(part.records or b"")) == (UNKNOWN_SERVER_ERROR, b""), part
-        proxy.fault = lambda r: None
+        faulty_moto.fault = lambda r: None
     text = b.log_text()[before:]
     assert "Traceback" not in b.log_text()
     for p in (0, 1):

@@ -9,13 +9,19 @@ import logging
 import re
 import socket
 import time
-from typing import Iterator
 
 import pytest
 from helpers import FakeClock, wait_for
-from s3servers import FaultyS3Proxy, S3Endpoint, SeenRequest, moto_s3, unique_prefix  # noqa: F401
 from test_remote_read_errors import FAST, TIERED, _create, _local_start, _produce
 
+from tests.s3servers import (  # noqa: F401  (fixtures)
+    FaultyS3Proxy,
+    S3Endpoint,
+    faulty_moto,
+    moto_s3,
+    store_down,
+    unique_prefix,
+)
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.config import BrokerConfig
 from tieredlog.rate_limited_log import RateLimitedLog
@@ -81,20 +87,10 @@ def test_tiering_says_what_it_copied_and_deleted_and_a_taken_metrics_port_is_one
     assert "Traceback" not in text and b.alive()
 
 
-def _store_down(request: SeenRequest) -> int | None:
-    return None if request.method == "HEAD" else 503
-
-
-@pytest.fixture
-def proxy(moto_s3: S3Endpoint) -> Iterator[FaultyS3Proxy]:  # noqa: F811
-    with FaultyS3Proxy(moto_s3.url) as p:
-        yield p
-
-
 @pytest.mark.integration
 def test_an_object_store_outage_is_one_line_per_partition_per_interval(broker_factory, moto_s3: S3Endpoint,  # noqa: F811
-                                                                       proxy: FaultyS3Proxy) -> None:
-    rsm = moto_s3.rsm_configs(prefix=unique_prefix(), **{"storage.s3.endpoint.url": proxy.url,
+                                                                       faulty_moto: FaultyS3Proxy) -> None:
+    rsm = moto_s3.rsm_configs(prefix=unique_prefix(), **{"storage.s3.endpoint.url": faulty_moto.url,
                                                          "storage.s3.retry.max.attempts": "1"})
     b = broker_factory({**FAST, "remote.log.storage.manager.class.name": "s3",
                         "remote.log.manager.task.retry.backoff.ms": "50",
@@ -104,14 +100,14 @@ def test_an_object_store_outage_is_one_line_per_partition_per_interval(broker_fa
         _create(c, topic, partitions)
         before = len(b.log_text())
         started = time.monotonic()
-        proxy.fault = _store_down
+        faulty_moto.fault = store_down
         _produce(b.bootstrap, topic, partitions)
         wait_for(lambda: all(f"segment copy of {topic}-{p} failed" in b.log_text()[before:] for p in range(partitions)),
                  what="every partition's copy failing")
         # and retried many times over while the store stays down
-        tries = len(proxy.seen())
-        wait_for(lambda: len(proxy.seen()) > tries + 40 * partitions, what="copies retried during the outage")
-        proxy.fault = lambda r: None
+        tries = len(faulty_moto.seen())
+        wait_for(lambda: len(faulty_moto.seen()) > tries + 40 * partitions, what="copies retried during the outage")
+        faulty_moto.fault = lambda r: None
         wait_for(lambda: min(_local_start(c, topic, p) for p in range(partitions)) > 200,
                  what="tiering catching up once the store is back")
         # a copy run that tiers the backlog ends after its last segment: then it says it recovered
