@@ -142,8 +142,9 @@ def partition(capsys: pytest.CaptureFixture[str], bootstrap: str) -> tuple[int, 
 
 def produce(bootstrap: str) -> list[str]:
     values = [f"record-{i}" for i in range(RECORDS)]
+    # idempotent, so a batch retried after a fresh topic's first NOT_LEADER cannot land behind the later ones
     r = subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", TOPIC, "-p", "0", "-X", "acks=all",
-                        "-X", "batch.num.messages=100"], input="\n".join(values) + "\n", capture_output=True,
+                        "-X", "enable.idempotence=true", "-X", "batch.num.messages=100"], input="\n".join(values) + "\n", capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "failed" not in r.stderr, r.stderr
     return values
