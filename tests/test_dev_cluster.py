@@ -142,7 +142,7 @@ def partition(capsys: pytest.CaptureFixture[str], bootstrap: str) -> tuple[int, 
 
 def produce(bootstrap: str) -> list[str]:
     values = [f"record-{i}" for i in range(RECORDS)]
-    # idempotent, so a batch retried after a fresh topic's first NOT_LEADER cannot land behind the later ones
+    # idempotent, so a batch retried after a retriable error (a new topic's leader not ready yet) keeps its place
     r = subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", TOPIC, "-p", "0", "-X", "acks=all",
                         "-X", "enable.idempotence=true", "-X", "batch.num.messages=100"], input="\n".join(values) + "\n", capture_output=True,
                        text=True, timeout=120)
