@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PYTEST_ARGS ?=
+# The suite runs on TEST_WORKERS processes (pytest-xdist), a module per worker at a time: every server a test
+# starts takes a free port, so modules do not collide. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-remote-cleaner bench-rebalance bench-tls bench-flood bench-host fuzz install install-test system-deps clean
 
