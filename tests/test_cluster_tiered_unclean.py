@@ -134,6 +134,11 @@ def wait_state(c: BrokerProcess, topic: str, leader: int, epoch: int, isr: list[
                message=f"leader {leader} at epoch {epoch} with ISR {isr}")
 
 
+def wait_checkpoint(b: BrokerProcess, topic: str, entries: list[tuple[int, int]]) -> None:
+    """A new leader writes its epoch's entry once it has taken the controller's decision, after ZooKeeper shows it."""
+    wait_until(lambda: epoch_checkpoint(b, topic) == entries, timeout=30, message=f"leader epochs {entries} on disk")
+
+
 def pause(b: BrokerProcess) -> None:
     """SIGSTOP: the broker stops fetching but stays registered (its session outlives the pause)."""
     assert b.proc is not None
@@ -298,7 +303,7 @@ def test_two_unclean_elections_leave_divergent_remote_segments_and_the_lineage_p
     a.start()
     wait_state(c, topic, A, 2, [A])
     assert "Unclean leader election for partition s5-0: broker 1 becomes leader" in c.log_text()
-    assert epoch_checkpoint(a, topic) == [(0, 0), (2, 5)]
+    wait_checkpoint(a, topic, [(0, 0), (2, 5)])
     alter_topic_config(zk_connect, topic, topic_configs(2), [a])  # seg-4-5
     produce_values(a.bootstrap, topic, [msg("msg7"), msg("msg8")])
     assert epoch_checkpoint(a, topic) == [(0, 0), (2, 5)]
@@ -323,7 +328,7 @@ def test_two_unclean_elections_leave_divergent_remote_segments_and_the_lineage_p
     # reads from B, once it leads (LE-3, a clean election: it is in the ISR)
     a.stop()
     wait_state(c, topic, B, 3, [B])
-    assert epoch_checkpoint(b, topic) == [(0, 0), (2, 5), (3, 7)]
+    wait_checkpoint(b, topic, [(0, 0), (2, 5), (3, 7)])
     # (3, LE-1): LE-1 is not in B's lineage: the largest epoch B has at or below it is LE-0, ending at 5
     assert epoch_end(b, topic, 1) == (0, 0, 5)
     assert fetch(b, topic, 3, current_leader_epoch=1) == (FENCED_LEADER_EPOCH, [])

@@ -230,10 +230,11 @@ def test_topics_describe_shows_tiers(b: BrokerProcess) -> None:
                          r"\tRemoteSize: (\d+)\tLocalOffsets: (\d+)-2999\tLocalSize: (\d+)")
 
     def settled() -> re.Match[str] | None:
-        """Every rolled segment copied and deleted locally: the local range starts right after the remote one."""
+        """Every rolled segment copied and deleted locally: the local range starts right after the remote one,
+        and only the active segment (under segment.bytes) is left locally."""
         line = tool("topics", "--describe", "--topic", "tiered", "--bootstrap-server", b.bootstrap).splitlines()[1]
         m = pattern.fullmatch(line)
-        return m if m and int(m.group(3)) == int(m.group(1)) + 1 else None
+        return m if m and int(m.group(3)) == int(m.group(1)) + 1 and int(m.group(4)) <= 4096 else None
 
     m = wait_for(settled, what="the rolled segments tiered and deleted locally", interval_s=0.5)
     remote_end, remote_size, local_start, local_size = map(int, m.groups())
