@@ -47,6 +47,11 @@ from tieredlog.server.dynamic_config import (
 from tieredlog.server.kafka_broker_configs import KAFKA_BROKER_CONFIGS, KAFKA_DYNAMIC_BROKER_CONFIGS
 
 if TYPE_CHECKING:
+    from tieredlog.server.admin_requests import (
+        KioAlterConfigsRequest,
+        KioDescribeConfigsRequest,
+        KioIncrementalAlterConfigsRequest,
+    )
     from tieredlog.server.broker import Broker
 
 TOPIC = 2
@@ -184,9 +189,9 @@ def _stored_only_entries(broker: Broker, keys: Any, synonyms: bool, default_only
     return out
 
 
-async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict:
+async def handle_describe_configs(ctx: RequestContext, req: KioDescribeConfigsRequest) -> dict:
     broker = ctx.broker
-    synonyms = getattr(req, "include_synonyms", False)
+    synonyms = req.include_synonyms
     results = []
     for r in req.resources:
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
@@ -248,7 +253,7 @@ def _broker_level(broker: Broker, r: Any) -> dict[str, str]:
     return dict(broker.dynamic_config.level(DEFAULT_ENTITY if r.resource_name == "" else r.resource_name))
 
 
-async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict:
+async def handle_alter_configs(ctx: RequestContext, req: KioAlterConfigsRequest) -> dict:
     """Legacy AlterConfigs replaces a topic's whole override set."""
     out = []
     for r in req.resources:
@@ -267,7 +272,7 @@ async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "responses": out}
 
 
-async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dict:
+async def handle_incremental_alter_configs(ctx: RequestContext, req: KioIncrementalAlterConfigsRequest) -> dict:
     broker = ctx.broker
     out = []
     for r in req.resources:
