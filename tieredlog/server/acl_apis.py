@@ -9,7 +9,7 @@ so they run on a worker thread and the event loop only waits.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,10 @@ from tieredlog.security.authorizer.authorizer import AclError
 from tieredlog.server.context import Handler, RequestContext
 
 NO_AUTHORIZER = "No Authorizer is configured."
+
+if TYPE_CHECKING:
+    from tieredlog.server.admin_requests import KioCreateAclsRequest, KioDeleteAclsRequest, KioDescribeAclsRequest
+
 
 
 def _filter(f: Any) -> AclBindingFilter:
@@ -55,7 +59,7 @@ def _error(exc: Exception) -> tuple[ErrorCode, str | None]:
     return ErrorCode.unknown_server_error, str(exc) or type(exc).__name__
 
 
-async def handle_describe_acls(ctx: RequestContext, req: Any) -> dict:
+async def handle_describe_acls(ctx: RequestContext, req: KioDescribeAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"error_code": ErrorCode.security_disabled, "error_message": "No Authorizer is configured on the broker",
@@ -76,7 +80,7 @@ async def handle_describe_acls(ctx: RequestContext, req: Any) -> dict:
     return {"error_code": ErrorCode.none, "error_message": None, "resources": resources}
 
 
-async def handle_create_acls(ctx: RequestContext, req: Any) -> dict:
+async def handle_create_acls(ctx: RequestContext, req: KioCreateAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"results": [{"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
@@ -93,7 +97,7 @@ async def handle_create_acls(ctx: RequestContext, req: Any) -> dict:
     return {"results": results}
 
 
-async def handle_delete_acls(ctx: RequestContext, req: Any) -> dict:
+async def handle_delete_acls(ctx: RequestContext, req: KioDeleteAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"filter_results": [{"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER,
