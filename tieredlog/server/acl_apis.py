@@ -9,7 +9,7 @@ so they run on a worker thread and the event loop only waits.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -36,7 +36,57 @@ if TYPE_CHECKING:
 
 
 
-def _filter(f: Any) -> AclBindingFilter:
+class _AclFilterFields(Protocol):
+    """DescribeAcls' request and DeleteAcls' filters (v1-3)."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+
+    @property
+    def resource_name_filter(self) -> str | None: ...
+
+    @property
+    def pattern_type_filter(self) -> int: ...
+
+    @property
+    def principal_filter(self) -> str | None: ...
+
+    @property
+    def host_filter(self) -> str | None: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
+class _AclCreationFields(Protocol):
+    """CreateAcls' creations (v1-3)."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+    @property
+    def resource_pattern_type(self) -> int: ...
+
+    @property
+    def principal(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
+def _filter(f: _AclFilterFields) -> AclBindingFilter:
     return AclBindingFilter(
         ResourcePatternFilter(ResourceType.from_code(f.resource_type_filter), f.resource_name_filter,
                               PatternType.from_code(f.pattern_type_filter)),
@@ -45,7 +95,7 @@ def _filter(f: Any) -> AclBindingFilter:
                                  AclPermissionType.from_code(f.permission_type)))
 
 
-def _binding(c: Any) -> AclBinding:
+def _binding(c: _AclCreationFields) -> AclBinding:
     return AclBinding(
         ResourcePattern(ResourceType.from_code(c.resource_type), c.resource_name,
                         PatternType.from_code(c.resource_pattern_type)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Awaitable, cast
+from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Protocol, Sequence, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -51,7 +51,14 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 
 
-def _check_assignments(broker: Broker, assignments: Any) -> list[list[int]]:
+class _Assignment(Protocol):
+    """A CreateTopics or CreatePartitions manual assignment: the partition's replicas."""
+
+    @property
+    def broker_ids(self) -> Sequence[int]: ...
+
+
+def _check_assignments(broker: Broker, assignments: Iterable[_Assignment]) -> list[list[int]]:
     """Manual assignments name replicas: registered brokers (alone: this node), no duplicates, the
     same number for every partition."""
     registered = broker.registered_broker_ids()

@@ -11,7 +11,7 @@ tieredlog.server.dynamic_config; the others are refused.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -67,7 +67,17 @@ _CLUSTER_CONFIG_TYPES = (BROKER, 8, 16)  # BROKER, BROKER_LOGGER, CLIENT_METRICS
 _GROUP_CONFIG_TYPE = 32
 
 
-def _config_denied(ctx: RequestContext, r: Any, operation: AclOperation) -> ErrorCode | None:
+class ConfigResource(Protocol):
+    """A resource of DescribeConfigs, AlterConfigs or IncrementalAlterConfigs (every version)."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+def _config_denied(ctx: RequestContext, r: ConfigResource, operation: AclOperation) -> ErrorCode | None:
     """Kafka's check of DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource: the error it is
     refused with, or None. Other types are left to the handler (INVALID_REQUEST)."""
     if r.resource_type in _CLUSTER_CONFIG_TYPES:
@@ -217,7 +227,7 @@ async def handle_describe_configs(ctx: RequestContext, req: KioDescribeConfigsRe
     return {"throttle_time": 0, "results": results}
 
 
-def _apply(broker: Broker, r: Any, overrides: dict[str, str], validate_only: bool) -> dict:
+def _apply(broker: Broker, r: ConfigResource, overrides: dict[str, str], validate_only: bool) -> dict:
     res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type, "resource_name": r.resource_name}
     try:
         if r.resource_type != TOPIC:
@@ -231,7 +241,7 @@ def _apply(broker: Broker, r: Any, overrides: dict[str, str], validate_only: boo
     return res
 
 
-async def _alter_broker(broker: Broker, r: Any, names: Any, configs: dict[str, str] | None,
+async def _alter_broker(broker: Broker, r: ConfigResource, names: list[str], configs: dict[str, str] | None,
                         validate_only: bool) -> dict:
     """AlterConfigs on a BROKER resource: ``configs`` replaces the level (None: the level as it is with
     ``names`` checked only, for an incremental request already refused)."""
@@ -249,7 +259,7 @@ async def _alter_broker(broker: Broker, r: Any, names: Any, configs: dict[str, s
     return res
 
 
-def _broker_level(broker: Broker, r: Any) -> dict[str, str]:
+def _broker_level(broker: Broker, r: ConfigResource) -> dict[str, str]:
     return dict(broker.dynamic_config.level(DEFAULT_ENTITY if r.resource_name == "" else r.resource_name))
 
 
