@@ -321,7 +321,8 @@ _add_partitions_v3_and_below_denied = _per_partition(_add_partitions_v3_and_belo
                                                      "results_by_partition", error_key="partition_error_code")
 
 
-def _add_partitions_to_txn_denied(ctx: RequestContext, req: txn_requests.KioAddPartitionsToTxnRequest, code: ErrorCode) -> dict:
+def _add_partitions_to_txn_denied(ctx: RequestContext, req: txn_requests.KioAddPartitionsToTxnRequest,
+                                  code: ErrorCode) -> dict:
     if ctx.api_version >= FIRST_BROKER_VERSION:
         return {"error_code": code, "results_by_transaction": []}
     return _add_partitions_v3_and_below_denied(ctx, cast("txn_requests.KioAddPartitionsToTxnRequestV0To3", req), code)
@@ -365,11 +366,12 @@ REQUEST_RULES: dict[int, Rule[Any]] = {
     api.ALTER_PARTITION: Rule[object](_cluster_action, _with(topics=[])),
     api.WRITE_TXN_MARKERS: Rule["txn_requests.KioWriteTxnMarkersRequest"](_write_txn_markers, _txn_markers_denied),
     # cluster administration
-    api.ELECT_LEADERS: Rule["admin_requests.KioElectLeadersRequest"](_cluster(AclOperation.ALTER), _elect_leaders_denied),
+    api.ELECT_LEADERS: Rule["admin_requests.KioElectLeadersRequest"](
+        _cluster(AclOperation.ALTER), _elect_leaders_denied),
     api.ALTER_PARTITION_REASSIGNMENTS: Rule["admin_requests.KioAlterPartitionReassignmentsRequest"](
         _cluster(AclOperation.ALTER), _alter_reassignments_denied),
-    api.LIST_PARTITION_REASSIGNMENTS: Rule[object](_cluster(AclOperation.DESCRIBE),
-                                                   _with(error_message=CLUSTER_DENIED, topics=[])),
+    api.LIST_PARTITION_REASSIGNMENTS: Rule[object](
+        _cluster(AclOperation.DESCRIBE), _with(error_message=CLUSTER_DENIED, topics=[])),
     api.CREATE_ACLS: Rule["admin_requests.KioCreateAclsRequest"](_cluster(AclOperation.ALTER), _create_acls_denied),
     api.DELETE_ACLS: Rule["admin_requests.KioDeleteAclsRequest"](_cluster(AclOperation.ALTER), _delete_acls_denied),
     api.DESCRIBE_ACLS: Rule[object](_cluster(AclOperation.DESCRIBE), _with(error_message=CLUSTER_DENIED, resources=[])),
@@ -379,17 +381,18 @@ REQUEST_RULES: dict[int, Rule[Any]] = {
     api.SYNC_GROUP: Rule["group_requests.KioSyncGroupRequest"](_group(AclOperation.READ), _with(assignment=b"")),
     api.HEARTBEAT: Rule["group_requests.KioHeartbeatRequest"](_group(AclOperation.READ), _error_only),
     api.LEAVE_GROUP: Rule["group_requests.KioLeaveGroupRequest"](_group(AclOperation.READ), _with(members=[])),
-    api.CONSUMER_GROUP_HEARTBEAT: Rule["group_requests.KioConsumerGroupHeartbeatRequest"](_group(AclOperation.READ), _error_only),
-    api.OFFSET_COMMIT: Rule["group_requests.KioOffsetCommitRequest"](_group(AclOperation.READ),
-                                                      _per_partition(_offset_commit_partitions, "topics")),
+    api.CONSUMER_GROUP_HEARTBEAT: Rule["group_requests.KioConsumerGroupHeartbeatRequest"](
+        _group(AclOperation.READ), _error_only),
+    api.OFFSET_COMMIT: Rule["group_requests.KioOffsetCommitRequest"](
+        _group(AclOperation.READ), _per_partition(_offset_commit_partitions, "topics")),
     api.OFFSET_DELETE: Rule["group_requests.KioOffsetDeleteRequest"](_group(AclOperation.DELETE), _with(topics=[])),
     # transactions and idempotence
     api.PRODUCE: Rule["_ProduceRequest"](_produce, _produce_denied),
     api.INIT_PRODUCER_ID: Rule["_InitProducerIdRequest"](_init_producer_id, _init_producer_id_denied),
-    api.ADD_PARTITIONS_TO_TXN: Rule["txn_requests.KioAddPartitionsToTxnRequest"](_add_partitions_to_txn,
-                                                                    _add_partitions_to_txn_denied),
+    api.ADD_PARTITIONS_TO_TXN: Rule["txn_requests.KioAddPartitionsToTxnRequest"](
+        _add_partitions_to_txn, _add_partitions_to_txn_denied),
     api.ADD_OFFSETS_TO_TXN: Rule["txn_requests.KioAddOffsetsToTxnRequest"](_transactional_then_group, _error_only),
     api.END_TXN: Rule["txn_requests.KioEndTxnRequest"](_transactional, _error_only),
-    api.TXN_OFFSET_COMMIT: Rule["txn_requests.KioTxnOffsetCommitRequest"](_transactional_then_group,
-                                                             _per_partition(_txn_offset_commit_partitions, "topics")),
+    api.TXN_OFFSET_COMMIT: Rule["txn_requests.KioTxnOffsetCommitRequest"](
+        _transactional_then_group, _per_partition(_txn_offset_commit_partitions, "topics")),
 }

@@ -4,8 +4,9 @@ ConsumerGroupDescribe (registered, hence advertised, only when group.coordinator
 includes consumer).
 
 Each handler reads a typed request (tieredlog.server.group_requests: kio's classes where every served
-version has the fields, else a view with Kafka's default where a version has none), asks the coordinator, and answers with a dict of response fields; the dispatcher builds the kio response
-class of `ctx.api_version` from it, ignoring the fields that version lacks. The few fields whose type
+version has the fields, else a view with Kafka's default where a version has none), asks the
+coordinator, and answers with a dict of response fields; the dispatcher builds the kio response class
+of `ctx.api_version` from it, ignoring the fields that version lacks. The few fields whose type
 changes between versions (nullable only in newer ones) are filled per version here.
 """
 

@@ -88,7 +88,8 @@ def metadata_request(req: KioMetadataRequest, version: int) -> MetadataRequest:
     topics = None
     if req.topics is not None and (req.topics or version > 0):
         if version >= _TOPIC_IDS_SINCE:
-            topics = [MetadataRequestTopic(t.name, t.topic_id) for t in cast("_KioMetadataRequestV10", req).topics or ()]
+            v10 = cast("_KioMetadataRequestV10", req)
+            topics = [MetadataRequestTopic(t.name, t.topic_id) for t in v10.topics or ()]
         else:
             topics = [MetadataRequestTopic(t.name, None) for t in req.topics]
     allow_auto = True

@@ -2,10 +2,10 @@
 TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66); InitProducerId with a
 transactional id comes here from produce_api.
 
-Each handler reads a typed request (tieredlog.server.txn_requests), asks the transaction coordinator (or, for TxnOffsetCommit,
-the group coordinator; for WriteTxnMarkers, the partitions' logs) and answers with a dict of response
-fields. PRODUCER_FENCED (KIP-588) is sent as INVALID_PRODUCER_EPOCH to the request versions older
-than it, as Kafka does.
+Each handler reads a typed request (tieredlog.server.txn_requests), asks the transaction coordinator
+(or, for TxnOffsetCommit, the group coordinator; for WriteTxnMarkers, the partitions' logs) and
+answers with a dict of response fields. PRODUCER_FENCED (KIP-588) is sent as INVALID_PRODUCER_EPOCH
+to the request versions older than it, as Kafka does.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     KioDescribeTransactionsRequest: TypeAlias = dt0.DescribeTransactionsRequest
     KioListTransactionsRequest: TypeAlias = lt0.ListTransactionsRequest | lt1.ListTransactionsRequest
     _KioListTransactionsRequestV1: TypeAlias = lt1.ListTransactionsRequest
-    KioAddPartitionsToTxnTransaction: TypeAlias = ap4.request.AddPartitionsToTxnTransaction | ap5.request.AddPartitionsToTxnTransaction
+    KioAddPartitionsToTxnTransaction: TypeAlias = (ap4.request.AddPartitionsToTxnTransaction
+                                                   | ap5.request.AddPartitionsToTxnTransaction)
     KioAddPartitionsToTxnRequestV0To3: TypeAlias = (ap0.AddPartitionsToTxnRequest | ap1.AddPartitionsToTxnRequest
                                                     | ap2.AddPartitionsToTxnRequest | ap3.AddPartitionsToTxnRequest)
 
