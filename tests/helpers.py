@@ -51,3 +51,25 @@ class Logs:
 
     def all_logs(self) -> list[Any]:
         return list(self.logs.values())
+
+
+def kio_sample(tp: Any) -> Any:
+    """A value of a kio field type (a request class: a whole request) with one element in every array,
+    so nested builders are exercised: "x", 1, False, zero bytes, a random uuid, a zero timedelta."""
+    import dataclasses
+    import datetime
+    import types
+    import typing
+    import uuid
+
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    if typing.get_origin(tp) is tuple:
+        return (kio_sample(typing.get_args(tp)[0]),)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp(**{f.name: kio_sample(f.type) for f in dataclasses.fields(tp)})
+    for base, value in ((bool, False), (bytes, b"\x00" * 32), (str, "x"), (datetime.timedelta, datetime.timedelta(0)),
+                        (uuid.UUID, uuid.uuid4()), (float, 0.0)):
+        if isinstance(tp, type) and issubclass(tp, base):
+            return tp(value) if base not in (uuid.UUID, datetime.timedelta) else value
+    return tp(1) if isinstance(tp, type) else 1

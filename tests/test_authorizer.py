@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import kio_sample
 
 from tieredlog.config import BrokerConfig, BrokerConfigError
 from tieredlog.security.authorizer import create_authorizer, parse_super_users
@@ -218,27 +219,6 @@ def test_configs(tmp_path):
 
 # ---- the denial responses of REQUEST_RULES -------------------------------------------------------------
 
-def _sample(tp: Any) -> Any:
-    """A value of a kio field type with one element in every array, so nested builders are exercised."""
-    import dataclasses
-    import datetime
-    import types
-    import typing
-    import uuid
-
-    if typing.get_origin(tp) in (types.UnionType, typing.Union):
-        tp = next(a for a in typing.get_args(tp) if a is not type(None))
-    if typing.get_origin(tp) is tuple:
-        return (_sample(typing.get_args(tp)[0]),)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return tp(**{f.name: _sample(f.type) for f in dataclasses.fields(tp)})
-    for base, value in ((bool, False), (bytes, b"\x00" * 32), (str, "x"), (datetime.timedelta, datetime.timedelta(0)),
-                        (uuid.UUID, uuid.uuid4()), (float, 0.0)):
-        if isinstance(tp, type) and issubclass(tp, base):
-            return tp(value) if base not in (uuid.UUID, datetime.timedelta) else value
-    return tp(1) if isinstance(tp, type) else 1
-
-
 def _field_types(classes: list[type]) -> dict[str, list[type]]:
     import dataclasses
     import types
@@ -290,7 +270,7 @@ def test_every_request_rule_denies_with_its_apis_response_in_every_served_versio
         versions = [v for v in range(max(lo, api.PRODUCE_REJECTED_BELOW if key == api.PRODUCE else lo), hi + 1)]
         classes = [response_class(key, v) for v in versions]
         for v in versions:
-            body = _sample(load_request_schema(key, v))
+            body = kio_sample(load_request_schema(key, v))
             if key == api.PRODUCE:
                 body = dataclasses.replace(body, acks=1)  # acks=0 closes the connection instead
             denied = rule.deny(types.SimpleNamespace(api_version=v), body, code)

@@ -9,7 +9,7 @@ so they run on a worker thread and the event loop only waits.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -31,8 +31,62 @@ from tieredlog.server.context import Handler, RequestContext
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
+if TYPE_CHECKING:
+    from tieredlog.server.admin_requests import KioCreateAclsRequest, KioDeleteAclsRequest, KioDescribeAclsRequest
 
-def _filter(f: Any) -> AclBindingFilter:
+
+
+class _AclFilterFields(Protocol):
+    """DescribeAcls' request and DeleteAcls' filters (v1-3)."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+
+    @property
+    def resource_name_filter(self) -> str | None: ...
+
+    @property
+    def pattern_type_filter(self) -> int: ...
+
+    @property
+    def principal_filter(self) -> str | None: ...
+
+    @property
+    def host_filter(self) -> str | None: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
+class _AclCreationFields(Protocol):
+    """CreateAcls' creations (v1-3)."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+    @property
+    def resource_pattern_type(self) -> int: ...
+
+    @property
+    def principal(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
+def _filter(f: _AclFilterFields) -> AclBindingFilter:
     return AclBindingFilter(
         ResourcePatternFilter(ResourceType.from_code(f.resource_type_filter), f.resource_name_filter,
                               PatternType.from_code(f.pattern_type_filter)),
@@ -41,7 +95,7 @@ def _filter(f: Any) -> AclBindingFilter:
                                  AclPermissionType.from_code(f.permission_type)))
 
 
-def _binding(c: Any) -> AclBinding:
+def _binding(c: _AclCreationFields) -> AclBinding:
     return AclBinding(
         ResourcePattern(ResourceType.from_code(c.resource_type), c.resource_name,
                         PatternType.from_code(c.resource_pattern_type)),
@@ -55,7 +109,7 @@ def _error(exc: Exception) -> tuple[ErrorCode, str | None]:
     return ErrorCode.unknown_server_error, str(exc) or type(exc).__name__
 
 
-async def handle_describe_acls(ctx: RequestContext, req: Any) -> dict:
+async def handle_describe_acls(ctx: RequestContext, req: KioDescribeAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"error_code": ErrorCode.security_disabled, "error_message": "No Authorizer is configured on the broker",
@@ -76,7 +130,7 @@ async def handle_describe_acls(ctx: RequestContext, req: Any) -> dict:
     return {"error_code": ErrorCode.none, "error_message": None, "resources": resources}
 
 
-async def handle_create_acls(ctx: RequestContext, req: Any) -> dict:
+async def handle_create_acls(ctx: RequestContext, req: KioCreateAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"results": [{"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
@@ -93,7 +147,7 @@ async def handle_create_acls(ctx: RequestContext, req: Any) -> dict:
     return {"results": results}
 
 
-async def handle_delete_acls(ctx: RequestContext, req: Any) -> dict:
+async def handle_delete_acls(ctx: RequestContext, req: KioDeleteAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"filter_results": [{"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER,

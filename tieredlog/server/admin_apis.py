@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable
+import uuid
+from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Protocol, Sequence, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -23,12 +24,21 @@ from tieredlog.protocol.api import (
 )
 from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
+from tieredlog.server.admin_requests import TOPICS_BY_ID_SINCE
 from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names
 from tieredlog.server.config_apis import topic_config_entries
 from tieredlog.server.context import Handler, RequestContext
 
 if TYPE_CHECKING:
     from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.server.admin_requests import (
+        KioCreatePartitionsRequest,
+        KioCreateTopicsRequest,
+        KioDeleteRecordsRequest,
+        KioDeleteTopicsRequest,
+        KioDeleteTopicsRequestV1To5,
+        KioDeleteTopicsRequestV6,
+    )
     from tieredlog.server.broker import Broker
 
 log = logging.getLogger(__name__)
@@ -41,7 +51,14 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 
 
-def _check_assignments(broker: Broker, assignments: Any) -> list[list[int]]:
+class _Assignment(Protocol):
+    """A CreateTopics or CreatePartitions manual assignment: the partition's replicas."""
+
+    @property
+    def broker_ids(self) -> Sequence[int]: ...
+
+
+def _check_assignments(broker: Broker, assignments: Iterable[_Assignment]) -> list[list[int]]:
     """Manual assignments name replicas: registered brokers (alone: this node), no duplicates, the
     same number for every partition."""
     registered = broker.registered_broker_ids()
@@ -58,7 +75,7 @@ def _check_assignments(broker: Broker, assignments: Any) -> list[list[int]]:
     return out
 
 
-async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
+async def handle_create_topics(ctx: RequestContext, req: KioCreateTopicsRequest) -> dict:
     broker = ctx.broker
     out = []
     seen: set[str] = set()
@@ -95,7 +112,7 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
                 if t.num_partitions != -1 or t.replication_factor != -1:
                     raise InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignments were set.")
                 replicas = _check_assignments(broker, t.assignments)
-                manual = {a.partition_index: r for a, r in zip(t.assignments, replicas)}
+                manual = dict(zip([a.partition_index for a in t.assignments], replicas))
                 if sorted(manual) != list(range(len(manual))):
                     raise InvalidReplicaAssignmentError(
                         f"Unexpected existing partition indexes in the assignment: {sorted(manual)}")
@@ -135,13 +152,14 @@ async def handle_create_topics(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "topics": out}
 
 
-async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
+async def handle_delete_topics(ctx: RequestContext, req: KioDeleteTopicsRequest) -> dict:
     broker = ctx.broker
     out = []
-    if ctx.api_version >= 6:
-        items = [(t.name, t.topic_id) for t in req.topics]
+    items: list[tuple[str | None, uuid.UUID | None]]
+    if ctx.api_version >= TOPICS_BY_ID_SINCE:
+        items = [(t.name, t.topic_id) for t in cast("KioDeleteTopicsRequestV6", req).topics]
     else:
-        items = [(n, None) for n in req.topic_names]
+        items = [(n, None) for n in cast("KioDeleteTopicsRequestV1To5", req).topic_names]
     if not broker.config["delete.topic.enable"]:
         # Kafka refuses the whole request before any authorization; v0-2 have no code for it
         code = ErrorCode.topic_deletion_disabled if ctx.api_version >= 3 else ErrorCode.invalid_request
@@ -150,13 +168,15 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
     for name, tid in items:
         entry: dict[str, Any] = {"name": name, "topic_id": tid, "error_code": 0, "error_message": None}
         by_id = name is None and tid is not None
-        if by_id:
+        if by_id and tid is not None:
             meta = broker.topic_by_id(tid)
             if meta is None:
                 entry["error_code"] = ErrorCode.unknown_topic_id
                 out.append(entry)
                 continue
             name = entry["name"] = meta.name
+        if name is None:
+            name = ""  # v6 names neither a name nor an id: no topic has that name
         if by_id and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
             # the id is no secret, the name is: Kafka leaves it out
             entry.update(name=None, error_code=ErrorCode.topic_authorization_failed)
@@ -182,7 +202,7 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "responses": out}
 
 
-async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
+async def handle_create_partitions(ctx: RequestContext, req: KioCreatePartitionsRequest) -> dict:
     broker = ctx.broker
     out = []
     added = 0
@@ -211,7 +231,7 @@ async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "results": out}
 
 
-async def handle_delete_records(ctx: RequestContext, req: Any) -> dict:
+async def handle_delete_records(ctx: RequestContext, req: KioDeleteRecordsRequest) -> dict:
     """Kafka's handleDeleteRecordsRequest: authorization and the metadata here, the rest (leadership,
     the wait for the followers' log start offsets) in the ReplicaManager."""
     broker = ctx.broker

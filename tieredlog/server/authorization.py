@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -27,9 +27,13 @@ from tieredlog.protocol import api
 from tieredlog.security.authorizer.acl import CLUSTER_NAME, AclOperation, ResourceType
 from tieredlog.server.authorized_operations import authorized_operations as bit_field
 from tieredlog.server.context import CLOSE_CONNECTION, RequestContext
+from tieredlog.server.txn_requests import FIRST_BROKER_VERSION
 
 if TYPE_CHECKING:
+    from tieredlog.protocol.inter_broker.leader_and_isr import LeaderAndIsrRequest
+    from tieredlog.protocol.inter_broker.stop_replica import StopReplicaRequest
     from tieredlog.security.authorizer import AclAuthorizer
+    from tieredlog.server import admin_requests, group_requests, txn_requests
 
 audit = logging.getLogger("kafka.authorizer.logger")
 
@@ -84,14 +88,17 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name
 
 # ---- per-request rules ------------------------------------------------------------------------------
 
-Check = Callable[[RequestContext, Any], "ErrorCode | None"]
-Deny = Callable[[RequestContext, Any, ErrorCode], Any]
+R = TypeVar("R")
+Check = Callable[[RequestContext, R], "ErrorCode | None"]
+Deny = Callable[[RequestContext, R, ErrorCode], Any]
 
 
 @dataclass(frozen=True)
-class Rule:
-    check: Check  # None: allowed; else the error the request is refused with
-    deny: Deny  # the API's response carrying that error
+class Rule(Generic[R]):
+    """An API's rule over its decoded request ``R`` (kio's classes of the served versions)."""
+
+    check: Check[R]  # None: allowed; else the error the request is refused with
+    deny: Deny[R]  # the API's response carrying that error
 
 
 def check_request(ctx: RequestContext, body: Any) -> Any:
@@ -105,41 +112,94 @@ def check_request(ctx: RequestContext, body: Any) -> Any:
     return None if code is None else rule.deny(ctx, body, code)
 
 
-def _cluster(operation: AclOperation) -> Check:
-    def check(ctx: RequestContext, req: Any) -> ErrorCode | None:
+# -- what the checks read of a request --------------------------------------------------------------------
+
+class _GroupRequest(Protocol):
+    @property
+    def group_id(self) -> str: ...
+
+
+class _TransactionalRequest(Protocol):
+    @property
+    def transactional_id(self) -> str: ...
+
+
+class _TransactionalGroupRequest(_TransactionalRequest, _GroupRequest, Protocol):
+    pass
+
+
+class _InitProducerIdRequest(Protocol):
+    @property
+    def transactional_id(self) -> str | None: ...
+
+
+class _ProducePartition(Protocol):
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def records(self) -> bytes | None: ...
+
+
+class _ProduceTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partition_data(self) -> Sequence[_ProducePartition]: ...
+
+
+class _ProduceRequest(Protocol):
+    @property
+    def acks(self) -> int: ...
+
+    @property
+    def transactional_id(self) -> str | None: ...
+
+    @property
+    def topic_data(self) -> Sequence[_ProduceTopic]: ...
+
+
+def _cluster(operation: AclOperation) -> Check[object]:
+    def check(ctx: RequestContext, req: object) -> ErrorCode | None:
         return None if authorize_cluster(ctx, operation) else ErrorCode.cluster_authorization_failed
     return check
 
 
-def _group(operation: AclOperation) -> Check:
-    def check(ctx: RequestContext, req: Any) -> ErrorCode | None:
+def _group(operation: AclOperation) -> Check[_GroupRequest]:
+    def check(ctx: RequestContext, req: _GroupRequest) -> ErrorCode | None:
         return None if authorize(ctx, operation, ResourceType.GROUP, req.group_id) \
             else ErrorCode.group_authorization_failed
     return check
 
 
-def _write_txn_id(transactional_id: Callable[[Any], str], then_read_group: bool = False) -> Check:
-    def check(ctx: RequestContext, req: Any) -> ErrorCode | None:
-        if not authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id(req)):
-            return ErrorCode.transactional_id_authorization_failed
-        if then_read_group and not authorize(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
-            return ErrorCode.group_authorization_failed
+def _write_txn_id(transactional_id: str, ctx: RequestContext) -> ErrorCode | None:
+    if authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return None
-    return check
+    return ErrorCode.transactional_id_authorization_failed
 
 
-def _add_partitions_to_txn(ctx: RequestContext, req: Any) -> ErrorCode | None:
+def _transactional(ctx: RequestContext, req: _TransactionalRequest) -> ErrorCode | None:
+    return _write_txn_id(req.transactional_id, ctx)
+
+
+def _transactional_then_group(ctx: RequestContext, req: _TransactionalGroupRequest) -> ErrorCode | None:
+    code = _write_txn_id(req.transactional_id, ctx)
+    if code is None and not authorize(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return ErrorCode.group_authorization_failed
+    return code
+
+
+def _add_partitions_to_txn(ctx: RequestContext, req: txn_requests.KioAddPartitionsToTxnRequest) -> ErrorCode | None:
     # v4+ come from brokers (KIP-890 verification): CLUSTER_ACTION, as the other inter-broker APIs
-    if ctx.api_version >= 4:
+    if ctx.api_version >= FIRST_BROKER_VERSION:
         return _cluster_action(ctx, req)
-    return _write_txn_id(lambda r: r.v3_and_below_transactional_id)(ctx, req)
+    return _write_txn_id(cast("txn_requests.KioAddPartitionsToTxnRequestV0To3", req).v3_and_below_transactional_id, ctx)
 
 
-def _init_producer_id(ctx: RequestContext, req: Any) -> ErrorCode | None:
+def _init_producer_id(ctx: RequestContext, req: _InitProducerIdRequest) -> ErrorCode | None:
     if req.transactional_id is not None:
-        if authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id):
-            return None
-        return ErrorCode.transactional_id_authorization_failed
+        return _write_txn_id(req.transactional_id, ctx)
     # an idempotent producer: IDEMPOTENT_WRITE on the cluster, or (KIP-679) WRITE on any topic
     if authorize_cluster(ctx, AclOperation.IDEMPOTENT_WRITE, log_denied=False) \
             or authorize_by_resource_type(ctx, AclOperation.WRITE, ResourceType.TOPIC):
@@ -151,7 +211,7 @@ _MAGIC_OFFSET, _ATTRIBUTES = 16, struct.Struct(">h")
 _TRANSACTIONAL_FLAG = 0x10
 
 
-def _has_transactional_records(req: Any) -> bool:
+def _has_transactional_records(req: _ProduceRequest) -> bool:
     """Kafka's RequestUtils.hasTransactionalRecords: the first batch of any partition is transactional."""
     for td in req.topic_data:
         for pd in td.partition_data:
@@ -162,7 +222,7 @@ def _has_transactional_records(req: Any) -> bool:
     return False
 
 
-def _produce(ctx: RequestContext, req: Any) -> ErrorCode | None:
+def _produce(ctx: RequestContext, req: _ProduceRequest) -> ErrorCode | None:
     if not _has_transactional_records(req):
         return None  # WRITE on each topic is checked per partition by the handler
     tid = req.transactional_id
@@ -171,7 +231,7 @@ def _produce(ctx: RequestContext, req: Any) -> ErrorCode | None:
     return ErrorCode.transactional_id_authorization_failed
 
 
-def _write_txn_markers(ctx: RequestContext, req: Any) -> ErrorCode | None:
+def _write_txn_markers(ctx: RequestContext, req: object) -> ErrorCode | None:
     # Kafka takes ALTER on the cluster first, quietly, then CLUSTER_ACTION
     if authorize_cluster(ctx, AclOperation.ALTER, log_denied=False) or authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         return None
@@ -184,61 +244,68 @@ def _write_txn_markers(ctx: RequestContext, req: Any) -> ErrorCode | None:
 CLUSTER_DENIED = "Cluster authorization failed."
 
 
-def _error_only(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+def _error_only(ctx: RequestContext, req: object, code: ErrorCode) -> dict:
     return {"error_code": code}
 
 
-def _per_partition(topics: Callable[[Any], Iterable[tuple[str, Iterable[int]]]], topics_key: str,
+def _per_partition(topics: Callable[[R], Iterable[tuple[str, Iterable[int]]]], topics_key: str,
                    partitions_key: str = "partitions", index_key: str = "partition_index",
-                   topic_key: str = "name", error_key: str = "error_code", extra: dict | None = None) -> Deny:
-    def deny(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+                   topic_key: str = "name", error_key: str = "error_code", extra: dict | None = None) -> Deny[R]:
+    def deny(ctx: RequestContext, req: R, code: ErrorCode) -> dict:
         return {topics_key: [{topic_key: name, partitions_key: [{index_key: p, error_key: code, **(extra or {})}
                                                                  for p in parts]}
                              for name, parts in topics(req)]}
     return deny
 
 
-def _produce_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> Any:
+def _produce_partitions(req: _ProduceRequest) -> list[tuple[str, list[int]]]:
+    return [(t.name, [p.index for p in t.partition_data]) for t in req.topic_data]
+
+
+_produce_partitions_denied = _per_partition(_produce_partitions, "responses", "partition_responses", "index",
+                                            extra={"base_offset": -1, "log_append_time": -1, "log_start_offset": -1})
+
+
+def _produce_denied(ctx: RequestContext, req: _ProduceRequest, code: ErrorCode) -> Any:
     if req.acks == 0:
         return CLOSE_CONNECTION  # the client reads no answer: Kafka closes the connection
-    return _per_partition(lambda r: [(t.name, [p.index for p in t.partition_data]) for t in r.topic_data],
-                          "responses", "partition_responses", "index",
-                          extra={"base_offset": -1, "log_append_time": -1, "log_start_offset": -1})(ctx, req, code)
+    return _produce_partitions_denied(ctx, req, code)
 
 
-def _join_group_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+def _join_group_denied(ctx: RequestContext, req: object, code: ErrorCode) -> dict:
     return {"error_code": code, "generation_id": -1, "protocol_name": None if ctx.api_version >= 7 else "",
             "leader": "", "member_id": "", "members": []}
 
 
-def _leader_and_isr_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+def _leader_and_isr_denied(ctx: RequestContext, req: LeaderAndIsrRequest, code: ErrorCode) -> dict:
     return {"error_code": code, "topics": [
         {"topic_id": ts.topic_id, "partition_errors": [{"partition_index": ps.partition_index, "error_code": code}
                                                        for ps in ts.partition_states]}
         for ts in req.topic_states]}
 
 
-def _stop_replica_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+def _stop_replica_denied(ctx: RequestContext, req: StopReplicaRequest, code: ErrorCode) -> dict:
     return {"error_code": code, "partition_errors": [
         {"topic_name": ts.topic_name, "partition_index": ps.partition_index, "error_code": code}
         for ts in req.topic_states for ps in ts.partition_states]}
 
 
-def _elect_leaders_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+def _elect_leaders_denied(ctx: RequestContext, req: admin_requests.KioElectLeadersRequest, code: ErrorCode) -> dict:
     return {"error_code": code, "replica_election_results": [
         {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": None}
                                                 for p in t.partitions]}
         for t in req.topic_partitions or ()]}
 
 
-def _alter_reassignments_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+def _alter_reassignments_denied(ctx: RequestContext, req: admin_requests.KioAlterPartitionReassignmentsRequest,
+                                code: ErrorCode) -> dict:
     return {"error_code": code, "error_message": CLUSTER_DENIED, "responses": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
                                          "error_message": CLUSTER_DENIED} for p in t.partitions]}
         for t in req.topics]}
 
 
-def _txn_markers_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+def _txn_markers_denied(ctx: RequestContext, req: txn_requests.KioWriteTxnMarkersRequest, code: ErrorCode) -> dict:
     return {"markers": [
         {"producer_id": m.producer_id, "topics": [
             {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
@@ -246,64 +313,86 @@ def _txn_markers_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
         for m in req.markers]}
 
 
-def _add_partitions_to_txn_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
-    if ctx.api_version >= 4:
+def _add_partitions_v3_and_below(req: txn_requests.KioAddPartitionsToTxnRequestV0To3) -> list[tuple[str, list[int]]]:
+    return [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
+
+
+_add_partitions_v3_and_below_denied = _per_partition(_add_partitions_v3_and_below, "results_by_topic_v3_and_below",
+                                                     "results_by_partition", error_key="partition_error_code")
+
+
+def _add_partitions_to_txn_denied(ctx: RequestContext, req: txn_requests.KioAddPartitionsToTxnRequest,
+                                  code: ErrorCode) -> dict:
+    if ctx.api_version >= FIRST_BROKER_VERSION:
         return {"error_code": code, "results_by_transaction": []}
-    return _per_partition(_partitions("v3_and_below_topics", index_attr=None), "results_by_topic_v3_and_below",
-                          "results_by_partition", error_key="partition_error_code")(ctx, req, code)
+    return _add_partitions_v3_and_below_denied(ctx, cast("txn_requests.KioAddPartitionsToTxnRequestV0To3", req), code)
 
 
-def _init_producer_id_denied(ctx: RequestContext, req: Any, code: ErrorCode) -> dict:
+def _offset_commit_partitions(req: group_requests.KioOffsetCommitRequest) -> list[tuple[str, list[int]]]:
+    return [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+
+
+def _txn_offset_commit_partitions(req: txn_requests.KioTxnOffsetCommitRequest) -> list[tuple[str, list[int]]]:
+    return [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+
+
+def _init_producer_id_denied(ctx: RequestContext, req: object, code: ErrorCode) -> dict:
     return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
 
 
-def _with(**fields: Any) -> Deny:
+def _with(**fields: Any) -> Deny[object]:
     return lambda ctx, req, code: {"error_code": code, **fields}
 
 
-def _partitions(topics_attr: str, parts_attr: str = "partitions", index_attr: str | None = "partition_index"
-                ) -> Callable[[Any], list[tuple[str, list[int]]]]:
-    def get(req: Any) -> list[tuple[str, list[int]]]:
-        return [(t.name, [getattr(p, index_attr) if index_attr else int(p) for p in getattr(t, parts_attr) or ()])
-                for t in getattr(req, topics_attr) or ()]
-    return get
+def _create_acls_denied(ctx: RequestContext, req: admin_requests.KioCreateAclsRequest, code: ErrorCode) -> dict:
+    return {"results": [{"error_code": code, "error_message": CLUSTER_DENIED} for _ in req.creations]}
+
+
+def _delete_acls_denied(ctx: RequestContext, req: admin_requests.KioDeleteAclsRequest, code: ErrorCode) -> dict:
+    return {"filter_results": [{"error_code": code, "error_message": CLUSTER_DENIED, "matching_acls": []}
+                               for _ in req.filters]}
 
 
 _cluster_action = _cluster(AclOperation.CLUSTER_ACTION)
 
-REQUEST_RULES: dict[int, Rule] = {
+# Each rule names the kio classes of its API (Rule["Kio..."]), so the type checker checks its check and
+# denial against every served version of the request.
+REQUEST_RULES: dict[int, Rule[Any]] = {
     # inter-broker: the controller's requests and the brokers' to the controller
-    api.LEADER_AND_ISR: Rule(_cluster_action, _leader_and_isr_denied),
-    api.STOP_REPLICA: Rule(_cluster_action, _stop_replica_denied),
-    api.UPDATE_METADATA: Rule(_cluster_action, _error_only),
-    api.CONTROLLED_SHUTDOWN: Rule(_cluster_action, _with(remaining_partitions=[])),
-    api.ALTER_PARTITION: Rule(_cluster_action, _with(topics=[])),
-    api.WRITE_TXN_MARKERS: Rule(_write_txn_markers, _txn_markers_denied),
+    api.LEADER_AND_ISR: Rule["LeaderAndIsrRequest"](_cluster_action, _leader_and_isr_denied),
+    api.STOP_REPLICA: Rule["StopReplicaRequest"](_cluster_action, _stop_replica_denied),
+    api.UPDATE_METADATA: Rule[object](_cluster_action, _error_only),
+    api.CONTROLLED_SHUTDOWN: Rule[object](_cluster_action, _with(remaining_partitions=[])),
+    api.ALTER_PARTITION: Rule[object](_cluster_action, _with(topics=[])),
+    api.WRITE_TXN_MARKERS: Rule["txn_requests.KioWriteTxnMarkersRequest"](_write_txn_markers, _txn_markers_denied),
     # cluster administration
-    api.ELECT_LEADERS: Rule(_cluster(AclOperation.ALTER), _elect_leaders_denied),
-    api.ALTER_PARTITION_REASSIGNMENTS: Rule(_cluster(AclOperation.ALTER), _alter_reassignments_denied),
-    api.LIST_PARTITION_REASSIGNMENTS: Rule(_cluster(AclOperation.DESCRIBE), _with(error_message=CLUSTER_DENIED, topics=[])),
-    api.CREATE_ACLS: Rule(_cluster(AclOperation.ALTER), lambda ctx, req, code: {
-        "results": [{"error_code": code, "error_message": CLUSTER_DENIED} for _ in req.creations]}),
-    api.DELETE_ACLS: Rule(_cluster(AclOperation.ALTER), lambda ctx, req, code: {
-        "filter_results": [{"error_code": code, "error_message": CLUSTER_DENIED, "matching_acls": []}
-                           for _ in req.filters]}),
-    api.DESCRIBE_ACLS: Rule(_cluster(AclOperation.DESCRIBE), _with(error_message=CLUSTER_DENIED, resources=[])),
-    api.DESCRIBE_LOG_DIRS: Rule(_cluster(AclOperation.DESCRIBE), _with(results=[])),
+    api.ELECT_LEADERS: Rule["admin_requests.KioElectLeadersRequest"](
+        _cluster(AclOperation.ALTER), _elect_leaders_denied),
+    api.ALTER_PARTITION_REASSIGNMENTS: Rule["admin_requests.KioAlterPartitionReassignmentsRequest"](
+        _cluster(AclOperation.ALTER), _alter_reassignments_denied),
+    api.LIST_PARTITION_REASSIGNMENTS: Rule[object](
+        _cluster(AclOperation.DESCRIBE), _with(error_message=CLUSTER_DENIED, topics=[])),
+    api.CREATE_ACLS: Rule["admin_requests.KioCreateAclsRequest"](_cluster(AclOperation.ALTER), _create_acls_denied),
+    api.DELETE_ACLS: Rule["admin_requests.KioDeleteAclsRequest"](_cluster(AclOperation.ALTER), _delete_acls_denied),
+    api.DESCRIBE_ACLS: Rule[object](_cluster(AclOperation.DESCRIBE), _with(error_message=CLUSTER_DENIED, resources=[])),
+    api.DESCRIBE_LOG_DIRS: Rule[object](_cluster(AclOperation.DESCRIBE), _with(results=[])),
     # a group's members
-    api.JOIN_GROUP: Rule(_group(AclOperation.READ), _join_group_denied),
-    api.SYNC_GROUP: Rule(_group(AclOperation.READ), _with(assignment=b"")),
-    api.HEARTBEAT: Rule(_group(AclOperation.READ), _error_only),
-    api.LEAVE_GROUP: Rule(_group(AclOperation.READ), _with(members=[])),
-    api.CONSUMER_GROUP_HEARTBEAT: Rule(_group(AclOperation.READ), _error_only),
-    api.OFFSET_COMMIT: Rule(_group(AclOperation.READ), _per_partition(_partitions("topics"), "topics")),
-    api.OFFSET_DELETE: Rule(_group(AclOperation.DELETE), _with(topics=[])),
+    api.JOIN_GROUP: Rule["group_requests.KioJoinGroupRequest"](_group(AclOperation.READ), _join_group_denied),
+    api.SYNC_GROUP: Rule["group_requests.KioSyncGroupRequest"](_group(AclOperation.READ), _with(assignment=b"")),
+    api.HEARTBEAT: Rule["group_requests.KioHeartbeatRequest"](_group(AclOperation.READ), _error_only),
+    api.LEAVE_GROUP: Rule["group_requests.KioLeaveGroupRequest"](_group(AclOperation.READ), _with(members=[])),
+    api.CONSUMER_GROUP_HEARTBEAT: Rule["group_requests.KioConsumerGroupHeartbeatRequest"](
+        _group(AclOperation.READ), _error_only),
+    api.OFFSET_COMMIT: Rule["group_requests.KioOffsetCommitRequest"](
+        _group(AclOperation.READ), _per_partition(_offset_commit_partitions, "topics")),
+    api.OFFSET_DELETE: Rule["group_requests.KioOffsetDeleteRequest"](_group(AclOperation.DELETE), _with(topics=[])),
     # transactions and idempotence
-    api.PRODUCE: Rule(_produce, _produce_denied),
-    api.INIT_PRODUCER_ID: Rule(_init_producer_id, _init_producer_id_denied),
-    api.ADD_PARTITIONS_TO_TXN: Rule(_add_partitions_to_txn, _add_partitions_to_txn_denied),
-    api.ADD_OFFSETS_TO_TXN: Rule(_write_txn_id(lambda r: r.transactional_id, then_read_group=True), _error_only),
-    api.END_TXN: Rule(_write_txn_id(lambda r: r.transactional_id), _error_only),
-    api.TXN_OFFSET_COMMIT: Rule(_write_txn_id(lambda r: r.transactional_id, then_read_group=True),
-                                _per_partition(_partitions("topics"), "topics")),
+    api.PRODUCE: Rule["_ProduceRequest"](_produce, _produce_denied),
+    api.INIT_PRODUCER_ID: Rule["_InitProducerIdRequest"](_init_producer_id, _init_producer_id_denied),
+    api.ADD_PARTITIONS_TO_TXN: Rule["txn_requests.KioAddPartitionsToTxnRequest"](
+        _add_partitions_to_txn, _add_partitions_to_txn_denied),
+    api.ADD_OFFSETS_TO_TXN: Rule["txn_requests.KioAddOffsetsToTxnRequest"](_transactional_then_group, _error_only),
+    api.END_TXN: Rule["txn_requests.KioEndTxnRequest"](_transactional, _error_only),
+    api.TXN_OFFSET_COMMIT: Rule["txn_requests.KioTxnOffsetCommitRequest"](
+        _transactional_then_group, _per_partition(_txn_offset_commit_partitions, "topics")),
 }

@@ -6,28 +6,35 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS, ELECT_LEADERS, LIST_PARTITION_REASSIGNMENTS
+from tieredlog.server.admin_requests import election_type
 from tieredlog.server.context import Handler, RequestContext
 
-PREFERRED = 0
+if TYPE_CHECKING:
+    from tieredlog.server.admin_requests import (
+        KioAlterPartitionReassignmentsRequest,
+        KioElectLeadersRequest,
+        KioListPartitionReassignmentsRequest,
+    )
 
 
-async def handle_elect_leaders(ctx: RequestContext, req: Any) -> dict:
+
+async def handle_elect_leaders(ctx: RequestContext, req: KioElectLeadersRequest) -> dict:
     controller = ctx.broker.controller
     if controller is None:
         return {"error_code": ErrorCode.not_controller, "replica_election_results": []}
     partitions = None if req.topic_partitions is None else [
         (t.topic, p) for t in req.topic_partitions for p in t.partitions]
-    election_type = getattr(req, "election_type", PREFERRED)  # v0 elects the preferred replica only
-    answer = await asyncio.wrap_future(controller.elect_leaders(election_type, partitions))
+    answer = await asyncio.wrap_future(controller.elect_leaders(election_type(req, ctx.api_version), partitions))
     return {"throttle_time": 0, **answer}
 
 
-async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) -> dict:
+async def handle_alter_partition_reassignments(ctx: RequestContext, req: KioAlterPartitionReassignmentsRequest
+                                              ) -> dict:
     controller = ctx.broker.controller
     if controller is None:
         return {"error_code": ErrorCode.not_controller, "responses": []}
@@ -38,7 +45,8 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: Any) ->
     return {"throttle_time": 0, **answer}
 
 
-async def handle_list_partition_reassignments(ctx: RequestContext, req: Any) -> dict:
+async def handle_list_partition_reassignments(ctx: RequestContext, req: KioListPartitionReassignmentsRequest
+                                             ) -> dict:
     controller = ctx.broker.controller
     if controller is None:
         return {"error_code": ErrorCode.not_controller, "topics": []}

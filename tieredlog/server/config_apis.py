@@ -11,7 +11,7 @@ tieredlog.server.dynamic_config; the others are refused.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -47,6 +47,11 @@ from tieredlog.server.dynamic_config import (
 from tieredlog.server.kafka_broker_configs import KAFKA_BROKER_CONFIGS, KAFKA_DYNAMIC_BROKER_CONFIGS
 
 if TYPE_CHECKING:
+    from tieredlog.server.admin_requests import (
+        KioAlterConfigsRequest,
+        KioDescribeConfigsRequest,
+        KioIncrementalAlterConfigsRequest,
+    )
     from tieredlog.server.broker import Broker
 
 TOPIC = 2
@@ -62,7 +67,17 @@ _CLUSTER_CONFIG_TYPES = (BROKER, 8, 16)  # BROKER, BROKER_LOGGER, CLIENT_METRICS
 _GROUP_CONFIG_TYPE = 32
 
 
-def _config_denied(ctx: RequestContext, r: Any, operation: AclOperation) -> ErrorCode | None:
+class ConfigResource(Protocol):
+    """A resource of DescribeConfigs, AlterConfigs or IncrementalAlterConfigs (every version)."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+
+def _config_denied(ctx: RequestContext, r: ConfigResource, operation: AclOperation) -> ErrorCode | None:
     """Kafka's check of DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource: the error it is
     refused with, or None. Other types are left to the handler (INVALID_REQUEST)."""
     if r.resource_type in _CLUSTER_CONFIG_TYPES:
@@ -184,9 +199,9 @@ def _stored_only_entries(broker: Broker, keys: Any, synonyms: bool, default_only
     return out
 
 
-async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict:
+async def handle_describe_configs(ctx: RequestContext, req: KioDescribeConfigsRequest) -> dict:
     broker = ctx.broker
-    synonyms = getattr(req, "include_synonyms", False)
+    synonyms = req.include_synonyms
     results = []
     for r in req.resources:
         keys = set(r.configuration_keys) if r.configuration_keys is not None else None
@@ -212,7 +227,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "results": results}
 
 
-def _apply(broker: Broker, r: Any, overrides: dict[str, str], validate_only: bool) -> dict:
+def _apply(broker: Broker, r: ConfigResource, overrides: dict[str, str], validate_only: bool) -> dict:
     res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type, "resource_name": r.resource_name}
     try:
         if r.resource_type != TOPIC:
@@ -226,7 +241,7 @@ def _apply(broker: Broker, r: Any, overrides: dict[str, str], validate_only: boo
     return res
 
 
-async def _alter_broker(broker: Broker, r: Any, names: Any, configs: dict[str, str] | None,
+async def _alter_broker(broker: Broker, r: ConfigResource, names: list[str], configs: dict[str, str] | None,
                         validate_only: bool) -> dict:
     """AlterConfigs on a BROKER resource: ``configs`` replaces the level (None: the level as it is with
     ``names`` checked only, for an incremental request already refused)."""
@@ -244,11 +259,11 @@ async def _alter_broker(broker: Broker, r: Any, names: Any, configs: dict[str, s
     return res
 
 
-def _broker_level(broker: Broker, r: Any) -> dict[str, str]:
+def _broker_level(broker: Broker, r: ConfigResource) -> dict[str, str]:
     return dict(broker.dynamic_config.level(DEFAULT_ENTITY if r.resource_name == "" else r.resource_name))
 
 
-async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict:
+async def handle_alter_configs(ctx: RequestContext, req: KioAlterConfigsRequest) -> dict:
     """Legacy AlterConfigs replaces a topic's whole override set."""
     out = []
     for r in req.resources:
@@ -267,7 +282,7 @@ async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "responses": out}
 
 
-async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dict:
+async def handle_incremental_alter_configs(ctx: RequestContext, req: KioIncrementalAlterConfigsRequest) -> dict:
     broker = ctx.broker
     out = []
     for r in req.resources:

@@ -88,7 +88,7 @@ class Dispatcher:
     def api_keys(self) -> list[dict[str, int]]:
         return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(self.versions.items())]
 
-    async def api_versions(self, ctx: RequestContext, req: Any) -> dict:
+    async def api_versions(self, ctx: RequestContext, req: object) -> dict:
         return {"error_code": ErrorCode.none, "api_keys": self.api_keys(), "throttle_time": 0}
 
     def unsupported_api_versions(self, correlation_id: int) -> bytes:

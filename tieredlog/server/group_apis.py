@@ -3,9 +3,10 @@ DescribeGroups, ListGroups, DeleteGroups, OffsetDelete, and KIP-848's ConsumerGr
 ConsumerGroupDescribe (registered, hence advertised, only when group.coordinator.rebalance.protocols
 includes consumer).
 
-Each handler reads the fields its request version has (getattr with Kafka's default for the others),
-asks the coordinator, and answers with a dict of response fields; the dispatcher builds the kio response
-class of `ctx.api_version` from it, ignoring the fields that version lacks. The few fields whose type
+Each handler reads a typed request (tieredlog.server.group_requests: kio's classes where every served
+version has the fields, else a view with Kafka's default where a version has none), asks the
+coordinator, and answers with a dict of response fields; the dispatcher builds the kio response class
+of `ctx.api_version` from it, ignoring the fields that version lacks. The few fields whose type
 changes between versions (nullable only in newer ones) are filled per version here.
 """
 
@@ -39,9 +40,39 @@ from tieredlog.server.authorization import authorize, authorize_cluster, authori
 from tieredlog.server.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.coordinators import CoordinatorLocator, offsets_topic_spec, transaction_state_topic_spec
+from tieredlog.server.group_requests import (
+    GROUPS_SINCE,
+    MEMBERS_SINCE,
+    OffsetFetchGroup,
+    describe_groups_request,
+    find_coordinator_request,
+    heartbeat_request,
+    join_group_request,
+    leave_group_request,
+    list_groups_request,
+    offset_commit_request,
+    offset_fetch_request,
+    subscribed_topic_regex,
+    sync_group_request,
+)
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
+    from tieredlog.server.group_requests import (
+        KioConsumerGroupDescribeRequest,
+        KioConsumerGroupHeartbeatRequest,
+        KioDeleteGroupsRequest,
+        KioDescribeGroupsRequest,
+        KioFindCoordinatorRequest,
+        KioHeartbeatRequest,
+        KioJoinGroupRequest,
+        KioLeaveGroupRequest,
+        KioListGroupsRequest,
+        KioOffsetCommitRequest,
+        KioOffsetDeleteRequest,
+        KioOffsetFetchRequest,
+        KioSyncGroupRequest,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -109,35 +140,34 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             entry.update(node_id=broker.node_id, host=adv.host or "127.0.0.1", port=adv.port)
         return entry
 
-    async def find_coordinator(ctx: RequestContext, req: Any) -> dict:
-        key_type = getattr(req, "key_type", CoordinatorType.GROUP)
+    async def find_coordinator(ctx: RequestContext, kio_req: KioFindCoordinatorRequest) -> dict:
+        req = find_coordinator_request(kio_req, ctx.api_version)
         if ctx.api_version >= 4:
-            keys = getattr(req, "coordinator_keys", ()) or ()
-            return {"throttle_time": 0, "coordinators": [await coordinator_entry(ctx, k, key_type) for k in keys]}
-        entry = await coordinator_entry(ctx, getattr(req, "key", ""), key_type)
+            return {"throttle_time": 0, "coordinators": [await coordinator_entry(ctx, k, req.key_type)
+                                                         for k in req.coordinator_keys]}
+        entry = await coordinator_entry(ctx, req.key, req.key_type)
         entry.pop("key")
         entry["throttle_time"] = 0
         return entry
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------------------------
-    async def join_group(ctx: RequestContext, req: Any) -> dict:
+    async def join_group(ctx: RequestContext, kio_req: KioJoinGroupRequest) -> dict:
         v = ctx.api_version
+        req = join_group_request(kio_req, v)
         coordinator = broker.group_coordinator
-        session = _ms(req.session_timeout)
-        rebalance = _ms(getattr(req, "rebalance_timeout", -1)) if v >= 1 else session
         if coordinator is None:
             result = None
         else:
             result = await coordinator.join_group(
                 req.group_id,
                 req.member_id,
-                getattr(req, "group_instance_id", None),
+                req.group_instance_id,
                 ctx.client_id or "",
                 "/" + ctx.client_host,
-                session,
-                rebalance,
+                _ms(req.session_timeout),
+                _ms(req.rebalance_timeout),
                 req.protocol_type,
-                [(p.name, bytes(p.metadata)) for p in req.protocols],
+                req.protocols,
                 require_known_member_id=v >= 4,
                 supports_skip_assignment=v >= 9,
             )
@@ -162,19 +192,19 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             ],
         }
 
-    async def sync_group(ctx: RequestContext, req: Any) -> dict:
+    async def sync_group(ctx: RequestContext, kio_req: KioSyncGroupRequest) -> dict:
         coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "assignment": b""}
-        assignments = {a.member_id: bytes(a.assignment) for a in (req.assignments or ())}
+        req = sync_group_request(kio_req, ctx.api_version)
         result = await coordinator.sync_group(
             req.group_id,
             req.generation_id,
             req.member_id,
-            getattr(req, "group_instance_id", None),
-            getattr(req, "protocol_type", None),
-            getattr(req, "protocol_name", None),
-            assignments,
+            req.group_instance_id,
+            req.protocol_type,
+            req.protocol_name,
+            req.assignments,
         )
         return {
             "throttle_time": 0,
@@ -184,26 +214,21 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             "assignment": result.assignment,
         }
 
-    async def heartbeat(ctx: RequestContext, req: Any) -> dict:
+    async def heartbeat(ctx: RequestContext, kio_req: KioHeartbeatRequest) -> dict:
         coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
-        code = coordinator.heartbeat(
-            req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.generation_id
-        )
+        req = heartbeat_request(kio_req, ctx.api_version)
+        code = coordinator.heartbeat(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
         return {"throttle_time": 0, "error_code": code}
 
-    async def leave_group(ctx: RequestContext, req: Any) -> dict:
+    async def leave_group(ctx: RequestContext, kio_req: KioLeaveGroupRequest) -> dict:
         coordinator = broker.group_coordinator
-        leaving: list[tuple[str, str | None]]
-        if ctx.api_version < 3:
-            leaving = [(req.member_id, None)]
-        else:
-            leaving = [(m.member_id, m.group_instance_id) for m in (req.members or ())]
+        req = leave_group_request(kio_req, ctx.api_version)
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "members": []}
-        code, results = coordinator.leave_group(req.group_id, leaving)
-        if ctx.api_version < 3:
+        code, results = coordinator.leave_group(req.group_id, req.members)
+        if ctx.api_version < MEMBERS_SINCE:
             # One member: its own error is the response's error.
             if code == ErrorCode.none and results:
                 code = results[0][2]
@@ -217,14 +242,15 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         }
 
     # -- offsets -------------------------------------------------------------------------------------------
-    async def offset_commit(ctx: RequestContext, req: Any) -> dict:
+    async def offset_commit(ctx: RequestContext, kio_req: KioOffsetCommitRequest) -> dict:
+        req = offset_commit_request(kio_req, ctx.api_version)
         coordinator = broker.group_coordinator
         requested: dict[tuple[str, int], tuple[int, int, str | None]] = {}
         errors_by_tp: dict[tuple[str, int], int] = {}
         order: list[tuple[str, int]] = []
-        readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics or ()))
-        for topic in req.topics or ():
-            for p in topic.partitions or ():
+        readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
+        for topic in req.topics:
+            for p in topic.partitions:
                 tp = (topic.name, p.partition_index)
                 order.append(tp)
                 if topic.name not in readable:
@@ -233,9 +259,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                 if not _partition_exists(broker, *tp):
                     errors_by_tp[tp] = ErrorCode.unknown_topic_or_partition
                     continue
-                requested[tp] = (
-                    p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
-                )
+                requested[tp] = (p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
         if coordinator is None:
             errors_by_tp.update({tp: ErrorCode.coordinator_not_available for tp in requested})
         elif requested:
@@ -243,22 +267,23 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             errors_by_tp.update(await coordinator.handle_commit_offsets(
                 req.group_id,
                 req.member_id,
-                getattr(req, "group_instance_id", None),
+                req.group_instance_id,
                 req.generation_id_or_member_epoch,
                 requested,
                 api_version=ctx.api_version,
             ))
         return {"throttle_time": 0, "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp[tp]})}
 
-    def fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> tuple[int, list[dict]]:
+    def fetch_group(ctx: RequestContext, group: OffsetFetchGroup, require_stable: bool) -> tuple[int, list[dict]]:
+        group_id, topics = group.group_id, group.topics
         coordinator = broker.group_coordinator
         if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             return ErrorCode.group_authorization_failed, []
         wanted = None
         denied: set[tuple[str, int]] = set()
         if topics is not None:
-            wanted = [(t.name, int(p)) for t in topics for p in (t.partition_indexes or ())]
-            describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics))
+            wanted = [(name, int(p)) for name, indexes in topics for p in indexes]
+            describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (name for name, _ in topics))
             denied = {tp for tp in wanted if tp[0] not in describable}
         if coordinator is None:
             return ErrorCode.coordinator_not_available, []
@@ -290,28 +315,30 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
 
         return ErrorCode.none, _by_topic(order, partition)
 
-    async def offset_fetch(ctx: RequestContext, req: Any) -> dict:
-        if ctx.api_version >= 8:
+    async def offset_fetch(ctx: RequestContext, kio_req: KioOffsetFetchRequest) -> dict:
+        req = offset_fetch_request(kio_req, ctx.api_version)
+        if ctx.api_version >= GROUPS_SINCE:
             groups = []
-            for g in req.groups or ():
-                code, topics = fetch_group(ctx, g.group_id, g.topics, req.require_stable)
+            for g in req.groups:
+                code, topics = fetch_group(ctx, g, req.require_stable)
                 groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
             return {"throttle_time": 0, "groups": groups}
-        code, topics = fetch_group(ctx, req.group_id, req.topics, getattr(req, "require_stable", False))
+        (group,) = req.groups
+        code, topics = fetch_group(ctx, group, req.require_stable)
         if code != ErrorCode.none and ctx.api_version < 2:
             # v1 has no group-level error: report it on every requested partition.
             topics = [
-                {"name": t.name, "partitions": [
+                {"name": name, "partitions": [
                     {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": code}
-                    for p in t.partition_indexes or ()]}
-                for t in req.topics or ()
+                    for p in indexes]}
+                for name, indexes in group.topics or ()
             ]
         return {"throttle_time": 0, "topics": topics, "error_code": code}
 
-    async def offset_delete(ctx: RequestContext, req: Any) -> dict:
+    async def offset_delete(ctx: RequestContext, req: KioOffsetDeleteRequest) -> dict:
         coordinator = broker.group_coordinator
-        order = [(t.name, p.partition_index) for t in req.topics or () for p in t.partitions or ()]
-        readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics or ()))
+        order: list[tuple[str, int]] = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+        readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
         errors_by_tp = {tp: ErrorCode.topic_authorization_failed if tp[0] not in readable
                         else ErrorCode.unknown_topic_or_partition
                         for tp in order if tp[0] not in readable or not _partition_exists(broker, *tp)}
@@ -325,11 +352,12 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                 "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp.get(tp, ErrorCode.none)})}
 
     # -- admin ---------------------------------------------------------------------------------------------
-    async def describe_groups(ctx: RequestContext, req: Any) -> dict:
+    async def describe_groups(ctx: RequestContext, kio_req: KioDescribeGroupsRequest) -> dict:
         coordinator = broker.group_coordinator
-        requested = getattr(req, "include_authorized_operations", False)
+        req = describe_groups_request(kio_req, ctx.api_version)
+        requested = req.include_authorized_operations
         groups = []
-        for group_id in req.groups or ():
+        for group_id in req.groups:
             if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
                 groups.append({"error_code": ErrorCode.group_authorization_failed, "group_id": group_id,
                                "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
@@ -357,12 +385,13 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             })
         return {"throttle_time": 0, "groups": groups}
 
-    async def list_groups(ctx: RequestContext, req: Any) -> dict:
+    async def list_groups(ctx: RequestContext, kio_req: KioListGroupsRequest) -> dict:
         coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "groups": []}
-        types = {t.lower() for t in (getattr(req, "types_filter", None) or ())}
-        states = {s.lower() for s in (getattr(req, "states_filter", None) or ())}
+        req = list_groups_request(kio_req, ctx.api_version)
+        types = {t.lower() for t in req.types_filter}
+        states = {s.lower() for s in req.states_filter}
         code, listed = coordinator.list_groups(())
         if not authorize_cluster(ctx, AclOperation.DESCRIBE, log_denied=False):
             # without DESCRIBE on the cluster, the groups the principal may describe
@@ -381,7 +410,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         return {"throttle_time": 0, "error_code": code, "groups": groups}
 
     # -- KIP-848 -------------------------------------------------------------------------------------------
-    async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> dict:
+    async def consumer_group_heartbeat(ctx: RequestContext, req: KioConsumerGroupHeartbeatRequest) -> dict:
         coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "member_epoch": -1,
@@ -397,7 +426,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
             instance_id=req.instance_id, rack_id=req.rack_id, rebalance_timeout_ms=_ms(req.rebalance_timeout),
             subscribed_topic_names=tuple(names) if names is not None else None,
-            subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
+            subscribed_topic_regex=subscribed_topic_regex(req, ctx.api_version),
             server_assignor=req.server_assignor, owned=owned, client_id=ctx.client_id or "",
             client_host="/" + ctx.client_host, api_version=ctx.api_version))
         assignment = None
@@ -409,10 +438,10 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                 "member_id": result.member_id, "member_epoch": result.member_epoch,
                 "heartbeat_interval": result.heartbeat_interval_ms, "assignment": assignment}
 
-    async def consumer_group_describe(ctx: RequestContext, req: Any) -> dict:
+    async def consumer_group_describe(ctx: RequestContext, req: KioConsumerGroupDescribeRequest) -> dict:
         coordinator = broker.group_coordinator
         out = []
-        for group_id in req.group_ids or ():
+        for group_id in req.group_ids:
             if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
                 out.append({"error_code": ErrorCode.group_authorization_failed, "group_id": group_id,
                             "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
@@ -448,9 +477,9 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             })
         return {"throttle_time": 0, "groups": out}
 
-    async def delete_groups(ctx: RequestContext, req: Any) -> dict:
+    async def delete_groups(ctx: RequestContext, req: KioDeleteGroupsRequest) -> dict:
         coordinator = broker.group_coordinator
-        names = list(req.groups_names or ())
+        names: list[str] = list(req.groups_names)
         deletable = authorized_names(ctx, AclOperation.DELETE, ResourceType.GROUP, names)
         allowed = [n for n in names if n in deletable]
         if coordinator is None:

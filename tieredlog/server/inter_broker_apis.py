@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -24,7 +25,18 @@ from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import TopicMetadata
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from kio.schema.alter_partition import v2 as ap2
+    from kio.schema.alter_partition import v3 as ap3
+
+    from tieredlog.protocol.inter_broker.controlled_shutdown import ControlledShutdownRequest
+    from tieredlog.protocol.inter_broker.leader_and_isr import LeaderAndIsrRequest
+    from tieredlog.protocol.inter_broker.stop_replica import StopReplicaRequest
+    from tieredlog.protocol.inter_broker.update_metadata import UpdateMetadataRequest
     from tieredlog.server.broker import Broker
+
+    KioAlterPartitionRequest: TypeAlias = ap2.AlterPartitionRequest | ap3.AlterPartitionRequest
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +77,7 @@ async def _learn_topics(broker: Broker, topics: dict[str, tuple[Any, int]]) -> N
             t.partitions = partitions
 
 
-async def handle_leader_and_isr(ctx: RequestContext, req: Any) -> dict:
+async def handle_leader_and_isr(ctx: RequestContext, req: LeaderAndIsrRequest) -> dict:
     broker = ctx.broker
     code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
     if code != ErrorCode.none:
@@ -86,7 +98,7 @@ async def handle_leader_and_isr(ctx: RequestContext, req: Any) -> dict:
                                controller_epoch=ps.controller_epoch, adding_replicas=tuple(ps.adding_replicas),
                                removing_replicas=tuple(ps.removing_replicas), is_new=ps.is_new)))
     await _learn_topics(broker, seen)
-    live = {ll.broker_id: (ll.host_name, ll.port) for ll in req.live_leaders}
+    live: dict[int, tuple[str, int]] = {ll.broker_id: (ll.host_name, ll.port) for ll in req.live_leaders}
     errors = await rm.become_leader_or_follower(req.controller_id, req.controller_epoch, partitions, live)
     by_topic: dict[Any, list[dict]] = {}
     for lp in partitions:
@@ -96,7 +108,7 @@ async def handle_leader_and_isr(ctx: RequestContext, req: Any) -> dict:
             "topics": [{"topic_id": tid, "partition_errors": errs} for tid, errs in by_topic.items()]}
 
 
-async def handle_update_metadata(ctx: RequestContext, req: Any) -> dict:
+async def handle_update_metadata(ctx: RequestContext, req: UpdateMetadataRequest) -> dict:
     broker = ctx.broker
     code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
     if code != ErrorCode.none:
@@ -104,7 +116,7 @@ async def handle_update_metadata(ctx: RequestContext, req: Any) -> dict:
     node = broker.cluster_node
     assert node is not None
     brokers = [BrokerNode(b.id_, {e.listener: (e.host, e.port) for e in b.endpoints}, b.rack) for b in req.live_brokers]
-    parts = []
+    parts: list[tuple[str, uuid.UUID | None, int, PartitionMetadata]] = []
     counts: dict[str, tuple[Any, int]] = {}
     for ts in req.topic_states:
         for ps in ts.partition_states:
@@ -126,28 +138,29 @@ async def handle_update_metadata(ctx: RequestContext, req: Any) -> dict:
     return {"error_code": ErrorCode.none}
 
 
-async def handle_stop_replica(ctx: RequestContext, req: Any) -> dict:
+async def handle_stop_replica(ctx: RequestContext, req: StopReplicaRequest) -> dict:
     broker = ctx.broker
     code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
     if code != ErrorCode.none:
         return {"error_code": code, "partition_errors": []}
     rm = broker.replica_manager
     assert rm is not None
-    partitions = {TopicPartition(ts.topic_name, ps.partition_index): (ps.leader_epoch, ps.delete_partition)
-                  for ts in req.topic_states for ps in ts.partition_states}
+    partitions: dict[TopicPartition, tuple[int, bool]] = {
+        TopicPartition(ts.topic_name, ps.partition_index): (ps.leader_epoch, ps.delete_partition)
+        for ts in req.topic_states for ps in ts.partition_states}
     errors = await rm.stop_replicas(req.controller_id, req.controller_epoch, partitions)
     return {"error_code": ErrorCode.none, "partition_errors": [
         {"topic_name": tp.topic, "partition_index": tp.partition, "error_code": err} for tp, err in errors.items()]}
 
 
-async def handle_alter_partition(ctx: RequestContext, req: Any) -> dict:
+async def handle_alter_partition(ctx: RequestContext, req: KioAlterPartitionRequest) -> dict:
     controller = ctx.broker.controller
     if controller is None:
         return {"error_code": ErrorCode.not_controller, "topics": []}
     return await asyncio.wrap_future(controller.alter_partition(req))
 
 
-async def handle_controlled_shutdown(ctx: RequestContext, req: Any) -> dict:
+async def handle_controlled_shutdown(ctx: RequestContext, req: ControlledShutdownRequest) -> dict:
     controller = ctx.broker.controller
     if controller is None:
         return {"error_code": ErrorCode.not_controller, "remaining_partitions": []}

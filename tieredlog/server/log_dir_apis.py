@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.protocol.api import DESCRIBE_LOG_DIRS
 from tieredlog.server.context import Handler, RequestContext
+
+if TYPE_CHECKING:
+    from tieredlog.server.admin_requests import KioDescribeLogDirsRequest
+
 
 
 def _volume_bytes(log_dirs: list[Path]) -> dict[Path, tuple[int, int] | None]:
@@ -36,7 +40,7 @@ def _partition_index(p: dict[str, Any]) -> int:
     return int(p["partition_index"])
 
 
-def _requested(req: Any) -> dict[str, set[int]] | None:
+def _requested(req: KioDescribeLogDirsRequest) -> dict[str, set[int]] | None:
     if req.topics is None:
         return None
     wanted: dict[str, set[int]] = {}
@@ -45,7 +49,7 @@ def _requested(req: Any) -> dict[str, set[int]] | None:
     return wanted
 
 
-async def handle_describe_log_dirs(ctx: RequestContext, req: Any) -> dict:
+async def handle_describe_log_dirs(ctx: RequestContext, req: KioDescribeLogDirsRequest) -> dict:
     broker = ctx.broker
     log_dirs = list(broker.log_dirs)
     # the volume figures are only sent from v4, but statvfs is also how a dir is found unreadable

@@ -18,10 +18,12 @@ from tieredlog.security.authorizer.acl import CLUSTER_NAME, AclOperation, Resour
 from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names, authorized_operations
 from tieredlog.server.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED
 from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.metadata_requests import endpoint_type, metadata_request
 from tieredlog.server.topic_store import INTERNAL_TOPICS, TopicMetadata
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
+    from tieredlog.server.metadata_requests import KioDescribeClusterRequest, KioMetadataRequest
 
 
 def _broker_entry(broker: Broker, listener: str) -> dict:
@@ -127,17 +129,17 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
         or authorize(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)
 
 
-async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
+async def handle_metadata(ctx: RequestContext, kio_req: KioMetadataRequest) -> dict:
     broker = ctx.broker
-    allow_auto = getattr(req, "allow_auto_topic_creation", True) and broker.config["auto.create.topics.enable"]
+    req = metadata_request(kio_req, ctx.api_version)
+    allow_auto = req.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
     topics_out = []
     # as Kafka, refused topics follow the others: those that could not be auto-created, then those
     # the principal may not describe (named only when the request named them)
     create_denied: list[dict] = []
     describe_denied: list[dict] = []
     auto_created: list[TopicMetadata] = []
-    # v0: an empty list means all topics; v1+: null means all, empty means none
-    if req.topics is None or (ctx.api_version == 0 and not req.topics):
+    if req.topics is None:
         # topics the principal may not describe are left out, without a word
         visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, broker.topics, log_denied=False)
         topics_out = [topic_entry(broker, t) for t in sorted(broker.topics.values(), key=lambda t: t.name)
@@ -147,7 +149,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
                                        (rt.name for rt in req.topics if rt.name is not None))
         for rt in req.topics:
             name = rt.name
-            tid = getattr(rt, "topic_id", None)  # v10+; kio reads the all-zero id as None
+            tid = rt.topic_id
             if name is None:
                 if ctx.api_version < 12:
                     # as Kafka: names cannot be null and ids are not looked up before v12
@@ -190,7 +192,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
                           else e for e in topics_out]
     # v8+ (the cluster's only up to v10): Kafka sets it on every topic of the answer, errors included,
     # except the refused ones
-    topic_ops = getattr(req, "include_topic_authorized_operations", False)
+    topic_ops = req.include_topic_authorized_operations
     for entry in topics_out:
         entry["topic_authorized_operations"] = authorized_operations(ctx, ResourceType.TOPIC, entry["name"] or "",
                                                                      topic_ops)
@@ -203,7 +205,7 @@ async def handle_metadata(ctx: RequestContext, req: Any) -> dict:
         "controller_id": _controller_id(broker),
         "topics": topics_out + create_denied + describe_denied,
         "cluster_authorized_operations": _cluster_operations(
-            ctx, getattr(req, "include_cluster_authorized_operations", False)),
+            ctx, req.include_cluster_authorized_operations),
     }
 
 
@@ -214,12 +216,12 @@ def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
     return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, requested)
 
 
-async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict:
+async def handle_describe_cluster(ctx: RequestContext, req: KioDescribeClusterRequest) -> dict:
     broker = ctx.broker
     return {
         "throttle_time": 0,
         "error_code": 0,
-        "endpoint_type": getattr(req, "endpoint_type", 1),
+        "endpoint_type": endpoint_type(req, ctx.api_version),
         "cluster_id": broker.cluster_id,
         "controller_id": _controller_id(broker),
         "brokers": [{"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}

@@ -23,10 +23,12 @@ from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize_cluster, authorized_names
 from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.metadata_requests import ListOffsetsPartition, list_offsets_request
 
 if TYPE_CHECKING:
     from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.rlm.reader import OffsetAndTimestamp
+    from tieredlog.server.metadata_requests import KioListOffsetsRequest, KioOffsetForLeaderEpochRequest
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +105,13 @@ async def _offset_for(ctx: RequestContext, plog: UnifiedLog, tp: TopicPartition,
     return off, found_ts, -1 if epoch is None else epoch
 
 
-async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
+async def handle_list_offsets(ctx: RequestContext, kio_req: KioListOffsetsRequest) -> dict:
     broker = ctx.broker
-    isolation = getattr(req, "isolation_level", 0)
+    req = list_offsets_request(kio_req, ctx.api_version)
+    isolation = req.isolation_level
     describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in req.topics))
 
-    async def one(name: str, p: Any) -> dict:
+    async def one(name: str, p: ListOffsetsPartition) -> dict:
         out = {"partition_index": p.partition_index, "error_code": 0, "timestamp": -1, "offset": -1, "leader_epoch": -1}
         if name not in describable:
             out["error_code"] = ErrorCode.topic_authorization_failed
@@ -120,7 +123,7 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
             out["error_code"] = ErrorCode.unknown_topic_or_partition
             return out
         try:
-            partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+            partition.check_leader_epoch(p.current_leader_epoch)
             off, ts, epoch = await _offset_for(ctx, plog, TopicPartition(name, p.partition_index), p.timestamp, isolation)
             out.update(offset=off, timestamp=ts, leader_epoch=epoch)
         except Exception as exc:  # noqa: BLE001
@@ -137,11 +140,11 @@ async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "topics": topics}
 
 
-async def handle_offset_for_leader_epoch(ctx: RequestContext, req: Any) -> dict:
+async def handle_offset_for_leader_epoch(ctx: RequestContext, req: KioOffsetForLeaderEpochRequest) -> dict:
     broker = ctx.broker
     # brokers truncating ask with CLUSTER_ACTION; consumers (KIP-320) with DESCRIBE on the topic
     if authorize_cluster(ctx, AclOperation.CLUSTER_ACTION, log_denied=False):
-        describable = {t.topic for t in req.topics}
+        describable: set[str] = {t.topic for t in req.topics}
     else:
         describable = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.topic for t in req.topics))
     topics = []

@@ -23,6 +23,8 @@ from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import validate_topic_name
 
 if TYPE_CHECKING:
+    from kio.schema.describe_producers.v0 import DescribeProducersRequest
+
     from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.server.broker import Broker
 
@@ -81,7 +83,7 @@ def _partition_answer(broker: Broker, tp: TopicPartition) -> dict[str, Any]:
     return out
 
 
-async def handle_describe_producers(ctx: RequestContext, req: Any) -> dict:
+async def handle_describe_producers(ctx: RequestContext, req: DescribeProducersRequest) -> dict:
     broker = ctx.broker
     topics = []
     for t in req.topics:
@@ -95,7 +97,7 @@ async def handle_describe_producers(ctx: RequestContext, req: Any) -> dict:
                 topic_error = (ErrorCode.topic_authorization_failed, "Topic authorization failed.")
             elif not _topic_known(broker, t.name):
                 topic_error = (ErrorCode.unknown_topic_or_partition, None)
-        partitions = []
+        partitions: list[dict[str, Any]] = []
         for index in t.partition_indexes:
             if topic_error is not None:
                 code, message = topic_error

@@ -43,6 +43,9 @@ from tieredlog.server.authorization import REQUEST_RULES, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
 
 if TYPE_CHECKING:
+    from kio.schema.alter_user_scram_credentials.v0 import AlterUserScramCredentialsRequest
+    from kio.schema.describe_user_scram_credentials.v0 import DescribeUserScramCredentialsRequest
+
     from tieredlog.cluster.config_changes import ConfigChangeListener
     from tieredlog.server.broker import Broker
     from tieredlog.server.network import KafkaServer
@@ -111,11 +114,11 @@ def connection_authenticator(server: KafkaServer, listener_name: str, security_p
 
 # ---- SaslHandshake / SaslAuthenticate outside the authenticator ---------------------------------------
 
-async def handle_sasl_handshake(ctx: RequestContext, req: Any) -> dict:
+async def handle_sasl_handshake(ctx: RequestContext, req: object) -> dict:
     return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
 
 
-async def handle_sasl_authenticate(ctx: RequestContext, req: Any) -> dict:
+async def handle_sasl_authenticate(ctx: RequestContext, req: object) -> dict:
     return {"error_code": ErrorCode.illegal_sasl_state,
             "error_message": "SaslAuthenticate request received after successful authentication",
             "auth_bytes": b"", "session_lifetime": 0}
@@ -178,7 +181,8 @@ def describe_credentials(store: ScramCredentialStore, users: list[str] | None) -
     return {"error_code": ErrorCode.none, "error_message": None, "results": [results[u] for u in ordered]}
 
 
-async def handle_describe_user_scram_credentials(ctx: RequestContext, req: Any) -> dict:
+async def handle_describe_user_scram_credentials(ctx: RequestContext, req: DescribeUserScramCredentialsRequest
+                                                 ) -> dict:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
         # Kafka's getErrorResponse: the error at the top and once per user asked for, without its name
         return {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
@@ -283,22 +287,23 @@ def _alter(store: ScramCredentialStore, upsertions: list[Any], deletions: list[A
 
 
 
-async def handle_alter_user_scram_credentials(ctx: RequestContext, req: Any) -> dict:
+async def handle_alter_user_scram_credentials(ctx: RequestContext, req: AlterUserScramCredentialsRequest) -> dict:
     broker = ctx.broker
     upsertions, deletions = list(req.upsertions), list(req.deletions)
+    users = sorted({x.name for x in upsertions} | {x.name for x in deletions})
     if broker.cluster is not None and (broker.controller is None or not broker.controller.is_active):
         # Kafka's ZooKeeper mode: one writer, the controller, so two brokers never race on a user
         return {"throttle_time": 0, "results": [_result(user, ErrorCode.not_controller, NOT_CONTROLLER_MESSAGE)
-                                                for user in sorted({x.name for x in [*upsertions, *deletions]})]}
+                                                for user in users]}
     if not authorize_cluster(ctx, AclOperation.ALTER):
         return {"throttle_time": 0, "results": [
             _result(user, ErrorCode.cluster_authorization_failed, CLUSTER_AUTHORIZATION_FAILED_MESSAGE)
-            for user in sorted({x.name for x in [*upsertions, *deletions]})]}
+            for user in users]}
     store = broker.scram_credentials
     if store is None:
         return {"throttle_time": 0, "results": [
             _result(user, ErrorCode.unknown_server_error, "the SCRAM credential store is not open")
-            for user in sorted({x.name for x in [*upsertions, *deletions]})]}
+            for user in users]}
     results = await asyncio.get_running_loop().run_in_executor(None, alter_credentials, store, upsertions, deletions)
     return {"throttle_time": 0, "results": results}
 

@@ -2,10 +2,10 @@
 TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66); InitProducerId with a
 transactional id comes here from produce_api.
 
-Each handler reads its request's fields, asks the transaction coordinator (or, for TxnOffsetCommit,
-the group coordinator; for WriteTxnMarkers, the partitions' logs) and answers with a dict of response
-fields. PRODUCER_FENCED (KIP-588) is sent as INVALID_PRODUCER_EPOCH to the request versions older
-than it, as Kafka does.
+Each handler reads a typed request (tieredlog.server.txn_requests), asks the transaction coordinator
+(or, for TxnOffsetCommit, the group coordinator; for WriteTxnMarkers, the partitions' logs) and
+answers with a dict of response fields. PRODUCER_FENCED (KIP-588) is sent as INVALID_PRODUCER_EPOCH
+to the request versions older than it, as Kafka does.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -36,18 +36,30 @@ from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.authorization import authorize, authorized_names
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import INTERNAL_TOPICS
+from tieredlog.server.txn_requests import FIRST_BROKER_VERSION, list_transactions_request, txn_offset_commit_request
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
     from tieredlog.server.produce_api import InitProducerIdRequest
+    from tieredlog.server.txn_requests import (
+        KioAddOffsetsToTxnRequest,
+        KioAddPartitionsToTxnRequest,
+        KioAddPartitionsToTxnRequestV0To3,
+        KioAddPartitionsToTxnRequestV4,
+        KioAddPartitionsToTxnTransaction,
+        KioDescribeTransactionsRequest,
+        KioEndTxnRequest,
+        KioListTransactionsRequest,
+        KioTxnOffsetCommitRequest,
+        KioWriteTxnMarkersRequest,
+    )
 
 log = logging.getLogger(__name__)
 
 # The first version of each API that knows PRODUCER_FENCED (KIP-588).
 _PRODUCER_FENCED_SINCE = {ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2, TXN_OFFSET_COMMIT: 3}
 INIT_PRODUCER_ID_FENCED_SINCE = 4
-# AddPartitionsToTxn: v4 is the brokers' batched form; v5 knows TRANSACTION_ABORTABLE (KIP-890).
-FIRST_BROKER_VERSION = 4
+# AddPartitionsToTxn v5 knows TRANSACTION_ABORTABLE (KIP-890).
 TRANSACTION_ABORTABLE_SINCE = 5
 
 
@@ -78,11 +90,12 @@ async def init_producer_id(ctx: RequestContext, req: InitProducerIdRequest) -> d
     return {**out, "error_code": for_version(code, 22, ctx.api_version), "producer_id": pid, "producer_epoch": epoch}
 
 
-async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict:
+async def add_partitions_to_txn(ctx: RequestContext, kio_req: KioAddPartitionsToTxnRequest) -> dict:
     if ctx.api_version >= FIRST_BROKER_VERSION:
-        return await _add_partitions_batched(ctx, req)
+        return await _add_partitions_batched(ctx, cast("KioAddPartitionsToTxnRequestV4", kio_req))
+    req = cast("KioAddPartitionsToTxnRequestV0To3", kio_req)
     broker = ctx.broker
-    topics = [(t.name, list(t.partitions or ())) for t in req.v3_and_below_topics or ()]
+    topics: list[tuple[str, list[int]]] = [(t.name, list(t.partitions)) for t in req.v3_and_below_topics]
     wanted = [(name, p) for name, parts in topics for p in parts]
     # WRITE on each topic (on the transactional id: checked before the handler); no client writes to
     # an internal topic, whatever its ACLs
@@ -110,15 +123,15 @@ async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict:
         for name, parts in topics]}
 
 
-async def _add_partitions_batched(ctx: RequestContext, req: Any) -> dict:
+async def _add_partitions_batched(ctx: RequestContext, req: KioAddPartitionsToTxnRequestV4) -> dict:
     """v4+: brokers' form, several transactions at once (CLUSTER_ACTION, checked before the handler,
     stands for the WRITE checks a client's request gets); `verify_only` asks whether the partitions
     are in the transaction (KIP-890 part 1) without adding them."""
     broker = ctx.broker
     coordinator = _coordinator(broker)
 
-    async def one(t: Any) -> dict:
-        wanted = [(topic.name, p) for topic in t.topics or () for p in topic.partitions or ()]
+    async def one(t: KioAddPartitionsToTxnTransaction) -> dict:
+        wanted: list[tuple[str, int]] = [(topic.name, p) for topic in t.topics for p in topic.partitions]
         unknown = {tp for tp in wanted if not _partition_exists(broker, *tp)}
         if unknown:
             result = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
@@ -139,11 +152,11 @@ async def _add_partitions_batched(ctx: RequestContext, req: Any) -> dict:
         return {"transactional_id": t.transactional_id,
                 "topic_results": [{"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]}
 
-    results = await asyncio.gather(*(one(t) for t in req.transactions or ()))
+    results = await asyncio.gather(*(one(t) for t in req.transactions))
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": list(results)}
 
 
-async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> dict:
+async def add_offsets_to_txn(ctx: RequestContext, req: KioAddOffsetsToTxnRequest) -> dict:
     broker = ctx.broker
     coordinator = _coordinator(broker)
     offsets = broker.get_topic(OFFSETS_TOPIC)
@@ -154,7 +167,7 @@ async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "error_code": for_version(code, ADD_OFFSETS_TO_TXN, ctx.api_version)}
 
 
-async def end_txn(ctx: RequestContext, req: Any) -> dict:
+async def end_txn(ctx: RequestContext, req: KioEndTxnRequest) -> dict:
     coordinator = _coordinator(ctx.broker)
     if coordinator is None:
         return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
@@ -162,14 +175,15 @@ async def end_txn(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "error_code": for_version(code, END_TXN, ctx.api_version)}
 
 
-async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict:
+async def txn_offset_commit(ctx: RequestContext, kio_req: KioTxnOffsetCommitRequest) -> dict:
+    req = txn_offset_commit_request(kio_req, ctx.api_version)
     broker = ctx.broker
     order: list[tuple[str, int]] = []
     requested: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     result: dict[tuple[str, int], ErrorCode] = {}
-    readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics or ()))
-    for t in req.topics or ():
-        for p in t.partitions or ():
+    readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
+    for t in req.topics:
+        for p in t.partitions:
             tp = (t.name, p.partition_index)
             order.append(tp)
             if t.name not in readable:
@@ -177,18 +191,18 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> dict:
             elif not _partition_exists(broker, *tp):
                 result[tp] = ErrorCode.unknown_topic_or_partition
             else:
-                requested[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata)
+                requested[tp] = (p.committed_offset, p.committed_leader_epoch, p.committed_metadata)
     groups = broker.group_coordinator
     if groups is None:
         result.update({tp: ErrorCode.coordinator_not_available for tp in requested})
     elif requested:
         answers = await groups.txn_commit_offsets(
-            req.group_id, Producer(req.producer_id, req.producer_epoch), getattr(req, "member_id", ""),
-            getattr(req, "group_instance_id", None), getattr(req, "generation_id", -1), requested)
+            req.group_id, Producer(req.producer_id, req.producer_epoch), req.member_id, req.group_instance_id,
+            req.generation_id, requested)
         result.update({tp: for_version(code, TXN_OFFSET_COMMIT, ctx.api_version) for tp, code in answers.items()})
     topics: dict[str, list[dict]] = {}
-    for name, p in order:
-        topics.setdefault(name, []).append({"partition_index": p, "error_code": result[(name, p)]})
+    for name, index in order:
+        topics.setdefault(name, []).append({"partition_index": index, "error_code": result[(name, index)]})
     return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
 
 
@@ -231,10 +245,10 @@ async def write_markers_locally(broker: Broker, producer_id: int, producer_epoch
     return result
 
 
-async def write_txn_markers(ctx: RequestContext, req: Any) -> dict:
+async def write_txn_markers(ctx: RequestContext, req: KioWriteTxnMarkersRequest) -> dict:
     out = []
-    for m in req.markers or ():
-        partitions = {(t.name, p) for t in m.topics or () for p in t.partition_indexes or ()}
+    for m in req.markers:
+        partitions: set[tuple[str, int]] = {(t.name, p) for t in m.topics for p in t.partition_indexes}
         result = await write_markers_locally(ctx.broker, m.producer_id, m.producer_epoch, m.coordinator_epoch,
                                              m.transaction_result, partitions)
         topics: dict[str, list[dict]] = {}
@@ -245,10 +259,10 @@ async def write_txn_markers(ctx: RequestContext, req: Any) -> dict:
     return {"markers": out}
 
 
-async def describe_transactions(ctx: RequestContext, req: Any) -> dict:
+async def describe_transactions(ctx: RequestContext, req: KioDescribeTransactionsRequest) -> dict:
     coordinator = _coordinator(ctx.broker)
     states = []
-    for tid in req.transactional_ids or ():
+    for tid in req.transactional_ids:
         entry: dict[str, Any] = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
                                  "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
         if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
@@ -273,13 +287,14 @@ async def describe_transactions(ctx: RequestContext, req: Any) -> dict:
     return {"throttle_time": 0, "transaction_states": states}
 
 
-async def list_transactions(ctx: RequestContext, req: Any) -> dict:
+async def list_transactions(ctx: RequestContext, kio_req: KioListTransactionsRequest) -> dict:
+    req = list_transactions_request(kio_req, ctx.api_version)
     coordinator = _coordinator(ctx.broker)
     if coordinator is None:
         return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "unknown_state_filters": [],
                 "transaction_states": []}
     code, found, unknown = coordinator.list_transactions(
-        set(req.state_filters or ()), set(req.producer_id_filters or ()), getattr(req, "duration_filter", -1))
+        set(req.state_filters), set(req.producer_id_filters), req.duration_filter)
     # the transactional ids the principal may describe
     visible = authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, (t for t, _, _ in found),
                                log_denied=False)

@@ -29,8 +29,8 @@ from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.coordinator.transaction.coordinator import TRANSACTION_STATE_TOPIC
 from tieredlog.protocol.api import ADD_PARTITIONS_TO_TXN
-from tieredlog.server.txn_apis import FIRST_BROKER_VERSION
 from tieredlog.server.txn_markers import broker_connections
+from tieredlog.server.txn_requests import FIRST_BROKER_VERSION
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
