@@ -26,6 +26,7 @@ class _Env:
         self.tp = plog.topic_partition
         self.topic = self.tp[0]
         self.tasks: list = []  # (fn, future) of every reader-pool submission
+        self.short_answers = 0  # answers that stopped before max_bytes at the end of a ranged read
         pool = rlm.reader_pool
         submit = pool.submit
 
@@ -111,14 +112,16 @@ def _check_chunk(env: _Env, at: int, chunk: bytes, offset: int, max_bytes: int) 
     assert len(chunk) <= max_bytes or len(hdrs) == 1
     assert env.remote_bytes[at:at + len(chunk)] == chunk
     assert any(a <= at and at + len(chunk) <= b for a, b in env.seg_bounds), "crossed a segment boundary"
-    # exactly the pool path's answer: every whole batch of the segment that fits, not fewer
+    # every whole batch of the segment that fits, or fewer where the stream's bytes end (the next
+    # ranged read is not joined to them): counted, and bounded by the reads in the tests below
     seg_end = next(b for a, b in env.seg_bounds if a <= at < b)
     fit = 0
     for _, h in iter_headers(env.remote_bytes[at:seg_end]):
         if fit and fit + h.size > max_bytes:
             break
         fit += h.size
-    assert len(chunk) == fit
+    assert len(chunk) <= fit
+    env.short_answers += len(chunk) < fit
     return hdrs[-1].next_offset
 
 
@@ -141,7 +144,10 @@ def test_sequential_reader_is_served_inline_once_read_ahead_has_landed(env):
     assert env.pool_reads() == 1
     assert rlm.read_path.inline_hits == len(answers) - 1
     # the read-ahead kept going from the inline answers (more ranged reads than the first fetch's)
-    assert sum(fn == rlm.read_path.fetch_range for fn, _ in env.tasks) > len(env.seg_bounds)
+    ranged_reads = sum(fn == rlm.read_path.fetch_range for fn, _ in env.tasks)
+    assert ranged_reads > len(env.seg_bounds)
+    # an answer stops short only where a ranged read's bytes end: at most once per read
+    assert env.short_answers <= ranged_reads + 1
 
 
 @pytest.mark.parametrize("max_bytes", [300, 1000, 5000])
@@ -261,3 +267,35 @@ def test_inline_read_never_waits_for_a_read_ahead_in_flight(env, max_bytes):
     finally:
         gate.set()
         rsm.fetch_log_segment = fetch
+
+
+def test_answers_are_views_of_the_ranged_reads_and_only_a_cut_batch_is_copied(env):
+    """A ranged read that ends inside a batch is not joined to the next one: that one batch is copied
+    and answered alone, and every other answer is a slice of a read as it came from the store."""
+    rlm = env.rlm
+    fetch_range = rlm.read_path.fetch_range
+    reads: list[bytes] = []
+
+    def recording(md, start, end):
+        got = fetch_range(md, start, end)
+        reads.append(got)
+        return got
+
+    rlm.read_path.fetch_range = recording
+    offset = at = copied = 0
+    answers = 0
+    while offset < env.lg.local_log_start_offset:
+        env.settle()
+        chunk = rlm.try_read_cached(env.tp, offset, 700)
+        if chunk is None:
+            chunk = rlm.read_async(env.tp, offset, 700).result(10)  # (read() hands out a copy)
+        buffer = chunk.obj if isinstance(chunk, memoryview) else chunk
+        if not any(buffer is r for r in reads):
+            # not a view of a read: the batch a read boundary cut, alone
+            assert len(list(iter_headers(chunk))) == 1, f"the answer at offset {offset} is a joined copy"
+            copied += 1
+        offset = _check_chunk(env, at, chunk, offset, 700)
+        at += len(chunk)
+        answers += 1
+    assert at == len(env.remote_bytes) and answers > len(reads) > len(env.seg_bounds)
+    assert 0 < copied <= len(reads)  # the small reads here cut batches often; at most one per read

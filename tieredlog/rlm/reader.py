@@ -469,7 +469,9 @@ class RemoteReadPath:
             self._park(s, fetch_offset)
             return RemoteRecords(b"", md, fetch_offset)
         limit = max(first_size, max_bytes) if min_one else max_bytes
-        self._ensure(s, limit)
+        # Only the first batch must be whole: the answer stops at the end of what the stream holds rather
+        # than join it to the next read (a copy of that read), as Kafka's stops at a segment's end.
+        self._ensure(s, first_size)
         cut = _cut(s, limit)
         if cut is None:
             # the first batch is cut short: the object ends early (a truncated upload)
@@ -501,7 +503,7 @@ class RemoteReadPath:
             self._park(s, fetch_offset, inline=True)
             return RemoteRecords(b"", md, fetch_offset)
         limit = max(first_size, max_bytes) if min_one else max_bytes
-        if not self._ensure_now(s, limit):
+        if not self._ensure_now(s, first_size):
             return None
         cut = _cut(s, limit)
         if cut is None:
@@ -733,18 +735,45 @@ def _splice(s: _Stream, start: int, end: int, chunk) -> bool:
     False when no more bytes follow it (empty, or the object is shorter than the metadata says)."""
     if not chunk:
         return False
+    short = len(chunk) < end - start
     left = len(s.data) - s.p
-    s.data_pos += s.p if left > 0 else len(s.data)
-    # The leftover (a batch cut by the chunk boundary, or bytes a fetch did not take) is joined
-    # with the whole chunk: one copy per chunk, after which fetches are zero-copy views of it
-    s.data = b"".join((memoryview(s.data)[s.p :], chunk)) if left > 0 else chunk
+    if left <= 0:
+        s.data_pos += len(s.data)
+        s.data = chunk  # the read as it came: fetches are zero-copy views of it
+    else:
+        # The leftover is the start of a batch the read boundary cut. Only that batch is copied whole;
+        # the rest of the read waits, as it came, first in line: joining the leftover to the whole read
+        # would copy every byte read once more.
+        s.data_pos += s.p
+        head = memoryview(s.data)[s.p:]
+        k = _rest_of_batch(head, chunk)
+        if 0 < k < len(chunk) and not short:
+            s.data = b"".join((head, memoryview(chunk)[:k]))
+            rest: Future = Future()
+            rest.set_result(memoryview(chunk)[k:])
+            s.ahead.appendleft((start + k, end, rest))
+        else:  # a batch longer than the read, or the object's end: one join
+            s.data = b"".join((head, chunk))
     s.p = 0
-    if len(chunk) < end - start:
+    if short:
         # the object is shorter than the metadata says: stop here
         s.cancel()
         s.fetched_to = s.data_pos + len(s.data)
         return False
     return True
+
+
+def _rest_of_batch(head: memoryview, chunk) -> int:
+    """How many bytes of ``chunk`` complete the batch whose first bytes are ``head``; 0 when its
+    length field cannot be read or is impossible (the caller's checks report the corruption)."""
+    if len(head) >= LOG_OVERHEAD:
+        size = _I32.unpack_from(head, BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD
+    else:
+        need = LOG_OVERHEAD - len(head)
+        if len(chunk) < need:
+            return 0
+        size = _I32.unpack_from(b"".join((head, memoryview(chunk)[:need])), BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD
+    return size - len(head) if size >= HEADER_SIZE else 0
 
 
 def _cut(s: _Stream, limit: int) -> tuple[bytes | memoryview, int, int] | None:
