@@ -3,12 +3,14 @@ tieredlog-chunked plugin (chunked, zstd-compressed, AES-GCM encrypted over a loc
 configured with the broker's own ``remote.log.storage.manager.class.name`` and ``rsm.config.*``
 properties, reads it as Arrow, DuckDB and Polars row for row as a consumer does; after DeleteRecords,
 nothing below the log start (from the brokers, and from the tier alone once the leader published it); byte-range splits of one partition neither drop nor repeat a record; a
-segment deleted under a read fails it in one line; secrets stay out of messages; and one Spark query
-reads the same rows through the same contract."""
+segment deleted under a read fails it in one line; secrets stay out of messages; one Spark query
+reads the same rows through the same contract; and with the manifests gone, ``metadataSource=brokers``
+lists the segments from ``__remote_log_metadata`` instead."""
 
 from __future__ import annotations
 
 import base64
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,7 +26,8 @@ from spark_harness import spark  # noqa: F401  (fixture)
 
 from spark_readers import read_topic
 from spark_readers.arrow import plan_read
-from spark_readers.options import parse_options
+from spark_readers.catalog import CatalogError
+from spark_readers.options import OptionError, parse_options
 from spark_readers.planner import ReadTask
 from spark_readers.read import SegmentDeletedError
 from spark_readers.storage import StorageError, open_storage, storage_spec
@@ -210,6 +213,51 @@ def test_spark_reads_the_same_rows_through_the_contract(spark, broker: BrokerPro
         rows.append((row["partition"], row["offset"], None if row["key"] is None else bytes(row["key"]),
                      bytes(row["value"]), row["ts_ms"], headers))
     assert sorted(rows) == consume(broker.bootstrap)
+
+
+def without_manifests(remote: Path, into: Path) -> Path:
+    """A copy of the tier as a writer that leaves no manifests would leave it. The leader's expiration
+    task may be deleting segments meanwhile: copy again until one copy sees no object vanish."""
+    def copied() -> bool:
+        shutil.rmtree(into, ignore_errors=True)
+        try:
+            shutil.copytree(remote, into)
+        except shutil.Error:
+            return False
+        return True
+
+    wait_for(copied, "a copy of the remote tier", 30)
+    manifests = list(into.rglob("*.manifest"))
+    assert manifests
+    for m in manifests:
+        m.unlink()
+    return into
+
+
+def test_without_manifests_the_segments_are_listed_from_the_brokers(spark, broker: BrokerProcess,  # noqa: F811
+                                                                    tmp_path: Path) -> None:
+    bare = without_manifests(broker.remote, tmp_path / "remote")  # type: ignore[attr-defined]
+    brokers = {"kafka.bootstrap.servers": broker.bootstrap}
+    options = {**rsm_properties(bare), "includeHeaders": "true", "topic": TOPIC, **brokers}
+    # the default source finds no committed segment, and says so in one line
+    for extra in ({}, brokers):
+        with pytest.raises(CatalogError, match=f"^topic '{TOPIC}' has segment objects but no manifests in the "
+                                               "remote tier.*metadataSource=brokers lists them") as err:
+            read_topic(TOPIC, {**rsm_properties(bare), **extra})
+        assert "\n" not in str(err.value)
+    with pytest.raises(OptionError, match="^option metadataSource=brokers reads __remote_log_metadata through the "
+                                          "brokers: set kafka.bootstrap.servers$"):
+        read_topic(TOPIC, {**rsm_properties(bare), "metadataSource": "brokers"})
+    read = plan_read(parse_options({**options, "metadataSource": "brokers"}))
+    # the tiered part comes from the copy, up to where the broker tiered it; the rest from the brokers
+    ends = tiered_ends(broker.bootstrap)
+    assert {p: max(t.to_offset for t in read.tasks if isinstance(t, ReadTask) and t.partition == p)
+            for p in range(PARTITIONS)} == ends
+    consumed = consume(broker.bootstrap)
+    assert arrow_rows(read.reader().read_all()) == consumed
+    frame = spark.read.format("tieredlog").options(**{**options, "metadataSource": "brokers"}).load()
+    assert frame.groupBy("partition").count().orderBy("partition").collect() == \
+        [(p, len([r for r in consumed if r[0] == p])) for p in range(PARTITIONS)]
 
 
 def test_secrets_never_appear_in_messages(tmp_path: Path) -> None:

@@ -184,6 +184,16 @@ class RemoteLogMetadataCache:
         mds.sort(key=lambda m: m.start_offset)
         return mds
 
+    def readable_segments(self) -> list[RemoteLogSegmentMetadata]:
+        """The segments reads go to, sorted by start offset: COPY_SEGMENT_FINISHED and still mapped under
+        at least one of their epochs, so neither being deleted nor superseded there by a newer copy of
+        the same offsets (what :meth:`remote_log_segment_metadata` can return). For readers without a
+        broker's leader-epoch cache, which resolve the epochs themselves."""
+        ids = {sid for state in self.epochs.values() for sid in state.offset_to_id.values()}
+        mds = [self.id_to_metadata[sid] for sid in ids]
+        mds.sort(key=lambda m: (m.start_offset, m.end_offset))
+        return mds
+
     def segment(self, sid: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
         return self.id_to_metadata.get(sid)
 
