@@ -62,6 +62,7 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemoteResourceNotFoundException,
+    RemoteStorageException,
     RemoteStorageManager,
     TopicIdPartition,
 )
@@ -197,7 +198,10 @@ class ManifestListing:
     def committed_segments(self, topic: str) -> dict[int, list[Segment]]:
         """A topic recreated under the same name has several topic ids in the bucket; the one with the
         newest upload is the live one."""
-        objects = self.rsm.list_topic_segment_objects(topic)
+        try:
+            objects = self.rsm.list_topic_segment_objects(topic)
+        except RemoteStorageException as exc:
+            raise CatalogError(f"cannot list the segments of topic {topic!r} in the remote tier: {exc}") from None
         manifests = [k for k in objects if k.suffix == MANIFEST_SUFFIX]
         if not objects:
             raise NothingTiered(f"topic {topic!r} has no committed segments in the remote tier")

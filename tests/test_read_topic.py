@@ -10,6 +10,7 @@ lists the segments from ``__remote_log_metadata`` instead."""
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import time
 from pathlib import Path
@@ -255,9 +256,23 @@ def test_without_manifests_the_segments_are_listed_from_the_brokers(spark, broke
             for p in range(PARTITIONS)} == ends
     consumed = consume(broker.bootstrap)
     assert arrow_rows(read.reader().read_all()) == consumed
-    frame = spark.read.format("tieredlog").options(**{**options, "metadataSource": "brokers"}).load()
-    assert frame.groupBy("partition").count().orderBy("partition").collect() == \
-        [(p, len([r for r in consumed if r[0] == p])) for p in range(PARTITIONS)]
+    # Spark, through the same option: the last tiered segment of one partition and the brokers' tail (a
+    # small plan: Spark tasks are slow)
+    last = max((t for t in read.tasks if isinstance(t, ReadTask) and t.partition == 0), key=lambda t: t.to_offset)
+    assigned = {k: v for k, v in options.items() if k != "topic"}
+    frame = spark.read.format("tieredlog").options(**{
+        **assigned, "metadataSource": "brokers", "assign": json.dumps({TOPIC: [0]}),
+        "startingOffsets": json.dumps({TOPIC: {"0": last.from_offset}})}).load()
+    assert sorted(row["offset"] for row in frame.select("offset").collect()) == \
+        [r[1] for r in consumed if r[0] == 0 and r[1] >= last.from_offset]
+    # a backend that cannot list at all (the chunked plugin over it here): only the brokers can say what it holds
+    fetch_only = {**rsm_properties(broker.remote), "includeHeaders": "true",  # type: ignore[attr-defined]
+                  "rsm.config.chunked.backend": "fetch_only_rsm:FetchOnlyStorage",
+                  "rsm.config.chunked.backend.class.path": str(Path(__file__).parent / "rsm_plugins")}
+    with pytest.raises(CatalogError, match=f"^cannot list the segments of topic '{TOPIC}' in the remote tier: .*"
+                                           "FetchOnlyStorage cannot list segments"):
+        read_topic(TOPIC, fetch_only)
+    assert arrow_rows(read_topic(TOPIC, {**fetch_only, **brokers, "metadataSource": "brokers"}).read_all()) == consumed
 
 
 def test_secrets_never_appear_in_messages(tmp_path: Path) -> None:
