@@ -197,11 +197,10 @@ def segment_listing(rsm: RemoteStorageManager, options: ReaderOptions) -> Segmen
     """The listing ``metadataSource`` names: the bucket's manifests (the RSM must list) or
     ``__remote_log_metadata`` through the brokers."""
     if options.metadata_source == BROKERS:
-        # Kafka's schemas and the brokers' clients: imported on the driver only, and only with this option
-        from spark_readers.remote_log_metadata import BrokerMetadataListing, client_settings
+        # confluent-kafka: imported on the driver only, and only with this option
+        from spark_readers.remote_log_metadata import BrokerMetadataListing
 
-        return BrokerMetadataListing(options.kafka["bootstrap.servers"], client_settings(options.kafka),
-                                     options.poll_timeout_ms / 1000)
+        return BrokerMetadataListing(options.kafka, options.poll_timeout_ms / 1000)
     if not isinstance(rsm, ListableRemoteStorageManager):
         raise StorageError(f"the remote storage manager {type(rsm).__name__} cannot list segments "
                            "(tieredlog.rsm.ListableRemoteStorageManager), so its tier cannot be listed from the "

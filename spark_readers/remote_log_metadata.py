@@ -2,108 +2,73 @@
 brokers of ``kafka.bootstrap.servers``, for a remote tier whose writer leaves no manifests, or an RSM
 that cannot list its own objects (another plugin's layout).
 
-What the broker's topic-based RLMM does, with its code: only the metadata partitions the topic's
-partitions map to (Kafka's RemoteLogMetadataTopicPartitioner, a hash of topic id and partition over
-the metadata topic's partition count) are read, from their log start to their high watermark, decoded
-with Kafka's serde and replayed into the RLMM's own cache (COPY_SEGMENT_STARTED, FINISHED,
+What the brokers' topic-based metadata manager does, with its code: only the metadata partitions the
+topic's partitions map to (Kafka's RemoteLogMetadataTopicPartitioner: a hash of topic id and partition
+over the metadata topic's partition count) are read, from their log start to their high watermark,
+decoded with Kafka's serde and replayed into the manager's own cache (COPY_SEGMENT_STARTED, FINISHED,
 DELETE_SEGMENT_STARTED, FINISHED; invalid transitions dropped; a copy superseded in an epoch by a newer
 copy of the same offsets unmapped there). The segments reads go to
 (:meth:`~tieredlog.rlmm.cache.RemoteLogMetadataCache.readable_segments`) are then resolved to one copy
-per offset by the catalog's leader-epoch lineage, as the manifests' are, and fetched through the RSM
+per offset on the catalog's leader-epoch lineage, as the manifests' are, and fetched through the RSM
 contract with the very RemoteLogSegmentMetadata the broker published (its custom metadata included).
 
-The topic id is the brokers' (Metadata), so a topic recreated under the same name reads only the live
-topic's segments, and a topic no longer on the brokers cannot be read this way. The partition's log
-start is the brokers' (ListOffsets EARLIEST, applied by the planner).
+The topic id is the brokers' (DescribeTopics), so a topic recreated under the same name reads only the
+live topic's segments, and a topic no longer on the brokers cannot be read this way. The partitions'
+log start is the brokers' (ListOffsets EARLIEST, applied by the planner).
 
-The clients are the project's own blocking ones, not confluent-kafka. Of the ``kafka.*`` options
-(librdkafka's names) they take ``security.protocol``, ``sasl.mechanism`` (``sasl.mechanisms``),
-``sasl.username``, ``sasl.password``, ``ssl.ca.location`` and ``ssl.endpoint.identification.algorithm``.
+The brokers are talked to as in :mod:`spark_readers.brokers`: confluent-kafka (imported here only, on
+the driver, with this option), configured by the ``kafka.*`` options; the consumer is assigned the
+metadata partitions, never joins a group and never commits.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import time
+import uuid
+from typing import TYPE_CHECKING, Mapping
 
-from kio.schema.errors import ErrorCode
-
+from spark_readers.brokers import BrokerError, require_confluent_kafka
 from spark_readers.catalog import CatalogError, NothingTiered, Segment
-from spark_readers.options import OptionError
-from tieredlog.clients.errors import KafkaProtocolError
+from tieredlog.rlmm import serde
 from tieredlog.rlmm.cache import RemotePartitionMetadataStore
 from tieredlog.rlmm.partitioner import metadata_partition
-from tieredlog.rlmm.topic import METADATA_TOPIC
-from tieredlog.rsm.api import TopicIdPartition
-from tieredlog.tools.command_config import ClientSettings, CommandConfigError
-from tieredlog.tools.partition_admin import PartitionAdmin
-from tieredlog.tools.topic_tiers import read_metadata
-from tieredlog.tools.transaction_admin import AdminApiError
+from tieredlog.rsm.api import RemoteStorageException, TopicIdPartition
 
-CLIENT_ID = "tieredlog-reader"
-# kafka.* options the project's client understands under the same name as librdkafka's
-_SAME_NAMES = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",
-               "ssl.endpoint.identification.algorithm")
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
-
-def client_settings(kafka: Mapping[str, str]) -> ClientSettings:
-    """The ``kafka.*`` options (librdkafka's names) as the project's client takes them (Kafka's names)."""
-    props = {k: kafka[k] for k in _SAME_NAMES if k in kafka}
-    if "sasl.mechanism" not in props and "sasl.mechanisms" in kafka:
-        props["sasl.mechanism"] = kafka["sasl.mechanisms"]
-    if kafka.get("ssl.ca.location"):
-        props["ssl.truststore.location"] = kafka["ssl.ca.location"]
-    if props.get("ssl.endpoint.identification.algorithm", "").strip().lower() == "none":
-        props["ssl.endpoint.identification.algorithm"] = ""  # librdkafka's word for no host name check
-    try:
-        return ClientSettings(props)
-    except CommandConfigError as exc:
-        raise OptionError(f"kafka.* options: {exc}") from None
+METADATA_TOPIC = "__remote_log_metadata"
+_BATCH = 10_000
 
 
 class BrokerMetadataListing:
     """A :class:`~spark_readers.catalog.SegmentListing` over ``__remote_log_metadata``. Each metadata
     partition is read once per listing however many of the query's topics map to it."""
 
-    def __init__(self, bootstrap: str, settings: ClientSettings, timeout_s: float) -> None:
-        self._bootstrap = bootstrap
-        self._settings = settings
+    def __init__(self, config: Mapping[str, str], timeout_s: float) -> None:
+        require_confluent_kafka()
+        from confluent_kafka.admin import AdminClient
+
+        self._config: dict[str, str | int | float | bool] = dict(config)
+        self._admin = AdminClient(self._config)
         self._timeout_s = timeout_s
         self._store = RemotePartitionMetadataStore()
         self._read: set[int] = set()
 
-    def _admin(self) -> PartitionAdmin:
-        return PartitionAdmin(self._bootstrap, client_id=CLIENT_ID, timeout_s=self._timeout_s,
-                              settings=self._settings)
-
     def topics(self) -> list[str]:
-        try:
-            with self._admin() as admin:
-                view = admin.cluster(None)
-        except (AdminApiError, KafkaProtocolError, OSError) as exc:
-            raise CatalogError(f"cannot list the topics on the brokers (kafka.bootstrap.servers): {exc}") from None
-        return sorted(name for name, t in view.topics.items()
-                      if t.error_code == ErrorCode.none and not t.is_internal and not name.startswith("__"))
+        return sorted(t for t in self._partition_counts() if not t.startswith("__"))
 
     def committed_segments(self, topic: str) -> dict[int, list[Segment]]:
-        try:
-            with self._admin() as admin:
-                view = admin.cluster([topic, METADATA_TOPIC])
-                t = view.topics.get(topic)
-                if t is None or t.error_code == ErrorCode.unknown_topic_or_partition:
-                    raise NothingTiered(f"topic {topic!r} is not on the brokers")
-                if t.error_code != ErrorCode.none:
-                    raise AdminApiError(t.error_code, f"Metadata of {topic}")
-                partitions = [TopicIdPartition(t.topic_id, topic, p.partition) for p in t.partitions]
-                meta = view.topics.get(METADATA_TOPIC)
-                if meta is None or meta.error_code != ErrorCode.none or not meta.partitions:
-                    raise NothingTiered(f"topic {topic!r} has no committed segments: the brokers have no "
-                                        f"{METADATA_TOPIC}")
-                needed = {metadata_partition(tp, len(meta.partitions)) for tp in partitions}
-                read_metadata(admin, needed - self._read, self._store)
-                self._read |= needed
-        except (AdminApiError, KafkaProtocolError, OSError) as exc:
-            raise CatalogError(f"cannot read {METADATA_TOPIC} through the brokers (kafka.bootstrap.servers): "
-                               f"{exc}") from None
+        counts = self._partition_counts()
+        if topic not in counts:
+            raise NothingTiered(f"topic {topic!r} is not on the brokers")
+        if not counts.get(METADATA_TOPIC):
+            raise NothingTiered(f"topic {topic!r} has no committed segments: the brokers have no {METADATA_TOPIC}")
+        topic_id = self._topic_id(topic)
+        partitions = [TopicIdPartition(topic_id, topic, p) for p in range(counts[topic])]
+        needed = {metadata_partition(tp, counts[METADATA_TOPIC]) for tp in partitions}
+        self._replay(sorted(needed - self._read))
+        self._read |= needed
         out: dict[int, list[Segment]] = {}
         for tp in partitions:
             cache = self._store.caches.get(tp)
@@ -120,3 +85,72 @@ class BrokerMetadataListing:
     def log_start_offset(self, tp: TopicIdPartition) -> int | None:
         # the planner takes the brokers' log start (ListOffsets EARLIEST), which is never behind this
         return None
+
+    def _partition_counts(self) -> dict[str, int]:
+        from confluent_kafka import KafkaException
+
+        try:
+            md = self._admin.list_topics(timeout=self._timeout_s)
+        except KafkaException as exc:
+            raise CatalogError(f"cannot reach the brokers (kafka.bootstrap.servers): {exc.args[0]}") from None
+        return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+    def _topic_id(self, topic: str) -> uuid.UUID:
+        from confluent_kafka import KafkaException, TopicCollection
+
+        try:
+            (future,) = self._admin.describe_topics(TopicCollection([topic]),
+                                                    request_timeout=self._timeout_s).values()
+            tid = future.result().topic_id
+        except KafkaException as exc:
+            raise CatalogError(f"cannot describe topic {topic!r} on the brokers: {exc.args[0]}") from None
+        msb, lsb = tid.get_most_significant_bits(), tid.get_least_significant_bits()
+        return uuid.UUID(int=((msb & (2**64 - 1)) << 64) | (lsb & (2**64 - 1)))
+
+    def _replay(self, metadata_partitions: list[int]) -> None:
+        """Every record of these metadata partitions, from their log start to their high watermark, into
+        the store, as the brokers' manager replays them (an undecodable record is skipped, as it does)."""
+        if not metadata_partitions:
+            return
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        consumer = Consumer({**self._config, "group.id": f"tieredlog-reader-{uuid.uuid4()}",
+                             "enable.auto.commit": "false", "isolation.level": "read_uncommitted"})
+        try:
+            ends: dict[int, int] = {}
+            starts: list[TopicPartition] = []
+            for p in metadata_partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(METADATA_TOPIC, p), self._timeout_s)
+                if high > low:
+                    ends[p] = high
+                    starts.append(TopicPartition(METADATA_TOPIC, p, low))
+            consumer.assign(starts)
+            deadline = time.monotonic() + self._timeout_s
+            while ends:
+                if time.monotonic() > deadline:
+                    raise CatalogError(f"{METADATA_TOPIC} not read to its end within kafkaConsumer.pollTimeoutMs "
+                                       f"(partitions {sorted(ends)} left)")
+                messages = consumer.consume(_BATCH, 0.5)
+                if messages:
+                    deadline = time.monotonic() + self._timeout_s
+                for m in messages:
+                    self._apply(m, ends)
+        except KafkaException as exc:
+            raise CatalogError(f"cannot read {METADATA_TOPIC} from the brokers: {exc.args[0]}") from None
+        finally:
+            consumer.close()
+
+    def _apply(self, m: Message, ends: dict[int, int]) -> None:
+        err = m.error()
+        if err is not None:
+            raise CatalogError(f"cannot read {METADATA_TOPIC}-{m.partition()} from the brokers: {err.str()}")
+        partition, offset, value = m.partition(), m.offset(), m.value()
+        if partition is None or offset is None:
+            raise BrokerError(f"{METADATA_TOPIC}: the consumer returned a message without a partition or offset")
+        if value is not None:
+            try:
+                self._store.apply(serde.deserialize(value))
+            except (ValueError, RemoteStorageException):  # MetadataSerdeError is a ValueError
+                pass  # the brokers' manager drops an event it cannot read or apply too
+        if offset + 1 >= ends.get(partition, 0):
+            ends.pop(partition, None)

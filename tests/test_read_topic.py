@@ -120,7 +120,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("read-anywhere")
     b = BrokerProcess(root / "data", {
         "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "1", "offsets.topic.num.partitions": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3", "offsets.topic.num.partitions": "1",
         **rsm_properties(root / "remote")}).start()
     try:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})

@@ -276,6 +276,17 @@ class RemotePartitionMetadataStore:
     def handle_segment_update(self, update: RemoteLogSegmentMetadataUpdate) -> bool:
         return self.cache(update.topic_id_partition).update_remote_log_segment_metadata(update)
 
+    def apply(self, md: object) -> bool:
+        """One decoded ``__remote_log_metadata`` event, to the handler its kind goes to; False when it
+        is dropped or of a kind the store does not keep (a snapshot record). Raises as the handlers do."""
+        if isinstance(md, RemoteLogSegmentMetadata):
+            return self.handle_segment_metadata(md)
+        if isinstance(md, RemoteLogSegmentMetadataUpdate):
+            return self.handle_segment_update(md)
+        if isinstance(md, RemotePartitionDeleteMetadata):
+            return self.handle_partition_delete(md)
+        return False
+
     def handle_partition_delete(self, md: RemotePartitionDeleteMetadata) -> bool:
         tp = md.topic_id_partition
         old = self.delete_metadata.get(tp)
