@@ -115,7 +115,9 @@ class BrokerMetadataListing:
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         consumer = Consumer({**self._config, "group.id": f"tieredlog-reader-{uuid.uuid4()}",
-                             "enable.auto.commit": "false", "isolation.level": "read_uncommitted"})
+                             "enable.auto.commit": "false", "isolation.level": "read_uncommitted",
+                             # retention moved the log start since the watermarks were asked: go on from there
+                             "auto.offset.reset": "earliest"})
         try:
             ends: dict[int, int] = {}
             starts: list[TopicPartition] = []

@@ -273,6 +273,12 @@ def test_without_manifests_the_segments_are_listed_from_the_brokers(spark, broke
                                            "FetchOnlyStorage cannot list segments"):
         read_topic(TOPIC, fetch_only)
     assert arrow_rows(read_topic(TOPIC, {**fetch_only, **brokers, "metadataSource": "brokers"}).read_all()) == consumed
+    # the same backend as the RSM itself: nothing to list the bucket with, said in one line
+    with pytest.raises(StorageError, match="^the remote storage manager FetchOnlyStorage cannot list segments .*: "
+                                           "metadataSource=brokers lists it from __remote_log_metadata$"):
+        read_topic(TOPIC, {"remote.log.storage.manager.class.name": "fetch_only_rsm:FetchOnlyStorage",
+                           "remote.log.storage.manager.class.path": fetch_only["rsm.config.chunked.backend.class.path"],
+                           "rsm.config.dir": str(bare)})
 
 
 def test_secrets_never_appear_in_messages(tmp_path: Path) -> None:
