@@ -198,9 +198,9 @@ def segment_listing(rsm: RemoteStorageManager, options: ReaderOptions) -> Segmen
     ``__remote_log_metadata`` through the brokers."""
     if options.metadata_source == BROKERS:
         # confluent-kafka: imported on the driver only, and only with this option
-        from spark_readers.remote_log_metadata import BrokerMetadataListing
+        from spark_readers.remote_log_metadata import broker_metadata_listing
 
-        return BrokerMetadataListing(options.kafka, options.poll_timeout_ms / 1000)
+        return broker_metadata_listing(options.kafka, options.poll_timeout_ms / 1000)
     if not isinstance(rsm, ListableRemoteStorageManager):
         raise StorageError(f"the remote storage manager {type(rsm).__name__} cannot list segments "
                            "(tieredlog.rsm.ListableRemoteStorageManager), so its tier cannot be listed from the "

@@ -19,10 +19,16 @@ log start is the brokers' (ListOffsets EARLIEST, applied by the planner).
 The brokers are talked to as in :mod:`spark_readers.brokers`: confluent-kafka (imported here only, on
 the driver, with this option), configured by the ``kafka.*`` options; the consumer is assigned the
 metadata partitions, never joins a group and never commits.
+
+As the brokers' manager keeps its state between queries, one listing per brokers' configuration lives
+as long as the driver's Python process (:func:`broker_metadata_listing`): each query, and each trigger
+of a stream, reads only the metadata records added since the last one (a metadata partition whose log
+start moved past what was read, or that was recreated, is read again whole).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Mapping
@@ -40,10 +46,24 @@ if TYPE_CHECKING:
 METADATA_TOPIC = "__remote_log_metadata"
 _BATCH = 10_000
 
+_shared: dict[tuple[tuple[tuple[str, str], ...], float], BrokerMetadataListing] = {}
+_shared_lock = threading.Lock()
+
+
+def broker_metadata_listing(config: Mapping[str, str], timeout_s: float) -> BrokerMetadataListing:
+    """The process's listing for these ``kafka.*`` options, made on first use."""
+    key = (tuple(sorted(config.items())), timeout_s)
+    with _shared_lock:
+        listing = _shared.get(key)
+        if listing is None:
+            listing = _shared[key] = BrokerMetadataListing(config, timeout_s)
+        return listing
+
 
 class BrokerMetadataListing:
-    """A :class:`~spark_readers.catalog.SegmentListing` over ``__remote_log_metadata``. Each metadata
-    partition is read once per listing however many of the query's topics map to it."""
+    """A :class:`~spark_readers.catalog.SegmentListing` over ``__remote_log_metadata``: the state of each
+    metadata partition read so far and where its reading stands, caught up on every listing of a topic
+    that maps to it. Thread safe."""
 
     def __init__(self, config: Mapping[str, str], timeout_s: float) -> None:
         require_confluent_kafka()
@@ -52,8 +72,9 @@ class BrokerMetadataListing:
         self._config: dict[str, str | int | float | bool] = dict(config)
         self._admin = AdminClient(self._config)
         self._timeout_s = timeout_s
-        self._store = RemotePartitionMetadataStore()
-        self._read: set[int] = set()
+        self._lock = threading.Lock()
+        self._stores: dict[int, RemotePartitionMetadataStore] = {}
+        self._next: dict[int, int] = {}  # metadata partition -> the offset to read from
 
     def topics(self) -> list[str]:
         return sorted(t for t in self._partition_counts() if not t.startswith("__"))
@@ -65,19 +86,20 @@ class BrokerMetadataListing:
         if not counts.get(METADATA_TOPIC):
             raise NothingTiered(f"topic {topic!r} has no committed segments: the brokers have no {METADATA_TOPIC}")
         topic_id = self._topic_id(topic)
-        partitions = [TopicIdPartition(topic_id, topic, p) for p in range(counts[topic])]
-        needed = {metadata_partition(tp, counts[METADATA_TOPIC]) for tp in partitions}
-        self._replay(sorted(needed - self._read))
-        self._read |= needed
+        mapped = {TopicIdPartition(topic_id, topic, p): metadata_partition(TopicIdPartition(topic_id, topic, p),
+                                                                           counts[METADATA_TOPIC])
+                  for p in range(counts[topic])}
         out: dict[int, list[Segment]] = {}
-        for tp in partitions:
-            cache = self._store.caches.get(tp)
-            if cache is not None:
-                # the metadata's own size: a plugin may store the segment chunked or encrypted, and
-                # fetch_log_segment takes positions in the segment
-                segments = [Segment(md, md.segment_size_in_bytes, "") for md in cache.readable_segments()]
-                if segments:
-                    out[tp.partition] = segments
+        with self._lock:
+            self._catch_up(sorted(set(mapped.values())))
+            for tp, p in mapped.items():
+                cache = self._stores[p].caches.get(tp)
+                if cache is not None:
+                    # the metadata's own size: a plugin may store the segment chunked or encrypted, and
+                    # fetch_log_segment takes positions in the segment
+                    segments = [Segment(md, md.segment_size_in_bytes, "") for md in cache.readable_segments()]
+                    if segments:
+                        out[tp.partition] = segments
         if not out:
             raise NothingTiered(f"topic {topic!r} has no committed segments in {METADATA_TOPIC}")
         return out
@@ -107,11 +129,10 @@ class BrokerMetadataListing:
         msb, lsb = tid.get_most_significant_bits(), tid.get_least_significant_bits()
         return uuid.UUID(int=((msb & (2**64 - 1)) << 64) | (lsb & (2**64 - 1)))
 
-    def _replay(self, metadata_partitions: list[int]) -> None:
-        """Every record of these metadata partitions, from their log start to their high watermark, into
-        the store, as the brokers' manager replays them (an undecodable record is skipped, as it does)."""
-        if not metadata_partitions:
-            return
+    def _catch_up(self, metadata_partitions: list[int]) -> None:
+        """The records of these metadata partitions from where their reading stands (their log start the
+        first time) to their high watermark, into their stores, as the brokers' manager replays them (an
+        undecodable record is skipped, as it does). Caller holds the lock."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         consumer = Consumer({**self._config, "group.id": f"tieredlog-reader-{uuid.uuid4()}",
@@ -123,9 +144,16 @@ class BrokerMetadataListing:
             starts: list[TopicPartition] = []
             for p in metadata_partitions:
                 low, high = consumer.get_watermark_offsets(TopicPartition(METADATA_TOPIC, p), self._timeout_s)
-                if high > low:
+                position = self._next.get(p)
+                if position is None or not low <= position <= high:
+                    # first read, or records not read yet are gone (retention, a recreated topic): from scratch
+                    self._stores[p], self._next[p] = RemotePartitionMetadataStore(), low
+                    position = low
+                if high > position:
                     ends[p] = high
-                    starts.append(TopicPartition(METADATA_TOPIC, p, low))
+                    starts.append(TopicPartition(METADATA_TOPIC, p, position))
+            if not starts:
+                return
             consumer.assign(starts)
             deadline = time.monotonic() + self._timeout_s
             while ends:
@@ -151,8 +179,10 @@ class BrokerMetadataListing:
             raise BrokerError(f"{METADATA_TOPIC}: the consumer returned a message without a partition or offset")
         if value is not None:
             try:
-                self._store.apply(serde.deserialize(value))
+                self._stores[partition].apply(serde.deserialize(value))
             except (ValueError, RemoteStorageException):  # MetadataSerdeError is a ValueError
                 pass  # the brokers' manager drops an event it cannot read or apply too
+        # record by record: a read that fails half way goes on from here next time, applying nothing twice
+        self._next[partition] = offset + 1
         if offset + 1 >= ends.get(partition, 0):
             ends.pop(partition, None)

@@ -272,7 +272,18 @@ def test_without_manifests_the_segments_are_listed_from_the_brokers(spark, broke
     with pytest.raises(CatalogError, match=f"^cannot list the segments of topic '{TOPIC}' in the remote tier: .*"
                                            "FetchOnlyStorage cannot list segments"):
         read_topic(TOPIC, fetch_only)
-    assert arrow_rows(read_topic(TOPIC, {**fetch_only, **brokers, "metadataSource": "brokers"}).read_all()) == consumed
+    listed = {**fetch_only, **brokers, "metadataSource": "brokers"}
+    assert arrow_rows(read_topic(TOPIC, listed).read_all()) == consumed
+    # segments tiered since: the process's listing reads only the metadata records added since, and has them
+    before = tiered_ends(broker.bootstrap)
+    produce(broker.bootstrap, 600)
+    wait_for(lambda: all(e > before[p] for p, e in tiered_ends(broker.bootstrap).items()), "more segments tiered", 60)
+    low = tiered_ends(broker.bootstrap)
+    read = plan_read(parse_options({**listed, "topic": TOPIC}))
+    high = tiered_ends(broker.bootstrap)  # the last segments may still be tiering
+    for p in range(PARTITIONS):
+        assert low[p] <= max(t.to_offset for t in read.tasks if isinstance(t, ReadTask) and t.partition == p) <= high[p]
+    assert arrow_rows(read.reader().read_all()) == consume(broker.bootstrap)
     # the same backend as the RSM itself: nothing to list the bucket with, said in one line
     with pytest.raises(StorageError, match="^the remote storage manager FetchOnlyStorage cannot list segments .*: "
                                            "metadataSource=brokers lists it from __remote_log_metadata$"):
