@@ -27,7 +27,7 @@ from spark_readers.options import ReaderOptions, parse_options
 from spark_readers.planner import ReadTask, Task, plan
 from spark_readers.read import decode_task_batches, fetch_task, read_task_batches
 from spark_readers.storage import open_storage, storage_spec
-from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.api import RemoteStorageManager
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class TopicRead:
     """A planned read: its tasks, in plan order (by topic, partition, offset), and how to read each."""
 
     options: ReaderOptions
-    rsm: ListableRemoteStorageManager
+    rsm: RemoteStorageManager
     tasks: list[Task]
 
     @property

@@ -1,14 +1,15 @@
 """The remote tier as a broker-less reader sees it: which segments of a topic are committed, and which
 copy of each offset belongs to the log.
 
-Where the metadata comes from: the segment **manifests** (``<stem>.manifest``, see
-``docs/tiered-storage.md``), not the ``__remote_log_metadata`` topic. The manifest is written last by
-every RemoteStorageManager (S3, fsspec, LocalTieredStorage), so its presence is exactly
+Where the metadata comes from (a :class:`SegmentListing`): by default the segment **manifests**
+(``<stem>.manifest``, see ``docs/tiered-storage.md``, :class:`ManifestListing`). The manifest is written
+last by every RemoteStorageManager (S3, fsspec, LocalTieredStorage), so its presence is exactly
 "COPY_SEGMENT_FINISHED" for the objects beside it, and it carries what a reader needs of each segment
 (offsets, leader epochs, sizes, max timestamp); the log's lineage comes from one leader-epoch
-checkpoint per partition (below). ``__remote_log_metadata`` lives on the brokers' local disks (a
-Kafka topic, not an object in the bucket), so reading it would need a broker or its disks; and a
-deleted segment loses its manifest first, so a listing never shows a half-deleted segment as committed.
+checkpoint per partition (below). A deleted segment loses its manifest first, so a listing never shows
+a half-deleted segment as committed. With ``metadataSource=brokers`` the segments come from
+``__remote_log_metadata`` instead, read through the brokers
+(:class:`spark_readers.remote_log_metadata.BrokerMetadataListing`), and are resolved the same way.
 
 Overlapping uploads (the same offsets copied twice after a failover, a retried copy with a new segment
 id, or copies of different histories after unclean elections, KIP-405 scenarios 3 to 5) are resolved by
@@ -49,17 +50,20 @@ import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from tieredlog.formats.checkpoints import CorruptCheckpointError, parse_leader_epoch_checkpoint
 from tieredlog.formats.lineage import filtered_epochs, segment_epoch_bounds, segment_leader_epochs
 from tieredlog.formats.manifest import ManifestError, manifest_fields
+from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.rsm.api import (
     IndexType,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     RemoteResourceNotFoundException,
+    RemoteStorageException,
+    RemoteStorageManager,
     TopicIdPartition,
 )
 from tieredlog.rsm.keys import INDEX_SUFFIXES, LOG_SUFFIX, MANIFEST_SUFFIX, SegmentObjectKey
@@ -77,14 +81,31 @@ class CatalogError(Exception):
     """The remote tier cannot answer (missing topic, unreadable manifest). One line, no secrets."""
 
 
+class NothingTiered(CatalogError):
+    """The topic has nothing in the remote tier (not tiered yet, or unknown): the brokers may have it all."""
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One committed remote segment, from its manifest."""
+    """One committed remote segment, from its manifest or from ``__remote_log_metadata``."""
 
     metadata: RemoteLogSegmentMetadata
     log_size: int
-    # The manifest's object key, to name the segment in errors.
+    # The manifest's object key, to name the segment in errors; "" when it was listed without one.
     manifest_key: str
+
+    @property
+    def stem(self) -> str:
+        """What names the segment's objects in messages: its manifest's key without the suffix, or
+        ``<topic>-<partition>/<segment id>`` for a segment listed without a manifest (its RSM's layout
+        is the RSM's own)."""
+        if self.manifest_key:
+            return self.manifest_key.removesuffix(MANIFEST_SUFFIX).rstrip(".")
+        tp = self.metadata.topic_id_partition
+        return f"{tp.topic}-{tp.partition}/{uuid_to_kafka_str(self.metadata.remote_log_segment_id.id)}"
+
+    def object_name(self, suffix: str) -> str:
+        return f"{self.stem}.{suffix}"
 
     @property
     def start_offset(self) -> int:
@@ -146,8 +167,26 @@ def segment_from_manifest(key: SegmentObjectKey, manifest: Mapping[str, Any]) ->
     return Segment(metadata, log_size, key.key)
 
 
-class Catalog:
-    """Committed segments of one topic's partitions, read from the manifests under the RSM's prefix."""
+class SegmentListing(Protocol):
+    """Where a reader finds the committed segments: :class:`ManifestListing` (the bucket) or
+    :class:`spark_readers.remote_log_metadata.BrokerMetadataListing` (``__remote_log_metadata``)."""
+
+    def topics(self) -> list[str]:
+        """Every topic the listing knows."""
+        ...
+
+    def committed_segments(self, topic: str) -> dict[int, list[Segment]]:
+        """Partition -> its committed segments (any order) under the topic's live topic id; NothingTiered
+        when the topic has none, CatalogError when the listing cannot answer."""
+        ...
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        """The log start offset published to the tier; None when there is none to go by."""
+        ...
+
+
+class ManifestListing:
+    """Committed segments from the manifests under the RSM's prefix."""
 
     def __init__(self, rsm: ListableRemoteStorageManager) -> None:
         self.rsm = rsm
@@ -157,11 +196,19 @@ class Catalog:
         return sorted({k.topic for k in self.rsm.list_segment_objects() if k.suffix == MANIFEST_SUFFIX})
 
     def committed_segments(self, topic: str) -> dict[int, list[Segment]]:
-        """Partition -> its committed segments (any order). A topic recreated under the same name has
-        several topic ids in the bucket; the one with the newest upload is the live one."""
-        manifests = [k for k in self.rsm.list_topic_segment_objects(topic) if k.suffix == MANIFEST_SUFFIX]
+        """A topic recreated under the same name has several topic ids in the bucket; the one with the
+        newest upload is the live one."""
+        try:
+            objects = self.rsm.list_topic_segment_objects(topic)
+        except RemoteStorageException as exc:
+            raise CatalogError(f"cannot list the segments of topic {topic!r} in the remote tier: {exc}") from None
+        manifests = [k for k in objects if k.suffix == MANIFEST_SUFFIX]
+        if not objects:
+            raise NothingTiered(f"topic {topic!r} has no committed segments in the remote tier")
         if not manifests:
-            raise CatalogError(f"topic {topic!r} has no committed segments in the remote tier")
+            raise CatalogError(f"topic {topic!r} has segment objects but no manifests in the remote tier, so "
+                               "none of its segments is known to be committed (metadataSource=brokers lists them "
+                               "from __remote_log_metadata)")
         with ThreadPoolExecutor(min(MANIFEST_READERS, len(manifests))) as pool:
             segments = list(pool.map(self._read_segment, manifests))
         newest: dict[uuid.UUID, int] = {}
@@ -178,6 +225,42 @@ class Catalog:
                 out.setdefault(s.metadata.topic_id_partition.partition, []).append(s)
         return out
 
+    def log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        try:
+            return self.rsm.read_log_start_offset(tp)
+        except Exception as exc:
+            # as for the checkpoint: an outage now must not turn into rows Kafka no longer has
+            raise CatalogError(f"cannot read the log start offset of {tp}: {exc}") from None
+
+    def _read_segment(self, key: SegmentObjectKey) -> Segment:
+        try:
+            manifest = self.rsm.read_manifest(key)
+        except Exception as exc:
+            raise CatalogError(f"cannot read manifest {key.key}: {exc}") from None
+        return segment_from_manifest(key, manifest)
+
+
+class Catalog:
+    """Committed segments of one topic's partitions, from a :class:`SegmentListing` (default: the
+    manifests), resolved to one copy per offset."""
+
+    def __init__(self, rsm: RemoteStorageManager, listing: SegmentListing | None = None) -> None:
+        self.rsm = rsm
+        if listing is None:
+            if not isinstance(rsm, ListableRemoteStorageManager):
+                raise CatalogError(f"the remote storage manager {type(rsm).__name__} cannot list segments "
+                                   "(tieredlog.rsm.ListableRemoteStorageManager): metadataSource=brokers lists "
+                                   "them from __remote_log_metadata")
+            listing = ManifestListing(rsm)
+        self.listing = listing
+
+    def topics(self) -> list[str]:
+        return self.listing.topics()
+
+    def committed_segments(self, topic: str) -> dict[int, list[Segment]]:
+        """Partition -> its committed segments (any order); NothingTiered when the topic has none."""
+        return self.listing.committed_segments(topic)
+
     def resolve(self, segments: Sequence[Segment]) -> list[SegmentSlice]:
         """One partition's segments resolved to slices of its log (see the module docstring), from the
         log start offset its leader published on."""
@@ -188,11 +271,7 @@ class Catalog:
     def log_start_offset(self, tp: TopicIdPartition) -> int | None:
         """The log start offset the partition's leader published to the tier, when it moved past a
         segment's start (DeleteRecords, retention); None when it published none."""
-        try:
-            return self.rsm.read_log_start_offset(tp)
-        except Exception as exc:
-            # as for the checkpoint: an outage now must not turn into rows Kafka no longer has
-            raise CatalogError(f"cannot read the log start offset of {tp}: {exc}") from None
+        return self.listing.log_start_offset(tp)
 
     def resolve_partitions(self, by_partition: Mapping[int, Sequence[Segment]]) -> dict[int, list[SegmentSlice]]:
         """:meth:`resolve` for every partition; the checkpoint GETs are latency bound, so many at once."""
@@ -211,7 +290,7 @@ class Catalog:
         except (RemoteResourceNotFoundException, CorruptCheckpointError) as exc:
             log.warning("%s: cannot use its leader-epoch checkpoint (%s); resolving overlapping segments from "
                         "their own epoch maps, which cannot tell an abandoned epoch from a kept one",
-                        auth.manifest_key, str(exc)[:300])
+                        auth.stem, str(exc)[:300])
             return Lineage(build_lineage(segments), None)
 
     def _read_checkpoint(self, segment: Segment) -> bytes:
@@ -229,13 +308,6 @@ class Catalog:
             raise CorruptCheckpointError(source, None, f"larger than {MAX_CHECKPOINT_BYTES} bytes")
         return data
 
-    def _read_segment(self, key: SegmentObjectKey) -> Segment:
-        try:
-            manifest = self.rsm.read_manifest(key)
-        except Exception as exc:
-            raise CatalogError(f"cannot read manifest {key.key}: {exc}") from None
-        return segment_from_manifest(key, manifest)
-
 
 def above_log_start(slices: Sequence[SegmentSlice], log_start: int) -> list[SegmentSlice]:
     """``slices`` without the offsets below ``log_start``: Kafka no longer has them, though their
@@ -246,7 +318,7 @@ def above_log_start(slices: Sequence[SegmentSlice], log_start: int) -> list[Segm
 
 def checkpoint_key(segment: Segment) -> str:
     """The key of the leader-epoch checkpoint uploaded with ``segment``, to name it in messages."""
-    return segment.manifest_key.removesuffix(MANIFEST_SUFFIX) + INDEX_SUFFIXES[IndexType.LEADER_EPOCH]
+    return segment.object_name(INDEX_SUFFIXES[IndexType.LEADER_EPOCH])
 
 
 def authoritative_segment(segments: Sequence[Segment]) -> Segment:

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 from tieredlog.formats.index import OFFSET_ENTRY, TIME_ENTRY
 from tieredlog.formats.txn_index import AbortedTxn, decode_txn_entries
-from tieredlog.rsm.api import IndexType, RemoteLogSegmentMetadata
-from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.api import IndexType, RemoteLogSegmentMetadata, RemoteStorageManager
 
 
-def _fetch(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMetadata, index_type: IndexType,
+def _fetch(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, index_type: IndexType,
            entry_size: int) -> bytes:
     with rsm.fetch_index(md, index_type) as stream:
         data = stream.read()
     return data[: len(data) - len(data) % entry_size]
 
 
-def offset_index_entries(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[tuple[int, int]]:
+def offset_index_entries(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[tuple[int, int]]:
     """(absolute last offset of a batch, position where that batch starts), increasing."""
     out: list[tuple[int, int]] = []
     for relative, position in OFFSET_ENTRY.iter_unpack(_fetch(rsm, md, IndexType.OFFSET, OFFSET_ENTRY.size)):
@@ -36,7 +35,7 @@ def offset_index_entries(rsm: ListableRemoteStorageManager, md: RemoteLogSegment
     return out
 
 
-def older_than_floor(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMetadata, timestamp: int) -> int:
+def older_than_floor(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, timestamp: int) -> int:
     """An offset of the segment before which every record is older than ``timestamp``: the offset of
     the last time-index maximum below it (records up to there are at most that maximum)."""
     floor, last_ts = md.start_offset, None
@@ -47,7 +46,7 @@ def older_than_floor(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMeta
     return floor
 
 
-def txn_index_entries(rsm: ListableRemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
+def txn_index_entries(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata) -> list[AbortedTxn]:
     """The segment's aborted transactions, in marker order; CorruptIndexError for a partial entry."""
     with rsm.fetch_index(md, IndexType.TRANSACTION) as stream:
         data = stream.read()

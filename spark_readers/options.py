@@ -29,6 +29,10 @@
 - ``assign``: JSON ``{"t":[0,1]}``, the partitions to read, instead of the topic options (as Spark's).
 - ``minPartitions`` / ``maxRecordsPerPartition``: split offset ranges into more input partitions, as
   Spark's Kafka source splits them (see :mod:`spark_readers.planner`).
+- ``metadataSource``: where the committed segments are listed from: ``manifests`` (default: the
+  manifests in the remote tier) or ``brokers`` (``__remote_log_metadata``, read through the brokers of
+  ``kafka.bootstrap.servers``, for a tier whose writer leaves no manifests; see
+  :mod:`spark_readers.remote_log_metadata`).
 - ``kafka.bootstrap.servers``: read the offsets not in the remote tier yet from the brokers; every
   ``kafka.*`` option (prefix removed) configures those clients (librdkafka's names), and
   ``kafkaConsumer.pollTimeoutMs`` bounds how long a task waits for its range (see
@@ -53,6 +57,10 @@ LATEST = -1
 DEFAULT_MAX_BYTES_PER_PARTITION = 64 * 1024 * 1024
 # Spark's kafkaConsumer.pollTimeoutMs default (spark.network.timeout)
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+# metadataSource: the bucket's segment manifests, or __remote_log_metadata through the brokers
+MANIFESTS = "manifests"
+BROKERS = "brokers"
+METADATA_SOURCES = (MANIFESTS, BROKERS)
 # The consumer settings Spark's Kafka source refuses as kafka.* options: the reader owns them.
 RESERVED_KAFKA_OPTIONS = ("group.id", "auto.offset.reset", "enable.auto.commit", "key.deserializer",
                           "value.deserializer", "interceptor.classes")
@@ -106,6 +114,8 @@ class ReaderOptions:
     # kafka.* options without the prefix, for the brokers' clients; kept out of repr (SASL passwords)
     kafka: dict[str, str] = field(default_factory=dict, repr=False)
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    # metadataSource: MANIFESTS or BROKERS
+    metadata_source: str = MANIFESTS
 
     @property
     def reads_brokers(self) -> bool:
@@ -174,6 +184,7 @@ def parse_options(raw: Mapping[str, str], streaming: bool = False) -> ReaderOpti
         max_records_per_partition=_positive(options, "maxrecordsperpartition", 0) or None,
         kafka=_kafka(options),
         poll_timeout_ms=_positive(options, "kafkaconsumer.polltimeoutms", DEFAULT_POLL_TIMEOUT_MS),
+        metadata_source=_metadata_source(options),
     )
 
 
@@ -186,6 +197,16 @@ def _storage(raw: Mapping[str, str], options: Mapping[str, str]) -> dict[str, st
         if key.lower().startswith("rsm.config."):
             out["rsm.config." + key[len("rsm.config."):]] = value
     return out
+
+
+def _metadata_source(options: Mapping[str, str]) -> str:
+    text = (options.get("metadatasource") or MANIFESTS).strip().lower()
+    if text not in METADATA_SOURCES:
+        raise OptionError(f"option metadataSource must be {' or '.join(METADATA_SOURCES)}, not {text!r}")
+    if text == BROKERS and not options.get("kafka.bootstrap.servers"):
+        raise OptionError("option metadataSource=brokers reads __remote_log_metadata through the brokers: "
+                          "set kafka.bootstrap.servers")
+    return text
 
 
 def _assign(text: str) -> dict[str, tuple[int, ...]]:

@@ -40,12 +40,22 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Collection, Iterator, Mapping, Protocol
 
 from spark_readers.brokers import TailTask
-from spark_readers.catalog import Catalog, CatalogError, Segment, SegmentSlice
+from spark_readers.catalog import (
+    Catalog,
+    CatalogError,
+    ManifestListing,
+    NothingTiered,
+    Segment,
+    SegmentListing,
+    SegmentSlice,
+)
 from spark_readers.indexes import offset_index_entries
-from spark_readers.options import EARLIEST, LATEST, OptionError, ReaderOptions
+from spark_readers.options import BROKERS, EARLIEST, LATEST, OptionError, ReaderOptions
+from spark_readers.storage import StorageError
 from spark_readers.timestamps import offset_for_timestamp
 from spark_readers.transactions import Aborted, AbortedTransactions, TransactionError, stable_end
-from tieredlog.rsm.api import RemoteLogSegmentMetadata
+from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteStorageManager
+from tieredlog.rsm.keys import LOG_SUFFIX
 from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 if TYPE_CHECKING:  # filters needs PySpark; tieredlog export plans without it
@@ -116,7 +126,7 @@ class _Piece:
     aborted: Aborted = ()
 
 
-def plan(rsm: ListableRemoteStorageManager, options: ReaderOptions,
+def plan(rsm: RemoteStorageManager, options: ReaderOptions,
          partitions: Mapping[str, Collection[int]] | None = None, pushed: PushedFilters | None = None,
          brokers: BrokerView | None = None) -> list[Task]:
     """Read tasks for the offsets ``options`` give; ``partitions`` (topic -> partitions) narrows the plan
@@ -145,7 +155,7 @@ def plan(rsm: ListableRemoteStorageManager, options: ReaderOptions,
     return tasks
 
 
-def offset_bounds(rsm: ListableRemoteStorageManager, options: ReaderOptions,
+def offset_bounds(rsm: RemoteStorageManager, options: ReaderOptions,
                   brokers: BrokerView | None = None) -> dict[str, dict[int, tuple[int, int]]]:
     """Topic -> partition -> the ``[start, end)`` offsets :func:`plan` would read with ``options``, without
     planning reads: the streaming reader's initial and latest offsets, resolved exactly as a batch
@@ -156,10 +166,10 @@ def offset_bounds(rsm: ListableRemoteStorageManager, options: ReaderOptions,
     return out
 
 
-def _ranges(rsm: ListableRemoteStorageManager, options: ReaderOptions,
+def _ranges(rsm: RemoteStorageManager, options: ReaderOptions,
             partitions: Mapping[str, Collection[int]] | None, pushed: PushedFilters | None,
             brokers: BrokerView | None) -> Iterator[PartitionRange]:
-    catalog = Catalog(rsm)
+    catalog = Catalog(rsm, segment_listing(rsm, options))
     wanted: Mapping[str, Collection[int]] | None = partitions if partitions is not None else options.assign
     topics = sorted(wanted) if wanted is not None else _topics(catalog, options, brokers)
     for topic in topics:
@@ -183,11 +193,26 @@ def _ranges(rsm: ListableRemoteStorageManager, options: ReaderOptions,
             yield _range(rsm, topic, partition, slices.get(partition, []), options, bounds.get(partition), brokers)
 
 
+def segment_listing(rsm: RemoteStorageManager, options: ReaderOptions) -> SegmentListing:
+    """The listing ``metadataSource`` names: the bucket's manifests (the RSM must list) or
+    ``__remote_log_metadata`` through the brokers."""
+    if options.metadata_source == BROKERS:
+        # confluent-kafka: imported on the driver only, and only with this option
+        from spark_readers.remote_log_metadata import broker_metadata_listing
+
+        return broker_metadata_listing(options.kafka, options.poll_timeout_ms / 1000)
+    if not isinstance(rsm, ListableRemoteStorageManager):
+        raise StorageError(f"the remote storage manager {type(rsm).__name__} cannot list segments "
+                           "(tieredlog.rsm.ListableRemoteStorageManager), so its tier cannot be listed from the "
+                           "bucket: metadataSource=brokers lists it from __remote_log_metadata")
+    return ManifestListing(rsm)
+
+
 def _committed_segments(catalog: Catalog, topic: str, with_brokers: bool) -> dict[int, list[Segment]]:
     try:
         return catalog.committed_segments(topic)
-    except CatalogError:
-        if with_brokers and not catalog.rsm.list_topic_segment_objects(topic):
+    except NothingTiered:
+        if with_brokers:
             return {}  # not tiered yet: the brokers have all of it
         raise
 
@@ -204,7 +229,7 @@ def _topics(catalog: Catalog, options: ReaderOptions, brokers: BrokerView | None
     return found
 
 
-def _range(rsm: ListableRemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
+def _range(rsm: RemoteStorageManager, topic: str, partition: int, slices: list[SegmentSlice],
            options: ReaderOptions, on_brokers: tuple[int, int] | None, brokers: BrokerView | None) -> PartitionRange:
     """The ``[start, end)`` the options give one partition, checked against its tiered part (with
     read_committed, the part below its stable end) and, with brokers, against the brokers' log."""
@@ -268,7 +293,7 @@ def _range(rsm: ListableRemoteStorageManager, topic: str, partition: int, slices
     return PartitionRange(topic, partition, slices, start, end, boundary, tail_from)
 
 
-def _offset_for_timestamp(rsm: ListableRemoteStorageManager, topic: str, partition: int,
+def _offset_for_timestamp(rsm: RemoteStorageManager, topic: str, partition: int,
                           slices: list[SegmentSlice], timestamp: int, ask_brokers: bool,
                           brokers: BrokerView | None) -> int | None:
     found = offset_for_timestamp(rsm, slices, timestamp) if slices else None
@@ -277,7 +302,7 @@ def _offset_for_timestamp(rsm: ListableRemoteStorageManager, topic: str, partiti
     return found
 
 
-def _timestamp_start(rsm: ListableRemoteStorageManager, r: PartitionRange, start: int, end: int,
+def _timestamp_start(rsm: RemoteStorageManager, r: PartitionRange, start: int, end: int,
                      pushed: PushedFilters) -> int:
     """``start`` moved to the first tiered offset at or after the pushed timestamp lower bound (or to
     the brokers' part when no tiered record is that recent)."""
@@ -289,7 +314,7 @@ def _timestamp_start(rsm: ListableRemoteStorageManager, r: PartitionRange, start
     return max(start, r.boundary if found is None else found)
 
 
-def _tiered_pieces(rsm: ListableRemoteStorageManager, r: PartitionRange, start: int, end: int,
+def _tiered_pieces(rsm: RemoteStorageManager, r: PartitionRange, start: int, end: int,
                    options: ReaderOptions, pushed: PushedFilters | None) -> Iterator[_Piece]:
     name = f"{r.topic}-{r.partition}"
     cursor = start
@@ -329,11 +354,11 @@ def _cut(p: _Piece, n: int) -> list[_Piece]:
     return [replace(p, lo=a, hi=b) for a, b in zip(bounds, bounds[1:])]
 
 
-def _tasks_for_slice(rsm: ListableRemoteStorageManager, indexes: dict[uuid.UUID, list[tuple[int, int]]],
+def _tasks_for_slice(rsm: RemoteStorageManager, indexes: dict[uuid.UUID, list[tuple[int, int]]],
                      topic: str, partition: int, s: SegmentSlice, lo: int, hi: int, max_bytes: int,
                      aborted: Aborted) -> Iterator[ReadTask]:
     seg = s.segment
-    object_name = seg.manifest_key.removesuffix("manifest") + "log"
+    object_name = seg.object_name(LOG_SUFFIX)
     whole = lo <= seg.start_offset and hi > seg.end_offset
     if whole and seg.log_size <= max_bytes:
         yield ReadTask(topic, partition, seg.metadata, object_name, 0, None, lo, hi, aborted)

@@ -8,21 +8,20 @@ import pyarrow as pa
 
 from spark_readers.decoder import CorruptSegmentError, Source, decode_record_batches, decode_records
 from spark_readers.planner import ReadTask
-from tieredlog.rsm.api import RemoteResourceNotFoundException, RemoteStorageException
-from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.api import RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
 
 
 class SegmentDeletedError(RemoteStorageException):
     """A planned segment is gone (remote retention, DeleteRecords): the read fails rather than miss rows."""
 
 
-def read_task(rsm: ListableRemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
+def read_task(rsm: RemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
     """The task's rows as one Arrow batch."""
     data, source = _fetch(rsm, task)
     return decode_records(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
 
 
-def read_task_batches(rsm: ListableRemoteStorageManager, task: ReadTask,
+def read_task_batches(rsm: RemoteStorageManager, task: ReadTask,
                       include_headers: bool) -> Iterator[pa.RecordBatch]:
     """The task's rows in Arrow batches of a few MiB of the segment each, decoded one at a time: Spark
     takes in one while the next decodes."""
@@ -36,12 +35,12 @@ def decode_task_batches(task: ReadTask, fetched: tuple[bytes, Source],
     yield from decode_record_batches(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
 
 
-def fetch_task(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
+def fetch_task(rsm: RemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
     """The task's bytes (one ranged GET), checked to be all there."""
     return _fetch(rsm, task)
 
 
-def _fetch(rsm: ListableRemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
+def _fetch(rsm: RemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
     # A whole segment is asked for as the range its metadata gives (Kafka's segmentSizeInBytes): a
     # bounded range arrives in one read, an open one goes through a stream read 8 KiB at a time.
     end = task.metadata.segment_size_in_bytes - 1 if task.end_position is None else task.end_position

@@ -1,6 +1,7 @@
 """Opening the remote tier from a reader's options, with the broker's own loader
 (:func:`tieredlog.rsm.registry.load_remote_storage_manager`); any RSM that can list
-(:class:`tieredlog.rsm.ListableRemoteStorageManager`) serves the reader, built-in or plugin.
+(:class:`tieredlog.rsm.ListableRemoteStorageManager`) serves the reader, built-in or plugin, and with
+``metadataSource=brokers`` any RSM at all (:mod:`spark_readers.remote_log_metadata`).
 
 In the broker's words: ``remote.log.storage.manager.class.name`` (a registered name such as ``s3`` or
 ``chunked``, or ``module:Class``), ``remote.log.storage.manager.class.path`` and every ``rsm.config.*``
@@ -33,8 +34,8 @@ from urllib.parse import urlsplit
 
 from fsspec.core import url_to_fs
 
+from tieredlog.rsm.api import RemoteStorageManager
 from tieredlog.rsm.keys import InvalidKeyError, validate_key_prefix
-from tieredlog.rsm.listing import ListableRemoteStorageManager
 from tieredlog.rsm.registry import (
     CLASS_NAME_CONFIG,
     CLASS_PATH_CONFIG,
@@ -123,11 +124,11 @@ def _checked_prefix(prefix: str) -> str:
         raise StorageError(str(exc)) from None
 
 
-_opened: dict[StorageSpec, ListableRemoteStorageManager] = {}
+_opened: dict[StorageSpec, RemoteStorageManager] = {}
 _lock = threading.Lock()
 
 
-def open_storage(spec: StorageSpec) -> ListableRemoteStorageManager:
+def open_storage(spec: StorageSpec) -> RemoteStorageManager:
     """The configured RSM for ``spec``, opened once per process (S3's configure() costs a HeadBucket)."""
     with _lock:
         rsm = _opened.get(spec)
@@ -137,7 +138,7 @@ def open_storage(spec: StorageSpec) -> ListableRemoteStorageManager:
         return rsm
 
 
-def _configure(spec: StorageSpec) -> ListableRemoteStorageManager:
+def _configure(spec: StorageSpec) -> RemoteStorageManager:
     configs = dict(spec.configs)
     if not spec.broker_words and spec.backend == "fsspec":
         _require_local_folder(configs["storage.fsspec.url"])
@@ -147,11 +148,6 @@ def _configure(spec: StorageSpec) -> ListableRemoteStorageManager:
         text = mask_secrets(str(exc), configs)
         # The RSM's messages name the broker's rsm.config.* keys; the short form's options have no prefix.
         raise StorageError(text if spec.broker_words else text.replace("rsm.config.", "")) from None
-    if not isinstance(rsm, ListableRemoteStorageManager):
-        rsm.close()
-        raise StorageError(f"the remote storage manager {spec.backend!r} ({type(rsm).__name__}) cannot list "
-                           "segments (tieredlog.rsm.ListableRemoteStorageManager), so it cannot be read without a "
-                           "broker")
     return rsm
 
 

@@ -16,10 +16,10 @@ from spark_readers.catalog import SegmentSlice
 from spark_readers.indexes import offset_index_entries, older_than_floor
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import record_at_or_after
-from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.api import RemoteStorageManager
 
 
-def offset_for_timestamp(rsm: ListableRemoteStorageManager, slices: list[SegmentSlice], timestamp: int) -> int | None:
+def offset_for_timestamp(rsm: RemoteStorageManager, slices: list[SegmentSlice], timestamp: int) -> int | None:
     """The first offset of the slices whose record timestamp is >= ``timestamp``; None when none is."""
     for s in slices:
         md = s.segment.metadata

@@ -27,8 +27,7 @@ from spark_readers.indexes import txn_index_entries
 from tieredlog.formats.index import CorruptIndexError
 from tieredlog.formats.producer_snapshot import NO_TXN_FIRST_OFFSET, CorruptSnapshotError, decode_producer_snapshot
 from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across
-from tieredlog.rsm.api import IndexType, RemoteResourceNotFoundException
-from tieredlog.rsm.listing import ListableRemoteStorageManager
+from tieredlog.rsm.api import IndexType, RemoteResourceNotFoundException, RemoteStorageManager
 
 # (producer id, first offset, marker offset): picklable, for the read tasks
 Aborted = tuple[tuple[int, int, int], ...]
@@ -41,7 +40,7 @@ class TransactionError(Exception):
 class AbortedTransactions:
     """The aborted transactions over one partition's resolved slices; txn indexes fetched once each."""
 
-    def __init__(self, rsm: ListableRemoteStorageManager, slices: Sequence[SegmentSlice]) -> None:
+    def __init__(self, rsm: RemoteStorageManager, slices: Sequence[SegmentSlice]) -> None:
         self._rsm = rsm
         self._slices = slices
         self._entries: dict[uuid.UUID, list[AbortedTxn]] = {}
@@ -67,7 +66,7 @@ class AbortedTransactions:
         return [t for t in entries if s.from_offset <= t.last_offset < s.to_offset]
 
 
-def stable_end(rsm: ListableRemoteStorageManager, slices: Sequence[SegmentSlice]) -> int:
+def stable_end(rsm: RemoteStorageManager, slices: Sequence[SegmentSlice]) -> int:
     """Where a read_committed read of the partition ends: the end of its tiered part, or the first
     offset of a transaction still open there."""
     last = slices[-1]
@@ -93,4 +92,4 @@ def stable_end(rsm: ListableRemoteStorageManager, slices: Sequence[SegmentSlice]
 
 
 def _object(s: SegmentSlice) -> str:
-    return s.segment.manifest_key.removesuffix("manifest").rstrip(".")
+    return s.segment.stem

@@ -3,12 +3,15 @@ tieredlog-chunked plugin (chunked, zstd-compressed, AES-GCM encrypted over a loc
 configured with the broker's own ``remote.log.storage.manager.class.name`` and ``rsm.config.*``
 properties, reads it as Arrow, DuckDB and Polars row for row as a consumer does; after DeleteRecords,
 nothing below the log start (from the brokers, and from the tier alone once the leader published it); byte-range splits of one partition neither drop nor repeat a record; a
-segment deleted under a read fails it in one line; secrets stay out of messages; and one Spark query
-reads the same rows through the same contract."""
+segment deleted under a read fails it in one line; secrets stay out of messages; one Spark query
+reads the same rows through the same contract; and with the manifests gone, ``metadataSource=brokers``
+lists the segments from ``__remote_log_metadata`` instead."""
 
 from __future__ import annotations
 
 import base64
+import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,7 +27,8 @@ from spark_harness import spark  # noqa: F401  (fixture)
 
 from spark_readers import read_topic
 from spark_readers.arrow import plan_read
-from spark_readers.options import parse_options
+from spark_readers.catalog import CatalogError
+from spark_readers.options import OptionError, parse_options
 from spark_readers.planner import ReadTask
 from spark_readers.read import SegmentDeletedError
 from spark_readers.storage import StorageError, open_storage, storage_spec
@@ -116,7 +120,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     root = tmp_path_factory.mktemp("read-anywhere")
     b = BrokerProcess(root / "data", {
         "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "1", "offsets.topic.num.partitions": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3", "offsets.topic.num.partitions": "1",
         **rsm_properties(root / "remote")}).start()
     try:
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
@@ -210,6 +214,82 @@ def test_spark_reads_the_same_rows_through_the_contract(spark, broker: BrokerPro
         rows.append((row["partition"], row["offset"], None if row["key"] is None else bytes(row["key"]),
                      bytes(row["value"]), row["ts_ms"], headers))
     assert sorted(rows) == consume(broker.bootstrap)
+
+
+def without_manifests(remote: Path, into: Path) -> Path:
+    """A copy of the tier as a writer that leaves no manifests would leave it. The leader's expiration
+    task may be deleting segments meanwhile: copy again until one copy sees no object vanish."""
+    def copied() -> bool:
+        shutil.rmtree(into, ignore_errors=True)
+        try:
+            shutil.copytree(remote, into)
+        except shutil.Error:
+            return False
+        return True
+
+    wait_for(copied, "a copy of the remote tier", 30)
+    manifests = list(into.rglob("*.manifest"))
+    assert manifests
+    for m in manifests:
+        m.unlink()
+    return into
+
+
+def test_without_manifests_the_segments_are_listed_from_the_brokers(spark, broker: BrokerProcess,  # noqa: F811
+                                                                    tmp_path: Path) -> None:
+    bare = without_manifests(broker.remote, tmp_path / "remote")  # type: ignore[attr-defined]
+    brokers = {"kafka.bootstrap.servers": broker.bootstrap}
+    options = {**rsm_properties(bare), "includeHeaders": "true", "topic": TOPIC, **brokers}
+    # the default source finds no committed segment, and says so in one line
+    for extra in ({}, brokers):
+        with pytest.raises(CatalogError, match=f"^topic '{TOPIC}' has segment objects but no manifests in the "
+                                               "remote tier.*metadataSource=brokers lists them") as err:
+            read_topic(TOPIC, {**rsm_properties(bare), **extra})
+        assert "\n" not in str(err.value)
+    with pytest.raises(OptionError, match="^option metadataSource=brokers reads __remote_log_metadata through the "
+                                          "brokers: set kafka.bootstrap.servers$"):
+        read_topic(TOPIC, {**rsm_properties(bare), "metadataSource": "brokers"})
+    read = plan_read(parse_options({**options, "metadataSource": "brokers"}))
+    # the tiered part comes from the copy, up to where the broker tiered it; the rest from the brokers
+    ends = tiered_ends(broker.bootstrap)
+    assert {p: max(t.to_offset for t in read.tasks if isinstance(t, ReadTask) and t.partition == p)
+            for p in range(PARTITIONS)} == ends
+    consumed = consume(broker.bootstrap)
+    assert arrow_rows(read.reader().read_all()) == consumed
+    # Spark, through the same option: the last tiered segment of one partition and the brokers' tail (a
+    # small plan: Spark tasks are slow)
+    last = max((t for t in read.tasks if isinstance(t, ReadTask) and t.partition == 0), key=lambda t: t.to_offset)
+    assigned = {k: v for k, v in options.items() if k != "topic"}
+    frame = spark.read.format("tieredlog").options(**{
+        **assigned, "metadataSource": "brokers", "assign": json.dumps({TOPIC: [0]}),
+        "startingOffsets": json.dumps({TOPIC: {"0": last.from_offset}})}).load()
+    assert sorted(row["offset"] for row in frame.select("offset").collect()) == \
+        [r[1] for r in consumed if r[0] == 0 and r[1] >= last.from_offset]
+    # a backend that cannot list at all (the chunked plugin over it here): only the brokers can say what it holds
+    fetch_only = {**rsm_properties(broker.remote), "includeHeaders": "true",  # type: ignore[attr-defined]
+                  "rsm.config.chunked.backend": "fetch_only_rsm:FetchOnlyStorage",
+                  "rsm.config.chunked.backend.class.path": str(Path(__file__).parent / "rsm_plugins")}
+    with pytest.raises(CatalogError, match=f"^cannot list the segments of topic '{TOPIC}' in the remote tier: .*"
+                                           "FetchOnlyStorage cannot list segments"):
+        read_topic(TOPIC, fetch_only)
+    listed = {**fetch_only, **brokers, "metadataSource": "brokers"}
+    assert arrow_rows(read_topic(TOPIC, listed).read_all()) == consumed
+    # segments tiered since: the process's listing reads only the metadata records added since, and has them
+    before = tiered_ends(broker.bootstrap)
+    produce(broker.bootstrap, 600)
+    wait_for(lambda: all(e > before[p] for p, e in tiered_ends(broker.bootstrap).items()), "more segments tiered", 60)
+    low = tiered_ends(broker.bootstrap)
+    read = plan_read(parse_options({**listed, "topic": TOPIC}))
+    high = tiered_ends(broker.bootstrap)  # the last segments may still be tiering
+    for p in range(PARTITIONS):
+        assert low[p] <= max(t.to_offset for t in read.tasks if isinstance(t, ReadTask) and t.partition == p) <= high[p]
+    assert arrow_rows(read.reader().read_all()) == consume(broker.bootstrap)
+    # the same backend as the RSM itself: nothing to list the bucket with, said in one line
+    with pytest.raises(StorageError, match="^the remote storage manager FetchOnlyStorage cannot list segments .*: "
+                                           "metadataSource=brokers lists it from __remote_log_metadata$"):
+        read_topic(TOPIC, {"remote.log.storage.manager.class.name": "fetch_only_rsm:FetchOnlyStorage",
+                           "remote.log.storage.manager.class.path": fetch_only["rsm.config.chunked.backend.class.path"],
+                           "rsm.config.dir": str(bare)})
 
 
 def test_secrets_never_appear_in_messages(tmp_path: Path) -> None:

@@ -221,3 +221,19 @@ def test_next_segment_with_txn_index(cache):
     assert cache.next_segment_with_txn_index(0, 250) is None  # 250 is epoch 1's
     assert cache.next_segment_with_txn_index(1, 250).remote_log_segment_id == c.remote_log_segment_id
     assert cache.next_segment_with_txn_index(2, 0) is None
+
+
+def test_readable_segments_are_what_reads_go_to(cache):
+    """What a reader without the broker's epoch cache is handed (``metadataSource=brokers``): finished
+    copies still mapped under an epoch; not a copy in progress, one being deleted, or one superseded."""
+    started = seg(300, 400, {1: 300})
+    cache.add_copy_in_progress_segment(started)
+    old = finished(cache, seg(0, 100, {0: 0}))
+    new = finished(cache, seg(0, 200, {0: 0}))  # a new leader's copy of the same offsets and more
+    later = finished(cache, seg(201, 299, {0: 201, 1: 250}))
+    deleting = finished(cache, seg(400, 500, {1: 400}))
+    assert cache.update_remote_log_segment_metadata(upd(deleting, S.DELETE_SEGMENT_STARTED))
+    readable = cache.readable_segments()
+    assert [m.remote_log_segment_id for m in readable] == [new.remote_log_segment_id, later.remote_log_segment_id]
+    assert all(m.state == S.COPY_SEGMENT_FINISHED for m in readable)
+    assert old.remote_log_segment_id in {m.remote_log_segment_id for m in cache.list_remote_log_segments()}

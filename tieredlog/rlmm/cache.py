@@ -184,6 +184,16 @@ class RemoteLogMetadataCache:
         mds.sort(key=lambda m: m.start_offset)
         return mds
 
+    def readable_segments(self) -> list[RemoteLogSegmentMetadata]:
+        """The segments reads go to, sorted by start offset: COPY_SEGMENT_FINISHED and still mapped under
+        at least one of their epochs, so neither being deleted nor superseded there by a newer copy of
+        the same offsets (what :meth:`remote_log_segment_metadata` can return). For readers without a
+        broker's leader-epoch cache, which resolve the epochs themselves."""
+        ids = {sid for state in self.epochs.values() for sid in state.offset_to_id.values()}
+        mds = [self.id_to_metadata[sid] for sid in ids]
+        mds.sort(key=lambda m: (m.start_offset, m.end_offset))
+        return mds
+
     def segment(self, sid: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
         return self.id_to_metadata.get(sid)
 
@@ -265,6 +275,17 @@ class RemotePartitionMetadataStore:
 
     def handle_segment_update(self, update: RemoteLogSegmentMetadataUpdate) -> bool:
         return self.cache(update.topic_id_partition).update_remote_log_segment_metadata(update)
+
+    def apply(self, md: object) -> bool:
+        """One decoded ``__remote_log_metadata`` event, to the handler its kind goes to; False when it
+        is dropped or of a kind the store does not keep (a snapshot record). Raises as the handlers do."""
+        if isinstance(md, RemoteLogSegmentMetadata):
+            return self.handle_segment_metadata(md)
+        if isinstance(md, RemoteLogSegmentMetadataUpdate):
+            return self.handle_segment_update(md)
+        if isinstance(md, RemotePartitionDeleteMetadata):
+            return self.handle_partition_delete(md)
+        return False
 
     def handle_partition_delete(self, md: RemotePartitionDeleteMetadata) -> bool:
         tp = md.topic_id_partition

@@ -103,12 +103,7 @@ def apply_event(store: RemotePartitionMetadataStore, md) -> None:
     """One decoded metadata event applied to ``store`` as the broker's RLMM applies it (also used by
     `topics describe`, which reads the topic over the protocol)."""
     try:
-        if isinstance(md, RemoteLogSegmentMetadata):
-            store.handle_segment_metadata(md)
-        elif isinstance(md, RemoteLogSegmentMetadataUpdate):
-            store.handle_segment_update(md)
-        elif isinstance(md, RemotePartitionDeleteMetadata):
-            store.handle_partition_delete(md)
+        store.apply(md)
     except Exception:  # the broker drops bad events too; the tool shows what the broker would
         pass
 
