@@ -1,0 +1,101 @@
+"""Many partitions caught up from the remote tier at once, beside raw parallel GETs of the same objects.
+
+A topic of ``REMOTE_PARTS_BENCH_PARTITIONS`` partitions (default 32) tiered to an S3 server (SeaweedFS;
+``REMOTE_PARTS_BENCH_S3=moto`` for moto), ``REMOTE_PARTS_BENCH_MB`` MiB in all (default 512), every
+rolled segment remote only. Then, best of ``REMOTE_PARTS_BENCH_RUNS`` (default 2) interleaved runs:
+
+- raw: the segment objects GET from the same server by as many threads as the broker's remote reader
+  pool (``remote.log.reader.threads``, 10 by default), each object whole, with one read;
+- kcat: one kcat per partition, all at once, each reading its partition from offset 0 to the end of
+  its remote part, through one broker.
+
+Printed: MiB/s of both, the ratio (target >= 0.8), and the broker's CPU per MiB.
+
+    python -m bench bench_remote_partitions
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.bench_tiered import MIB, _env, _kcat, _produce, _wait_tiered
+
+READER_THREADS = 10  # the broker's remote.log.reader.threads default
+
+
+def main() -> None:
+    from broker_harness import BrokerProcess
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from s3servers import start_moto, start_seaweedfs
+
+    if shutil.which("kcat") is None:
+        raise SystemExit("bench_remote_partitions needs kcat (Debian package kcat; `make bench` installs it)")
+    parts = _env("REMOTE_PARTS_BENCH_PARTITIONS", 32)
+    total = _env("REMOTE_PARTS_BENCH_MB", 512) * MIB
+    segment = max(1, total // parts // 4)  # four segments per partition: three remote, one active
+    endpoint = (start_moto if os.environ.get("REMOTE_PARTS_BENCH_S3") == "moto" else start_seaweedfs)()
+    root = Path(tempfile.mkdtemp(prefix="bench-remote-partitions-"))
+    prefix = f"bench-{uuid.uuid4().hex[:8]}/"
+    rsm = {f"rsm.config.{k}": str(v) for k, v in endpoint.rsm_configs(prefix=prefix).items()}
+    broker = BrokerProcess(root / "data", overrides={
+        "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "remote.log.storage.manager.class.name": "s3", **rsm})
+    try:
+        broker.start()
+        bs = broker.bootstrap
+        admin = AdminClient({"bootstrap.servers": bs})
+        admin.create_topics([NewTopic("many", parts, 1, config={
+            "segment.bytes": str(segment), "retention.ms": "-1", "remote.storage.enable": "true",
+            "local.retention.bytes": "1"})])["many"].result(30)
+        _produce(bs, ["many"], parts, total, _env("TIERED_BENCH_VALUE", 1024), _env("TIERED_BENCH_BATCH_KB", 16))
+        ends = _wait_tiered(bs, root / "data", "many", parts)
+        client = endpoint.client()
+        objects = [(o["Key"], o["Size"]) for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=endpoint.bucket, Prefix=prefix) for o in page.get("Contents", []) if o["Key"].endswith(".log")]
+        raw = sum(size for _, size in objects)
+
+        def cpu() -> float:  # the broker process's CPU seconds (user + system)
+            f = Path(f"/proc/{broker.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+        def raw_parallel() -> float:
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(READER_THREADS) as pool:
+                got = sum(pool.map(lambda k: len(client.get_object(Bucket=endpoint.bucket, Key=k)["Body"].read()),
+                                   [k for k, _ in objects]))
+            assert got == raw, (got, raw)
+            return time.perf_counter() - t0
+
+        runs: dict[str, list[tuple[float, float]]] = {"raw": [], "kcat": []}
+        for _ in range(_env("REMOTE_PARTS_BENCH_RUNS", 2)):
+            for name, run in (("raw", raw_parallel), ("kcat", lambda: _kcat(bs, "many", ends))):
+                c0 = cpu()
+                t = run()
+                runs[name].append((t, cpu() - c0))
+        (t_raw, _), (t_kcat, c_kcat) = min(runs["raw"]), min(runs["kcat"])
+        mb = raw / MIB
+        print(f"{parts} partitions, {len(objects)} remote segment objects, {mb:.0f} MiB")
+        print(f"raw GETs, {READER_THREADS} threads          : {mb / t_raw:8.1f} MiB/s ({t_raw:6.2f} s)")
+        print(f"catch-up, a kcat per partition : {mb / t_kcat:8.1f} MiB/s ({t_kcat:6.2f} s)   "
+              f"broker CPU {c_kcat * 1000 / mb:5.2f} ms/MiB")
+        print("  (all runs, s: " + "; ".join(f"{k} " + " ".join(f"{t:.2f}" for t, _ in v) for k, v in runs.items())
+              + ")")
+        print(f"RATIO catch-up/raw parallel GETs: {t_raw / t_kcat:5.2f}   (target >= 0.8)")
+    finally:
+        rc = broker.stop()
+        if rc not in (0, None):
+            print(f"broker exit code {rc}:\n{broker.log_text()[-3000:]}")
+        if endpoint._stop is not None:
+            endpoint._stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
