@@ -30,6 +30,7 @@ from tieredlog.log.cleaner.txn_metadata import CleanedTransactionMetadata
 from tieredlog.log.segment import LogSegment, filename_prefix
 from tieredlog.log.types import TopicPartition
 from tieredlog.rlm.contracts import TieredLog
+from tieredlog.rlm.copier import tiering_log
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
@@ -309,17 +310,54 @@ class RLMRemoteCleaningTask:
             return None
         cfg = plog.config
         served = served_segments(self._lifecycle, plog, self.state)
-        plan = plan_remote_clean(served, self.state.remote_clean_offset, cfg.min_compaction_lag_ms,
+        if self.state.remote_clean_offset is None and not self._load_clean_offset(served):
+            return None
+        clean_offset = self.state.remote_clean_offset or 0
+        self._publish_clean_offset()  # a publication that failed after the last round
+        plan = plan_remote_clean(served, clean_offset, cfg.min_compaction_lag_ms,
                                  cfg.max_compaction_lag_ms, cfg.min_cleanable_dirty_ratio, self._clock())
         if plan is None:
             return None
         stats = self._cleaner.try_clean(self.state, plog, plan, lambda: ctx.cancelled or self._closing())
         if stats is None:
             return None
-        self.state.remote_clean_offset = max(self.state.remote_clean_offset, stats.end_offset)
+        self.state.remote_clean_offset = max(clean_offset, stats.end_offset)
         c = stats.cleaner
-        log.info("%s: cleaned the remote tier up to offset %d: %d segment(s) read, %d replaced, %.1f MB read, "
-                 "%.1f MB written, %.0f%% of the records kept", self.state.tip, stats.end_offset,
-                 stats.segments_read, stats.segments_replaced, stats.bytes_read / 1e6, stats.bytes_written / 1e6,
-                 100.0 * c.filter.messages_retained / max(c.filter.messages_read, 1))
+        log.info("%s: cleaned the remote tier from offset %d up to offset %d: %d segment(s) read, %d replaced, "
+                 "%.1f MB read, %.1f MB written, %.0f%% of the records kept", self.state.tip, plan.first_dirty_offset,
+                 stats.end_offset, stats.segments_read, stats.segments_replaced, stats.bytes_read / 1e6,
+                 stats.bytes_written / 1e6, 100.0 * c.filter.messages_retained / max(c.filter.messages_read, 1))
+        self._publish_clean_offset()
         return stats
+
+    def _load_clean_offset(self, served: list[RemoteLogSegmentMetadata]) -> bool:
+        """Where the last leader left the tier clean (0 when none did). Never past the served segments' end:
+        offsets above it were never cleaned here, whatever the object says. False: not readable now (the
+        next run tries again; cleaning without it would redo what is clean already)."""
+        try:
+            kept = self._lifecycle.read_cleaner_offset(self.state.tip)
+        except Exception as exc:
+            tiering_log.log(("cleaner-offset", self.state.tip), logging.WARNING,
+                            "%s: cannot read the remote cleaner offset from the remote tier: %s", self.state.tip,
+                            " ".join(str(exc).split())[:300])
+            return False
+        offset = kept or 0
+        if served:
+            offset = min(offset, served[-1].end_offset + 1)
+        self.state.remote_clean_offset = self.state.published_clean_offset = offset
+        if offset:
+            log.info("%s: the remote tier is clean up to offset %d (kept by the last leader)", self.state.tip, offset)
+        return True
+
+    def _publish_clean_offset(self) -> None:
+        offset = self.state.remote_clean_offset
+        if offset is None or offset == self.state.published_clean_offset:
+            return
+        try:
+            self._lifecycle.publish_cleaner_offset(self.state.tip, offset)
+        except Exception as exc:  # kept in memory meanwhile; the next run tries again
+            tiering_log.log(("cleaner-offset", self.state.tip), logging.WARNING,
+                            "%s: cannot keep the remote cleaner offset %d in the remote tier: %s", self.state.tip,
+                            offset, " ".join(str(exc).split())[:300])
+            return
+        self.state.published_clean_offset = offset

@@ -119,6 +119,15 @@ def log_start_offset_key(key_prefix: str, tp: TopicIdPartition) -> str:
     return partition_prefix(key_prefix, tp) + LOG_START_OFFSET_NAME
 
 
+# Beside them too: where the remote cleaner of a compacted partition has cleaned the tier up to.
+CLEANER_OFFSET_NAME = "cleaner-offset-checkpoint.json"
+
+
+def cleaner_offset_key(key_prefix: str, tp: TopicIdPartition) -> str:
+    """``<prefix><topic>-<topicId>/<partition>/cleaner-offset-checkpoint.json``."""
+    return partition_prefix(key_prefix, tp) + CLEANER_OFFSET_NAME
+
+
 def segment_stem(metadata: RemoteLogSegmentMetadata) -> str:
     """``<20-digit start offset>-<segment id>``: every object of a segment is named this plus a suffix."""
     return f"{metadata.start_offset:020d}-{uuid_to_base64(metadata.remote_log_segment_id.id)}"
