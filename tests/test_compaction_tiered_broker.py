@@ -8,11 +8,15 @@ and aborting) and a confluent-kafka consumer reading from offset 0, through the 
 - SIGKILL of the broker while remote cleaning runs (slowed by log.cleaner.io.max.bytes.per.second):
   after the restart the same map is read, and once the round is over every remote segment listed in
   the store is one the broker serves (the orphan went through expiration).
+- SIGKILL of the broker after its rounds: the restarted broker goes on from the cleaner offset kept
+  in the tier, neither mapping nor rewriting what was clean.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import time
 import uuid
 from pathlib import Path
@@ -181,6 +185,50 @@ def test_a_kill_9_mid_remote_cleaning_leaves_a_consistent_view(broker_factory, t
     wait_for(lambda: "cleaned the remote tier" in b.log_text()[mark:], "no remote cleaning after the restart", WAIT_S)
     wait_for(lambda: max(copies_per_start_offset(remote).values()) == 1, "an orphaned copy is left", WAIT_S)
     wait_for(lambda: not any(scratch.iterdir()), "the killed round's scratch files are left", WAIT_S)
+    view, offsets = consume(b)
+    assert view == expected and offsets == sorted(set(offsets))
+    assert not [line for line in b.log_text()[mark:].splitlines() if " ERROR " in line]
+
+
+ROUND = re.compile(r"cleaned the remote tier from offset (\d+) up to offset (\d+): \d+ segment\(s\) read, (\d+) replaced")
+
+
+def kept_cleaner_offset(remote: Path) -> int | None:
+    """The remote cleaner offset the leader keeps beside the tier, read from the store."""
+    found = list(remote.rglob("cleaner-offset-checkpoint.json"))
+    return json.loads(found[0].read_bytes())["cleaner_offset"] if found else None
+
+
+def test_a_restarted_broker_goes_on_from_the_cleaner_offset_kept_in_the_tier(broker_factory, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    b = broker_factory(broker_overrides(remote))
+    create_topic(b)
+    expected, _ = produce(b, seed=3, transactions=False, records=2000)
+    # everything but the active segment is remote and clean: the kept offset is where the local log starts
+    # (a 16 KiB segment holds about 130 of these records)
+    wait_for(lambda: local_log_start(b) > 1800 and kept_cleaner_offset(remote) == local_log_start(b),
+             "the remote tier was not cleaned up to the local log", WAIT_S)
+    kept = kept_cleaner_offset(remote)
+    clean_objects = {p.name for p in remote.rglob("*.log")}
+    b.kill9()
+    mark = len(b.log_text())
+    b.start()
+    # new keys only: they supersede nothing, so the already-clean segments have nothing to lose
+    errors: list[KafkaError] = []
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 2,
+                  "batch.size": 4096})
+    for i in range(400):
+        p.produce(TOPIC, key=b"fresh-%d" % i, value=b"v%d-" % i * 25, partition=0,
+                  on_delivery=lambda err, msg: err is None or errors.append(err))
+        expected[b"fresh-%d" % i] = b"v%d-" % i * 25
+    assert p.flush(60) == 0 and not errors, errors[:3]
+    wait_for(lambda: ROUND.search(b.log_text()[mark:]), "no remote cleaning round after the restart", WAIT_S)
+    first = ROUND.search(b.log_text()[mark:])
+    assert first is not None
+    # the first round of the new incarnation maps from the kept offset on (without it: from 0), and
+    # rewrites none of the segments that were clean before the kill
+    assert int(first.group(1)) == kept and int(first.group(3)) == 0, first.group(0)
+    assert clean_objects <= {p.name for p in remote.rglob("*.log")}
     view, offsets = consume(b)
     assert view == expected and offsets == sorted(set(offsets))
     assert not [line for line in b.log_text()[mark:].splitlines() if " ERROR " in line]
