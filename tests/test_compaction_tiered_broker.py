@@ -4,7 +4,8 @@ and aborting) and a confluent-kafka consumer reading from offset 0, through the 
 
 - Once remote cleaning has replaced segments, the key -> latest value map read from offset 0 equals a
   replay of everything acknowledged (aborted transactions left out), offsets strictly increase, and the
-  remote tier holds far fewer bytes than were written.
+  remote tier holds far fewer bytes than were written; the cleaners' throttle, set low at start-up, is
+  raised live through IncrementalAlterConfigs and the remote cleaner takes it.
 - SIGKILL of the broker while remote cleaning runs (slowed by log.cleaner.io.max.bytes.per.second):
   after the restart the same map is read, and once the round is over every remote segment listed in
   the store is one the broker serves (the orphan went through expiration).
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from tests.broker_harness import BrokerProcess
 from tests.helpers import wait_for
@@ -154,8 +155,13 @@ def local_log_start(b: BrokerProcess) -> int:
 
 def test_the_compacted_view_read_through_the_remote_tier_equals_a_replay(broker_factory, tmp_path: Path) -> None:
     remote = tmp_path / "remote"
-    b = broker_factory(broker_overrides(remote))
+    b = broker_factory(broker_overrides(remote, **{"log.cleaner.io.max.bytes.per.second": "1000"}))
     create_topic(b)
+    # raised live, before any round: at 1 kB/s the remote round would take most of an hour
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[ConfigEntry(
+        "log.cleaner.io.max.bytes.per.second", "100000000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
     expected, written = produce(b, seed=1)
     wait_for(lambda: local_log_start(b) > 0, "nothing moved to the remote tier only", WAIT_S)
     wait_for(lambda: "compacted remote segment" in b.log_text(), "no remote segment replaced", WAIT_S)

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across, decode_txn_entries
 from tieredlog.log.cleaner.batch_filter import RecordFilter
@@ -61,6 +61,21 @@ def served_segments(lifecycle: RemoteSegmentLifecycle, plog: TieredLog, tip_stat
             out.append(md)
     out.sort(key=lambda m: m.start_offset)
     return out
+
+
+DOWNLOAD_CHUNK = 64 * 1024  # fine enough for the throttle to pace a download, not only the time after it
+
+
+def download(stream: BinaryIO, out: BinaryIO, throttle: Callable[[int], None]) -> int:
+    """Copy a remote object into a scratch file, charging every chunk to the remote cleaner's throttle
+    (``log.cleaner.io.max.bytes.per.second``: the tier is read at that pace, not at the network's and
+    then processed at it). The bytes copied."""
+    total = 0
+    while chunk := stream.read(DOWNLOAD_CHUNK):
+        out.write(chunk)
+        total += len(chunk)
+        throttle(len(chunk))
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +162,11 @@ class RemoteCleaner:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._busy = threading.Lock()  # one round at a time: the cleaner's offset map is not shared
 
+    def update_io_rate(self, bytes_per_second: float) -> None:
+        """``log.cleaner.io.max.bytes.per.second`` changed live (AlterConfigs on the broker, as Kafka's
+        LogCleaner takes it): the next chunk a round reads or writes is paced by the new rate."""
+        self._cleaner.throttler.rate = bytes_per_second
+
     def try_clean(self, state: PartitionState, plog: TieredLog, plan: RemoteCleanPlan,
                   cancelled: Callable[[], bool]) -> RemoteCleanStats | None:
         """``clean``, unless another partition's round is running (None: the task tries next interval)."""
@@ -166,7 +186,7 @@ class RemoteCleaner:
         rsm = self._lifecycle.rsm
         stream = rsm.fetch_log_segment(md, 0) if kind is None else rsm.fetch_index(md, kind)
         with stream, open(dest, "wb") as out:
-            shutil.copyfileobj(stream, out, 1 << 20)
+            download(stream, out, self._cleaner.throttler.maybe_throttle)
         self._lifecycle.metrics.object_store.record(md.topic_id_partition.topic, "GET", 1, dest.stat().st_size)
         return dest
 
