@@ -248,6 +248,30 @@ def test_the_task_cleans_when_due_and_then_waits_for_new_dirty_bytes(tiered, tmp
     assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
 
 
+def test_a_new_leader_reads_the_kept_cleaner_offset_and_waits_while_it_is_unreadable(tiered, tmp_path: Path) -> None:
+    plog, rlm, state, whole = tiered
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+    end = served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+
+    def task() -> RLMRemoteCleaningTask:
+        return RLMRemoteCleaningTask(state, lambda: plog, rlm.lifecycle,
+                                     RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128),
+                                     lambda: False)
+
+    assert rlm.lifecycle.read_cleaner_offset(state.tip) is None  # nothing kept yet
+    rlm.lifecycle.publish_cleaner_offset(state.tip, 10)
+    [path] = (tmp_path / "remote").rglob("cleaner-offset-checkpoint.json")
+    path.write_bytes(b"not json")
+    assert task().run(TaskContext()) is None and state.remote_clean_offset is None  # no round without it
+    rlm.lifecycle.publish_cleaner_offset(state.tip, end + 1000)  # past the tier's end: lowered to it
+    assert task().run(TaskContext()) is None and state.remote_clean_offset == end
+    state.remote_clean_offset = state.published_clean_offset = None
+    rlm.lifecycle.publish_cleaner_offset(state.tip, 0)
+    stats = task().run(TaskContext())
+    assert stats is not None and stats.segments_replaced > 0 and rlm.lifecycle.read_cleaner_offset(state.tip) == end
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+
+
 def test_a_key_map_smaller_than_the_dirty_part_cleans_round_by_round(tiered, tmp_path: Path) -> None:
     plog, rlm, state, whole = tiered
     plog.config = dataclasses.replace(plog.config, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
