@@ -25,7 +25,12 @@ from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
 from tieredlog.rlm.remote_cleaner import RemoteCleaner, RLMRemoteCleaningTask, plan_remote_clean, served_segments
 from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
-from tieredlog.rsm.api import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
+from tieredlog.rsm.api import (
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemoteStorageException,
+    TopicIdPartition,
+)
 from tieredlog.rsm.local import LocalTieredStorage
 
 T0 = time.time_ns() // 1_000_000
@@ -248,6 +253,11 @@ def test_the_task_cleans_when_due_and_then_waits_for_new_dirty_bytes(tiered, tmp
     assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
 
 
+class _Unreadable(LocalTieredStorage):
+    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        raise RemoteStorageException("connection refused")
+
+
 def test_a_new_leader_reads_the_kept_cleaner_offset_and_waits_while_it_is_unreadable(tiered, tmp_path: Path) -> None:
     plog, rlm, state, whole = tiered
     plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
@@ -259,14 +269,15 @@ def test_a_new_leader_reads_the_kept_cleaner_offset_and_waits_while_it_is_unread
                                      lambda: False)
 
     assert rlm.lifecycle.read_cleaner_offset(state.tip) is None  # nothing kept yet
-    rlm.lifecycle.publish_cleaner_offset(state.tip, 10)
-    [path] = (tmp_path / "remote").rglob("cleaner-offset-checkpoint.json")
-    path.write_bytes(b"not json")
-    assert task().run(TaskContext()) is None and state.remote_clean_offset is None  # no round without it
     rlm.lifecycle.publish_cleaner_offset(state.tip, end + 1000)  # past the tier's end: lowered to it
     assert task().run(TaskContext()) is None and state.remote_clean_offset == end
     state.remote_clean_offset = state.published_clean_offset = None
-    rlm.lifecycle.publish_cleaner_offset(state.tip, 0)
+    rsm = rlm.lifecycle.rsm
+    rlm.lifecycle.rsm = _Unreadable(tmp_path / "remote")  # the store does not answer: no round without it
+    assert task().run(TaskContext()) is None and state.remote_clean_offset is None
+    rlm.lifecycle.rsm = rsm
+    [path] = (tmp_path / "remote").rglob("cleaner-offset-checkpoint.json")
+    path.write_bytes(b"not json")  # not a cleaner offset: the tier is cleaned from its start, and it replaced
     stats = task().run(TaskContext())
     assert stats is not None and stats.segments_replaced > 0 and rlm.lifecycle.read_cleaner_offset(state.tip) == end
     assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]

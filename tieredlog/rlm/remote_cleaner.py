@@ -41,6 +41,7 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
 )
+from tieredlog.rsm.listing import MalformedPartitionObjectError
 
 log = logging.getLogger(__name__)
 
@@ -352,10 +353,16 @@ class RLMRemoteCleaningTask:
 
     def _load_clean_offset(self, served: list[RemoteLogSegmentMetadata]) -> bool:
         """Where the last leader left the tier clean (0 when none did). Never past the served segments' end:
-        offsets above it were never cleaned here, whatever the object says. False: not readable now (the
-        next run tries again; cleaning without it would redo what is clean already)."""
+        offsets above it were never cleaned here, whatever the object says; a malformed one counts as none.
+        False: the store cannot be read now (the next run tries again; cleaning without it would redo what
+        is clean already)."""
+        malformed = False
         try:
             kept = self._lifecycle.read_cleaner_offset(self.state.tip)
+        except MalformedPartitionObjectError as exc:  # not to be trusted: clean from the start
+            log.warning("%s: ignoring the remote cleaner offset in the remote tier: %s", self.state.tip,
+                        " ".join(str(exc).split())[:300])
+            kept, malformed = None, True
         except Exception as exc:
             tiering_log.log(("cleaner-offset", self.state.tip), logging.WARNING,
                             "%s: cannot read the remote cleaner offset from the remote tier: %s", self.state.tip,
@@ -364,7 +371,9 @@ class RLMRemoteCleaningTask:
         offset = kept or 0
         if served:
             offset = min(offset, served[-1].end_offset + 1)
-        self.state.remote_clean_offset = self.state.published_clean_offset = offset
+        self.state.remote_clean_offset = offset
+        # a malformed object is replaced at once (published differs), else only when a round moves it
+        self.state.published_clean_offset = None if malformed else offset
         if offset:
             log.info("%s: the remote tier is clean up to offset %d (kept by the last leader)", self.state.tip, offset)
         return True

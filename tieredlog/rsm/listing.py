@@ -58,6 +58,10 @@ MAX_LOG_START_BYTES = 4096
 MAX_PARTITION_OFFSET_BYTES = MAX_LOG_START_BYTES
 
 
+class MalformedPartitionObjectError(RemoteStorageException):
+    """An object beside a partition's segments (log start, cleaner offset) that is not what its name says."""
+
+
 def _encode_offset(name: str, offset: int) -> bytes:
     if offset < 0:
         raise ValueError(f"{name.replace('_', ' ')} {offset} is negative")
@@ -71,7 +75,7 @@ def _decode_offset(name: str, data: bytes, where: str) -> int:
         if body.get("version") != 1 or not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ValueError(f"not version 1 with a non-negative {name}")
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise RemoteStorageException(
+        raise MalformedPartitionObjectError(
             f"{where} is not a {name.replace('_', ' ')}: {type(exc).__name__}: {exc}") from None
     return int(offset)
 
