@@ -174,7 +174,7 @@ def test_the_compacted_view_read_through_the_remote_tier_equals_a_replay(broker_
 
 def test_a_kill_9_mid_remote_cleaning_leaves_a_consistent_view(broker_factory, tmp_path: Path) -> None:
     remote = tmp_path / "remote"
-    b = broker_factory(broker_overrides(remote, **{"log.cleaner.io.max.bytes.per.second": "20000"}))
+    b = broker_factory(broker_overrides(remote, **{"log.cleaner.io.max.bytes.per.second": "60000"}))
     create_topic(b)
     expected, _ = produce(b, seed=2)
     wait_for(lambda: local_log_start(b) > 0, "nothing moved to the remote tier only", WAIT_S)
