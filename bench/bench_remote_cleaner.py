@@ -5,8 +5,10 @@ A compacted partition of ``REMOTE_CLEANER_BENCH_KEYS`` keys (default 20,000) upd
 ``REMOTE_CLEANER_BENCH_SEGMENT_BYTES`` segments (default 1 MiB), is written twice: once cleaned by one
 round of the local Cleaner, once copied by the copy task into a LocalTieredStorage (a folder on the
 same disk: no network), its local segments deleted, and cleaned by one remote cleaning round (fetch,
-map, rewrite, upload of the replacements, deletion of the old copies). Printed: MB of log cleaned per
-second for each, and the remote round's object-store requests per GiB of remote segments cleaned.
+map, rewrite, upload of the replacements, deletion of the old copies), its reads and writes, downloads
+included, held to ``REMOTE_CLEANER_BENCH_IO_BYTES_PER_SECOND`` (log.cleaner.io.max.bytes.per.second,
+default no limit). Printed: MB of log cleaned per second for each, and the remote round's object-store
+requests per GiB of remote segments cleaned.
 
     .venv/bin/python -m bench bench_remote_cleaner      # or: make bench-remote-cleaner
 """
@@ -24,6 +26,8 @@ from typing import Any
 KEYS = int(os.environ.get("REMOTE_CLEANER_BENCH_KEYS", "20000"))
 UPDATES = int(os.environ.get("REMOTE_CLEANER_BENCH_UPDATES", "10"))
 SEGMENT_BYTES = int(os.environ.get("REMOTE_CLEANER_BENCH_SEGMENT_BYTES", str(1 << 20)))
+# log.cleaner.io.max.bytes.per.second for the remote round (default: Kafka's, no limit)
+IO_RATE = float(os.environ.get("REMOTE_CLEANER_BENCH_IO_BYTES_PER_SECOND", "1.7976931348623157e308"))
 VALUE = b"x" * 100
 PER_BATCH = 20
 
@@ -78,6 +82,7 @@ class OneLog:
 
 def remote_round(d: Path) -> None:
     from tieredlog.log.cleaner.cleaner import Cleaner
+    from tieredlog.log.cleaner.throttler import Throttler
     from tieredlog.rlm.config import RemoteLogManagerConfig
     from tieredlog.rlm.manager import RemoteLogManager
     from tieredlog.rlm.partition_state import PartitionState
@@ -102,7 +107,8 @@ def remote_round(d: Path) -> None:
         assert plan is not None
         topic = plog.topic_partition.topic
         before = rlm.metrics.object_store.snapshot().get(topic, {})
-        cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 128 << 20), d / "scratch", 0, 128)
+        throttler = Throttler(IO_RATE)
+        cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 128 << 20, throttler=throttler), d / "scratch", 0, 128)
         t0 = time.perf_counter()
         stats = cleaner.clean(state, plog, plan, lambda: False)
         took = time.perf_counter() - t0
@@ -111,7 +117,7 @@ def remote_round(d: Path) -> None:
         gib = stats.bytes_read / (1 << 30)
         print(f"remote: {stats.bytes_read / 1e6:7.1f} MB in {stats.segments_read} segments -> "
               f"{remote_after / 1e6:.1f} MB (from {remote_before / 1e6:.1f}); {stats.bytes_read / 1e6 / took:6.1f} MB/s "
-              f"({took:.2f} s, {stats.segments_replaced} replaced)")
+              f"({took:.2f} s, {stats.segments_replaced} replaced, {throttler.throttled_s:.2f} s throttled)")
         print("        requests per cleaned GiB: " + ", ".join(
             f"{op} {n / gib:,.0f}" for op, n in sorted(used.items()) if not op.startswith("bytes_")))
     finally:
@@ -123,7 +129,8 @@ def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
     print(f"command: .venv/bin/python -m bench bench_remote_cleaner  (REMOTE_CLEANER_BENCH_KEYS={KEYS}, "
-          f"REMOTE_CLEANER_BENCH_UPDATES={UPDATES}, REMOTE_CLEANER_BENCH_SEGMENT_BYTES={SEGMENT_BYTES}); "
+          f"REMOTE_CLEANER_BENCH_UPDATES={UPDATES}, REMOTE_CLEANER_BENCH_SEGMENT_BYTES={SEGMENT_BYTES}, "
+          f"REMOTE_CLEANER_BENCH_IO_BYTES_PER_SECOND={IO_RATE:g}); "
           f"{os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMPDIR")) as t:
         mb, took = local_round(Path(t))

@@ -1,7 +1,7 @@
 """A compacted tiered partition in a cluster: a brand-new follower rebuilt from a remote tier whose
 segments the leader has already replaced by compacted copies, then leading, serves the same key ->
-latest value view from offset 0 as a replay of everything acknowledged (real broker processes,
-ZooKeeper, confluent-kafka)."""
+latest value view from offset 0 as a replay of everything acknowledged, and its remote cleaner goes on
+from the clean offset the old leader kept in the tier (real broker processes, ZooKeeper, confluent-kafka)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 from broker_harness import BrokerProcess
 from test_cluster_replication import bootstrap, partition_state
-from test_compaction_tiered_broker import TOPIC, WAIT_S, consume, local_log_start, produce
+from test_compaction_tiered_broker import TOPIC, WAIT_S, consume, kept_cleaner_offset, local_log_start, produce
 from tiered_cluster import create_metadata_topic, create_topic_in_zk, tiered_member, wait_metadata_isr
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
@@ -44,7 +44,12 @@ def test_a_follower_rebuilt_from_a_compacted_remote_tier_serves_the_same_view(
     wait_state(b1, 1, [1, 2])
     assert "rebuilt from the remote tier" in b2.log_text()
     assert local_log_start(b2) > 0
+    wait_until(lambda: kept_cleaner_offset(remote), timeout=WAIT_S, message="no cleaner offset kept in the tier")
     b1.stop()
+    kept = kept_cleaner_offset(remote)
     wait_state(b2, 2, [2])
+    # the new leader's remote cleaner goes on from where the old leader's stopped
+    wait_until(lambda: f"clean up to offset {kept} (kept by the last leader)" in b2.log_text(), timeout=WAIT_S,
+               message=f"the new leader did not take the kept cleaner offset {kept}")
     view, offsets = consume(b2)
     assert view == expected and offsets == sorted(set(offsets))

@@ -25,7 +25,12 @@ from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
 from tieredlog.rlm.remote_cleaner import RemoteCleaner, RLMRemoteCleaningTask, plan_remote_clean, served_segments
 from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
-from tieredlog.rsm.api import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
+from tieredlog.rsm.api import (
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemoteStorageException,
+    TopicIdPartition,
+)
 from tieredlog.rsm.local import LocalTieredStorage
 
 T0 = time.time_ns() // 1_000_000
@@ -233,10 +238,48 @@ def test_the_task_cleans_when_due_and_then_waits_for_new_dirty_bytes(tiered, tmp
     # a log GET per segment, a txn index GET where there is one, a snapshot and an epoch index per
     # replacement; five or six objects put per replacement and deleted per retired copy
     assert used["GET"] >= stats.segments_read + 2 * stats.segments_replaced
-    assert 5 * stats.segments_replaced <= used["PUT"] <= 6 * stats.segments_replaced
+    # and one PUT of the cleaner offset kept beside the tier (after one GET of it: none was kept)
+    assert 5 * stats.segments_replaced <= used["PUT"] - 1 <= 6 * stats.segments_replaced
     assert 5 * stats.segments_replaced <= used["DELETE"] <= 6 * stats.segments_replaced
-    assert state.remote_clean_offset == served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    clean_end = served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    assert state.remote_clean_offset == clean_end == rlm.lifecycle.read_cleaner_offset(state.tip)
     assert task.run(TaskContext()) is None  # clean: the dirty ratio is 0
+    # a new leader (a fresh state, as after a failover or a restart) goes on from the kept offset
+    fresh = PartitionState(state.tp, state.tip)
+    again = RLMRemoteCleaningTask(fresh, lambda: plog, rlm.lifecycle,
+                                  RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128),
+                                  lambda: False)
+    assert again.run(TaskContext()) is None and fresh.remote_clean_offset == clean_end
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+
+
+class _Unreadable(LocalTieredStorage):
+    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        raise RemoteStorageException("connection refused")
+
+
+def test_a_new_leader_reads_the_kept_cleaner_offset_and_waits_while_it_is_unreadable(tiered, tmp_path: Path) -> None:
+    plog, rlm, state, whole = tiered
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+    end = served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+
+    def task() -> RLMRemoteCleaningTask:
+        return RLMRemoteCleaningTask(state, lambda: plog, rlm.lifecycle,
+                                     RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128),
+                                     lambda: False)
+
+    assert rlm.lifecycle.read_cleaner_offset(state.tip) is None  # nothing kept yet
+    rlm.lifecycle.publish_cleaner_offset(state.tip, end + 1000)  # past the tier's end: lowered to it
+    assert task().run(TaskContext()) is None and state.remote_clean_offset == end
+    state.remote_clean_offset = state.published_clean_offset = None
+    rsm = rlm.lifecycle.rsm
+    rlm.lifecycle.rsm = _Unreadable(tmp_path / "remote")  # the store does not answer: no round without it
+    assert task().run(TaskContext()) is None and state.remote_clean_offset is None
+    rlm.lifecycle.rsm = rsm
+    [path] = (tmp_path / "remote").rglob("cleaner-offset-checkpoint.json")
+    path.write_bytes(b"not json")  # not a cleaner offset: the tier is cleaned from its start, and it replaced
+    stats = task().run(TaskContext())
+    assert stats is not None and stats.segments_replaced > 0 and rlm.lifecycle.read_cleaner_offset(state.tip) == end
     assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
 
 

@@ -8,6 +8,7 @@ from tieredlog.rsm.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, Topi
 from tieredlog.rsm.keys import (
     ALL_SUFFIXES,
     InvalidKeyError,
+    parse_listing,
     parse_segment_key,
     segment_key,
     segment_keys,
@@ -88,3 +89,14 @@ def test_unknown_suffix_is_refused():
 def test_foreign_keys_do_not_parse(key):
     with pytest.raises(InvalidKeyError):
         parse_segment_key(key, "p/")
+
+
+def test_a_listing_skips_the_partition_objects_quietly_and_warns_of_foreign_keys(caplog):
+    seg = "p/t-jF8s79t9SrG_PNqlwv7bAA/0/00000000000000000000-jF8s79t9SrG_PNqlwv7bAA.log"
+    listed = [seg, "p/t-jF8s79t9SrG_PNqlwv7bAA/0/log-start-offset.json",
+              "p/t-jF8s79t9SrG_PNqlwv7bAA/0/cleaner-offset-checkpoint.json", "p/t-jF8s79t9SrG_PNqlwv7bAA/0/x.bin"]
+    with caplog.at_level("WARNING", logger="tieredlog.rsm.keys"):
+        assert [k.key for k in parse_listing(listed, "p/")] == [seg]
+    assert [r.getMessage() for r in caplog.records if "not a tieredlog segment key" in r.getMessage()] == [
+        "ignoring object that is not a tieredlog segment key: key 'p/t-jF8s79t9SrG_PNqlwv7bAA/0/x.bin' does not "
+        "follow the segment key layout"]

@@ -170,6 +170,23 @@ class RemoteSegmentLifecycle:
         self.metrics.object_store.record(tip.topic, "DELETE" if offset is None else "PUT", 1)
         return True
 
+    def publish_cleaner_offset(self, tip: TopicIdPartition, offset: int | None) -> bool:
+        """Keep where the remote tier is clean up to beside it, for whichever broker leads next (None: the
+        partition is gone); False when the RSM cannot hold it (a new leader then cleans from the start)."""
+        if not isinstance(self.rsm, ListableRemoteStorageManager):
+            return False
+        self.rsm.write_cleaner_offset(tip, offset)
+        self.metrics.object_store.record(tip.topic, "DELETE" if offset is None else "PUT", 1)
+        return True
+
+    def read_cleaner_offset(self, tip: TopicIdPartition) -> int | None:
+        """The offset :meth:`publish_cleaner_offset` last kept; None when there is none."""
+        if not isinstance(self.rsm, ListableRemoteStorageManager):
+            return None
+        offset = self.rsm.read_cleaner_offset(tip)
+        self.metrics.object_store.record(tip.topic, "GET", 1)
+        return offset
+
     def mark_partition(self, tip: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
         self.rlmm.put_remote_partition_delete_metadata(
             RemotePartitionDeleteMetadata(tip, state, _now_ms(), self.broker_id)
@@ -183,6 +200,7 @@ class RemoteSegmentLifecycle:
         if not self.delete_all_segments(tip, cancelled):
             return False
         self.publish_log_start(tip, None)
+        self.publish_cleaner_offset(tip, None)
         self.mark_partition(tip, RemotePartitionDeleteState.DELETE_PARTITION_FINISHED)
         return True
 

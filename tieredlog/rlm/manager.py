@@ -351,6 +351,7 @@ class RemoteLogManager:
         def run(ctx: TaskContext) -> None:
             self.lifecycle.require_loaded(tip)
             if self.lifecycle.delete_all_segments(tip, lambda: ctx.cancelled or self.closing):
+                self.lifecycle.publish_cleaner_offset(tip, None)  # tiered again later, the tier starts dirty
                 self._remote_data_deleted(tip, key, "remote storage disabled, remote data deleted")
 
         # retried with backoff on failure; on success the task cancels itself

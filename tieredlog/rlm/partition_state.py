@@ -19,6 +19,7 @@ class PartitionState:
     published_log_start: int | None = None
     being_copied: set[uuid.UUID] = field(default_factory=set)  # segment ids the copy task is uploading
     copy_disabled_reason: str | None = None
-    # the first remote offset never cleaned remotely while this broker led (a new leader starts at 0:
-    # its first round re-reads the remote tier, and uploads only segments whose cleaning changes them)
-    remote_clean_offset: int = 0
+    # the first remote offset not cleaned remotely: None until read from the tier, where each leader
+    # keeps it (published_clean_offset: what it holds there now)
+    remote_clean_offset: int | None = None
+    published_clean_offset: int | None = None

@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from tieredlog.formats.txn_index import AbortedTxn, collect_aborted_across, decode_txn_entries
 from tieredlog.log.cleaner.batch_filter import RecordFilter
@@ -30,6 +30,7 @@ from tieredlog.log.cleaner.txn_metadata import CleanedTransactionMetadata
 from tieredlog.log.segment import LogSegment, filename_prefix
 from tieredlog.log.types import TopicPartition
 from tieredlog.rlm.contracts import TieredLog
+from tieredlog.rlm.copier import tiering_log
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.partition_state import PartitionState
 from tieredlog.rlm.pool import TaskContext
@@ -40,6 +41,7 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
 )
+from tieredlog.rsm.listing import MalformedPartitionObjectError
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,21 @@ def served_segments(lifecycle: RemoteSegmentLifecycle, plog: TieredLog, tip_stat
             out.append(md)
     out.sort(key=lambda m: m.start_offset)
     return out
+
+
+DOWNLOAD_CHUNK = 64 * 1024  # fine enough for the throttle to pace a download, not only the time after it
+
+
+def download(stream: BinaryIO, out: BinaryIO, throttle: Callable[[int], None]) -> int:
+    """Copy a remote object into a scratch file, charging every chunk to the remote cleaner's throttle
+    (``log.cleaner.io.max.bytes.per.second``: the tier is read at that pace, not at the network's and
+    then processed at it). The bytes copied."""
+    total = 0
+    while chunk := stream.read(DOWNLOAD_CHUNK):
+        out.write(chunk)
+        total += len(chunk)
+        throttle(len(chunk))
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +163,11 @@ class RemoteCleaner:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._busy = threading.Lock()  # one round at a time: the cleaner's offset map is not shared
 
+    def update_io_rate(self, bytes_per_second: float) -> None:
+        """``log.cleaner.io.max.bytes.per.second`` changed live (AlterConfigs on the broker, as Kafka's
+        LogCleaner takes it): the next chunk a round reads or writes is paced by the new rate."""
+        self._cleaner.throttler.rate = bytes_per_second
+
     def try_clean(self, state: PartitionState, plog: TieredLog, plan: RemoteCleanPlan,
                   cancelled: Callable[[], bool]) -> RemoteCleanStats | None:
         """``clean``, unless another partition's round is running (None: the task tries next interval)."""
@@ -165,7 +187,7 @@ class RemoteCleaner:
         rsm = self._lifecycle.rsm
         stream = rsm.fetch_log_segment(md, 0) if kind is None else rsm.fetch_index(md, kind)
         with stream, open(dest, "wb") as out:
-            shutil.copyfileobj(stream, out, 1 << 20)
+            download(stream, out, self._cleaner.throttler.maybe_throttle)
         self._lifecycle.metrics.object_store.record(md.topic_id_partition.topic, "GET", 1, dest.stat().st_size)
         return dest
 
@@ -309,17 +331,62 @@ class RLMRemoteCleaningTask:
             return None
         cfg = plog.config
         served = served_segments(self._lifecycle, plog, self.state)
-        plan = plan_remote_clean(served, self.state.remote_clean_offset, cfg.min_compaction_lag_ms,
+        if self.state.remote_clean_offset is None and not self._load_clean_offset(served):
+            return None
+        clean_offset = self.state.remote_clean_offset or 0
+        self._publish_clean_offset()  # a publication that failed after the last round
+        plan = plan_remote_clean(served, clean_offset, cfg.min_compaction_lag_ms,
                                  cfg.max_compaction_lag_ms, cfg.min_cleanable_dirty_ratio, self._clock())
         if plan is None:
             return None
         stats = self._cleaner.try_clean(self.state, plog, plan, lambda: ctx.cancelled or self._closing())
         if stats is None:
             return None
-        self.state.remote_clean_offset = max(self.state.remote_clean_offset, stats.end_offset)
+        self.state.remote_clean_offset = max(clean_offset, stats.end_offset)
         c = stats.cleaner
-        log.info("%s: cleaned the remote tier up to offset %d: %d segment(s) read, %d replaced, %.1f MB read, "
-                 "%.1f MB written, %.0f%% of the records kept", self.state.tip, stats.end_offset,
-                 stats.segments_read, stats.segments_replaced, stats.bytes_read / 1e6, stats.bytes_written / 1e6,
-                 100.0 * c.filter.messages_retained / max(c.filter.messages_read, 1))
+        log.info("%s: cleaned the remote tier from offset %d up to offset %d: %d segment(s) read, %d replaced, "
+                 "%.1f MB read, %.1f MB written, %.0f%% of the records kept", self.state.tip, plan.first_dirty_offset,
+                 stats.end_offset, stats.segments_read, stats.segments_replaced, stats.bytes_read / 1e6,
+                 stats.bytes_written / 1e6, 100.0 * c.filter.messages_retained / max(c.filter.messages_read, 1))
+        self._publish_clean_offset()
         return stats
+
+    def _load_clean_offset(self, served: list[RemoteLogSegmentMetadata]) -> bool:
+        """Where the last leader left the tier clean (0 when none did). Never past the served segments' end:
+        offsets above it were never cleaned here, whatever the object says; a malformed one counts as none.
+        False: the store cannot be read now (the next run tries again; cleaning without it would redo what
+        is clean already)."""
+        malformed = False
+        try:
+            kept = self._lifecycle.read_cleaner_offset(self.state.tip)
+        except MalformedPartitionObjectError as exc:  # not to be trusted: clean from the start
+            log.warning("%s: ignoring the remote cleaner offset in the remote tier: %s", self.state.tip,
+                        " ".join(str(exc).split())[:300])
+            kept, malformed = None, True
+        except Exception as exc:
+            tiering_log.log(("cleaner-offset", self.state.tip), logging.WARNING,
+                            "%s: cannot read the remote cleaner offset from the remote tier: %s", self.state.tip,
+                            " ".join(str(exc).split())[:300])
+            return False
+        offset = kept or 0
+        if served:
+            offset = min(offset, served[-1].end_offset + 1)
+        self.state.remote_clean_offset = offset
+        # a malformed object is replaced at once (published differs), else only when a round moves it
+        self.state.published_clean_offset = None if malformed else offset
+        if offset:
+            log.info("%s: the remote tier is clean up to offset %d (kept by the last leader)", self.state.tip, offset)
+        return True
+
+    def _publish_clean_offset(self) -> None:
+        offset = self.state.remote_clean_offset
+        if offset is None or offset == self.state.published_clean_offset:
+            return
+        try:
+            self._lifecycle.publish_cleaner_offset(self.state.tip, offset)
+        except Exception as exc:  # kept in memory meanwhile; the next run tries again
+            tiering_log.log(("cleaner-offset", self.state.tip), logging.WARNING,
+                            "%s: cannot keep the remote cleaner offset %d in the remote tier: %s", self.state.tip,
+                            offset, " ".join(str(exc).split())[:300])
+            return
+        self.state.published_clean_offset = offset

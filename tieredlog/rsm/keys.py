@@ -119,6 +119,19 @@ def log_start_offset_key(key_prefix: str, tp: TopicIdPartition) -> str:
     return partition_prefix(key_prefix, tp) + LOG_START_OFFSET_NAME
 
 
+# Beside them too: where the remote cleaner of a compacted partition has cleaned the tier up to.
+CLEANER_OFFSET_NAME = "cleaner-offset-checkpoint.json"
+
+
+def cleaner_offset_key(key_prefix: str, tp: TopicIdPartition) -> str:
+    """``<prefix><topic>-<topicId>/<partition>/cleaner-offset-checkpoint.json``."""
+    return partition_prefix(key_prefix, tp) + CLEANER_OFFSET_NAME
+
+
+# the objects kept beside a partition's segments: listed with them, known, never a segment
+PARTITION_OBJECT_NAMES = frozenset({LOG_START_OFFSET_NAME, CLEANER_OFFSET_NAME})
+
+
 def segment_stem(metadata: RemoteLogSegmentMetadata) -> str:
     """``<20-digit start offset>-<segment id>``: every object of a segment is named this plus a suffix."""
     return f"{metadata.start_offset:020d}-{uuid_to_base64(metadata.remote_log_segment_id.id)}"
@@ -188,6 +201,8 @@ def parse_listing(keys: Iterable[str], key_prefix: str = "") -> list[SegmentObje
     Keys that do not parse (foreign objects, hand-made keys) are skipped with a warning, never trusted."""
     found = []
     for key in keys:
+        if key.rsplit("/", 1)[-1] in PARTITION_OBJECT_NAMES:
+            continue
         try:
             found.append(parse_segment_key(key, key_prefix))
         except InvalidKeyError as exc:

@@ -42,25 +42,59 @@ class ListableRemoteStorageManager(RemoteStorageManager):
     def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
         """The offset last published by :meth:`write_log_start_offset`; None when there is none."""
 
+    @abc.abstractmethod
+    def write_cleaner_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        """Publish where the remote tier of a compacted partition is clean up to (the remote cleaner's
+        ``cleaner-offset-checkpoint``) beside its segments, replacing the last one, so that the next
+        leader, on any broker, does not clean the tier again from its start; ``None`` removes it."""
 
-# The object is a few dozen bytes; a reader refuses anything this big.
+    @abc.abstractmethod
+    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        """The offset last published by :meth:`write_cleaner_offset`; None when there is none."""
+
+
+# Each object is a few dozen bytes; a reader refuses anything this big.
 MAX_LOG_START_BYTES = 4096
+MAX_PARTITION_OFFSET_BYTES = MAX_LOG_START_BYTES
+
+
+class MalformedPartitionObjectError(RemoteStorageException):
+    """An object beside a partition's segments (log start, cleaner offset) that is not what its name says."""
+
+
+def _encode_offset(name: str, offset: int) -> bytes:
+    if offset < 0:
+        raise ValueError(f"{name.replace('_', ' ')} {offset} is negative")
+    return json.dumps({"version": 1, name: offset}, sort_keys=True).encode()
+
+
+def _decode_offset(name: str, data: bytes, where: str) -> int:
+    try:
+        body = json.loads(data)
+        offset = body[name]
+        if body.get("version") != 1 or not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"not version 1 with a non-negative {name}")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise MalformedPartitionObjectError(
+            f"{where} is not a {name.replace('_', ' ')}: {type(exc).__name__}: {exc}") from None
+    return int(offset)
 
 
 def encode_log_start_offset(offset: int) -> bytes:
     """The body of the log-start object: one small JSON document, so it can grow fields."""
-    if offset < 0:
-        raise ValueError(f"log start offset {offset} is negative")
-    return json.dumps({"version": 1, "log_start_offset": offset}, sort_keys=True).encode()
+    return _encode_offset("log_start_offset", offset)
 
 
 def decode_log_start_offset(data: bytes, where: str) -> int:
     """The offset in a log-start object; RemoteStorageException naming ``where`` when it is not one."""
-    try:
-        body = json.loads(data)
-        offset = body["log_start_offset"]
-        if body.get("version") != 1 or not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise ValueError("not version 1 with a non-negative log_start_offset")
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise RemoteStorageException(f"{where} is not a log start offset: {type(exc).__name__}: {exc}") from None
-    return int(offset)
+    return _decode_offset("log_start_offset", data, where)
+
+
+def encode_cleaner_offset(offset: int) -> bytes:
+    """The body of the cleaner-offset object, shaped as the log-start one."""
+    return _encode_offset("cleaner_offset", offset)
+
+
+def decode_cleaner_offset(data: bytes, where: str) -> int:
+    """The offset in a cleaner-offset object; RemoteStorageException naming ``where`` when it is not one."""
+    return _decode_offset("cleaner_offset", data, where)

@@ -46,7 +46,9 @@ from tieredlog.rsm.keys import uuid_from_base64, uuid_to_base64  # noqa: F401 - 
 from tieredlog.rsm.listing import (
     MAX_LOG_START_BYTES,
     ListableRemoteStorageManager,
+    decode_cleaner_offset,
     decode_log_start_offset,
+    encode_cleaner_offset,
     encode_log_start_offset,
 )
 from tieredlog.rsm.objectstore import build_manifest, parse_manifest
@@ -287,9 +289,27 @@ class LocalTieredStorage(ListableRemoteStorageManager):
             return parse_manifest(f.read(MAX_MANIFEST_BYTES + 1))
 
     def write_log_start_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
-        path = self.root / _checked(keys.log_start_offset_key, "", topic_id_partition)
+        self._write_small(_checked(keys.log_start_offset_key, "", topic_id_partition), topic_id_partition,
+                          None if offset is None else encode_log_start_offset(offset))
+
+    def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        name = _checked(keys.log_start_offset_key, "", topic_id_partition)
+        data = self._read_small(name)
+        return None if data is None else decode_log_start_offset(data, name)
+
+    def write_cleaner_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        self._write_small(_checked(keys.cleaner_offset_key, "", topic_id_partition), topic_id_partition,
+                          None if offset is None else encode_cleaner_offset(offset))
+
+    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        name = _checked(keys.cleaner_offset_key, "", topic_id_partition)
+        data = self._read_small(name)
+        return None if data is None else decode_cleaner_offset(data, name)
+
+    def _write_small(self, name: str, topic_id_partition: TopicIdPartition, body: bytes | None) -> None:
+        path = self.root / name
         try:
-            if offset is None:
+            if body is None:
                 _unlink(path)
                 for folder in (path.parent, path.parent.parent):  # as the last segment's delete does
                     if folder == self.root:
@@ -300,18 +320,16 @@ class LocalTieredStorage(ListableRemoteStorageManager):
                         break
                 return
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, encode_log_start_offset(offset))
+            atomic_write(path, body)
         except OSError as exc:
-            raise RemoteStorageException(f"cannot write the log start offset of {topic_id_partition}: {exc}") from exc
+            raise RemoteStorageException(f"cannot write {path.name} of {topic_id_partition}: {exc}") from exc
 
-    def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
-        name = _checked(keys.log_start_offset_key, "", topic_id_partition)
+    def _read_small(self, name: str) -> bytes | None:
         try:
             with self._open(self.root / name) as f:
-                data = f.read(MAX_LOG_START_BYTES + 1)
+                return f.read(MAX_LOG_START_BYTES + 1)
         except RemoteResourceNotFoundException:
             return None
-        return decode_log_start_offset(data, name)
 
     def _keys_under(self, prefix: str) -> Iterator[str]:
         """The keys (paths under the root, ``/``-separated) of the segment files whose key starts with

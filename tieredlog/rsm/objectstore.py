@@ -37,6 +37,7 @@ from tieredlog.rsm.keys import (
     MANIFEST_SUFFIX,
     InvalidKeyError,
     SegmentObjectKey,
+    cleaner_offset_key,
     log_start_offset_key,
     parse_listing,
     parse_segment_key,
@@ -48,7 +49,9 @@ from tieredlog.rsm.keys import (
 from tieredlog.rsm.listing import (
     MAX_LOG_START_BYTES,
     ListableRemoteStorageManager,
+    decode_cleaner_offset,
     decode_log_start_offset,
+    encode_cleaner_offset,
     encode_log_start_offset,
 )
 
@@ -193,20 +196,35 @@ class ObjectStoreRemoteStorageManager(ListableRemoteStorageManager):
         return parse_listing(self._list_keys(prefix), self.key_prefix)
 
     def write_log_start_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
-        key = log_start_offset_key(self.key_prefix, topic_id_partition)
-        if offset is None:
-            self._delete_keys([key])
-        else:
-            self._put_bytes(key, encode_log_start_offset(offset))
+        self._write_small(log_start_offset_key(self.key_prefix, topic_id_partition),
+                          None if offset is None else encode_log_start_offset(offset))
 
     def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
         key = log_start_offset_key(self.key_prefix, topic_id_partition)
+        data = self._read_small(key)
+        return None if data is None else decode_log_start_offset(data, key)
+
+    def write_cleaner_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        self._write_small(cleaner_offset_key(self.key_prefix, topic_id_partition),
+                          None if offset is None else encode_cleaner_offset(offset))
+
+    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        key = cleaner_offset_key(self.key_prefix, topic_id_partition)
+        data = self._read_small(key)
+        return None if data is None else decode_cleaner_offset(data, key)
+
+    def _write_small(self, key: str, body: bytes | None) -> None:
+        if body is None:
+            self._delete_keys([key])
+        else:
+            self._put_bytes(key, body)
+
+    def _read_small(self, key: str) -> bytes | None:
         try:
             with self._get_range(key, 0, None) as stream:
-                data = stream.read(MAX_LOG_START_BYTES + 1)
+                return stream.read(MAX_LOG_START_BYTES + 1)
         except RemoteResourceNotFoundException:
             return None
-        return decode_log_start_offset(data, key)
 
     def read_manifest(self, key: SegmentObjectKey | str) -> dict[str, Any]:
         name = key.key if isinstance(key, SegmentObjectKey) else key

@@ -380,6 +380,24 @@ class ListableRemoteStorageManagerConformance(RemoteStorageManagerConformance):
         assert listable.read_log_start_offset(tp) is None
         assert read_all(rsm.fetch_log_segment(copied.metadata, 0)) == copied.log
 
+    def test_cleaner_offset_is_published_beside_the_log_start(self, rsm: RemoteStorageManager,
+                                                              copied: SegmentFixture) -> None:
+        listable = _listable(rsm)
+        tp = copied.metadata.topic_id_partition
+        listed = sorted(k.key for k in listable.list_segment_objects(tp))
+        assert listable.read_cleaner_offset(tp) is None
+        listable.write_log_start_offset(tp, 3)
+        listable.write_cleaner_offset(tp, 40)
+        listable.write_cleaner_offset(tp, 70)  # replaces it
+        assert (listable.read_cleaner_offset(tp), listable.read_log_start_offset(tp)) == (70, 3)  # two objects
+        assert sorted(k.key for k in listable.list_segment_objects(tp)) == listed  # never taken for a segment
+        listable.write_log_start_offset(tp, None)
+        assert listable.read_cleaner_offset(tp) == 70
+        listable.write_cleaner_offset(tp, None)
+        listable.write_cleaner_offset(tp, None)  # gone already: not an error
+        assert listable.read_cleaner_offset(tp) is None
+        assert read_all(rsm.fetch_log_segment(copied.metadata, 0)) == copied.log
+
 
 def _listable(rsm: RemoteStorageManager) -> ListableRemoteStorageManager:
     assert isinstance(rsm, ListableRemoteStorageManager), f"{type(rsm).__name__} does not implement listing"

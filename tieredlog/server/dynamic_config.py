@@ -300,6 +300,7 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
     if rlm is not None:
         rlm.copy_quota.update_quota(int(cfg["remote.log.manager.copy.max.bytes.per.second"]))
         rlm.fetch_quota.update_quota(int(cfg["remote.log.manager.fetch.max.bytes.per.second"]))
+        rlm.remote_cleaner.update_io_rate(float(cfg["log.cleaner.io.max.bytes.per.second"]))
         size = int(cfg["remote.log.index.file.cache.total.size.bytes"])
         if size != rlm.index_cache.max_size_bytes:
             # shrinking deletes evicted index files: not on the event loop

@@ -403,6 +403,12 @@ class ChunkedRemoteStorageManager(ListableRemoteStorageManager):
     def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
         return self._listable().read_log_start_offset(topic_id_partition)
 
+    def write_cleaner_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        self._listable().write_cleaner_offset(topic_id_partition, offset)
+
+    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        return self._listable().read_cleaner_offset(topic_id_partition)
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
