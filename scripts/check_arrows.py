@@ -40,9 +40,6 @@ MAP_END = "<!-- /arrows -->"
 # names what removes it; the check fails once the import is gone, so the entry goes with it.
 KNOWN_DEBT: dict[tuple[str, str], str] = {
     # clients/: the blocking and async clients leave protocol/, so protocol stops importing SASL
-    # clients/: config validates with security's parsers; security's split ends the config<->security cycle
-    ("tieredlog.config", "tieredlog.security.ssl_principal"): "security split: no config<->security cycle",
-    ("tieredlog.config", "tieredlog.security.authorizer"): "security split: no config<->security cycle",
     # clients/: inter-broker senders build their own SASL connections until they use clients/
     ("tieredlog.controller.channel", "tieredlog.security.sasl.client"): "controller channel moves onto clients/",
     ("tieredlog.controller.config", "tieredlog.security.sasl.client"): "controller channel moves onto clients/",

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from tieredlog.log.config import LONG_MAX, TOPIC_CONFIGS, ConfigError, LogConfig
+from tieredlog.security.principal import parse_super_users
+from tieredlog.security.ssl_principal import InvalidMappingRule, SslPrincipalMapper
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,22 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_SECURITY_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 LISTENER_PREFIX = "listener.name."
 SSL_CLIENT_AUTH_VALUES = ("required", "requested", "none")
+# Kafka's built-in authorizers (ZooKeeper mode, KRaft): both name the one ACL authorizer of this broker
+AUTHORIZER_CLASS_NAMES = frozenset({
+    "kafka.security.authorizer.AclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+})
+
+
+def check_authorizer_class_name(value: str | None) -> bool:
+    """True when an authorizer is configured; ValueError for a class this broker does not have."""
+    name = (value or "").strip()
+    if not name:
+        return False
+    if name not in AUTHORIZER_CLASS_NAMES:
+        raise ValueError(f"authorizer.class.name {name!r} is not available; use one of "
+                         f"{', '.join(sorted(AUTHORIZER_CLASS_NAMES))} (the built-in ACL authorizer) or leave it empty")
+    return True
 
 
 # Broker-only settings. Broker synonyms of topic configs (log.segment.bytes, ...) come from TOPIC_CONFIGS.
@@ -594,8 +612,6 @@ class BrokerConfig:
             raise BrokerConfigError(
                 "inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid options "
                 f"based on currently configured listeners are {','.join(advertised_names)}")
-        from tieredlog.security.ssl_principal import InvalidMappingRule, SslPrincipalMapper
-
         scopes: list[tuple[str, Mapping[str, Any]]] = [("", self.values)]
         scopes += [(f"{LISTENER_PREFIX}{name}.", configs) for name, configs in self.listener_overrides.items()]
         for prefix, configs in scopes:
@@ -612,8 +628,6 @@ class BrokerConfig:
                                             f"{prefix}ssl.principal.mapping.rules: {exc}") from None
 
     def _validate_authorizer(self) -> None:
-        from tieredlog.security.authorizer import check_authorizer_class_name, parse_super_users
-
         try:
             check_authorizer_class_name(self.values["authorizer.class.name"])
             parse_super_users(self.values["super.users"])

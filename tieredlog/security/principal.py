@@ -30,3 +30,13 @@ class KafkaPrincipal:
 
 
 ANONYMOUS = KafkaPrincipal(USER_TYPE, "ANONYMOUS")
+
+
+def parse_super_users(value: str | None) -> frozenset[str]:
+    """``super.users``: principals separated by semicolons (``User:admin;User:broker``)."""
+    out = set()
+    for item in (value or "").split(";"):
+        item = item.strip()
+        if item:
+            out.add(str(KafkaPrincipal.parse(item)))
+    return frozenset(out)

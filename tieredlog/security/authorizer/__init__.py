@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tieredlog.config import AUTHORIZER_CLASS_NAMES, check_authorizer_class_name
 from tieredlog.security.authorizer.acl import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -26,7 +27,7 @@ from tieredlog.security.authorizer.acl import (
     ResourceType,
 )
 from tieredlog.security.authorizer.authorizer import AclAuthorizer, AclStore
-from tieredlog.security.principal import KafkaPrincipal
+from tieredlog.security.principal import parse_super_users
 
 if TYPE_CHECKING:
     from tieredlog.cluster.zk import ZkClient
@@ -36,34 +37,6 @@ __all__ = [
     "AclPermissionType", "PatternType", "ResourcePattern", "ResourceType", "AUTHORIZER_CLASS_NAMES",
     "parse_super_users", "create_authorizer",
 ]
-
-# Kafka's built-in authorizers (ZooKeeper mode, KRaft): both name this one
-AUTHORIZER_CLASS_NAMES = frozenset({
-    "kafka.security.authorizer.AclAuthorizer",
-    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-})
-
-
-def check_authorizer_class_name(value: str | None) -> bool:
-    """True when an authorizer is configured; ValueError for a class this broker does not have."""
-    name = (value or "").strip()
-    if not name:
-        return False
-    if name not in AUTHORIZER_CLASS_NAMES:
-        raise ValueError(f"authorizer.class.name {name!r} is not available; use one of "
-                         f"{', '.join(sorted(AUTHORIZER_CLASS_NAMES))} (the built-in ACL authorizer) or leave it empty")
-    return True
-
-
-def parse_super_users(value: str | None) -> frozenset[str]:
-    """``super.users``: principals separated by semicolons (``User:admin;User:broker``)."""
-    out = set()
-    for item in (value or "").split(";"):
-        item = item.strip()
-        if item:
-            out.add(str(KafkaPrincipal.parse(item)))
-    return frozenset(out)
-
 
 def create_authorizer(class_name: str | None, super_users: str | None, allow_everyone_if_no_acl_found: bool,
                       log_dir: Path, zk: "ZkClient | None" = None, name: str = "") -> AclAuthorizer | None:
