@@ -48,8 +48,6 @@ KNOWN_DEBT: dict[tuple[str, str], str] = {
     ("tieredlog.replication.controller_channel", "tieredlog.security.sasl.client"): "moves onto clients/",
     ("tieredlog.replication.fetcher", "tieredlog.security.sasl.client"): "replica fetcher moves onto clients/",
     ("tieredlog.replication.metadata_topic_client", "tieredlog.security.sasl.client"): "moves onto clients/",
-    # issue 26 §1: rlm/config.py is handed what it needs instead of importing the broker's registry
-    ("tieredlog.rlm.config", "tieredlog.config"): "rlm config handed in by server/",
     # formats/: the Spark reader reads formats/ and the rsm contract, not the log's, the RLM's or a backend's
     # formats/: the chunked plugin takes the object-store helpers it shares from the contract or formats/
 }

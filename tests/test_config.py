@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tieredlog.config import BrokerConfig, BrokerConfigError, read_properties
+from tieredlog.config import BROKER_CONFIG_DEFS, BrokerConfig, BrokerConfigError, read_properties
 
 
 def test_defaults_without_any_config():
@@ -128,6 +128,21 @@ def test_group_max_size_and_offset_metadata_limit_apply_on_a_real_broker(broker_
                       {"partition_index": 0, "committed_offset": 0, "committed_metadata": "123456"}]}]}
         r = c.request(OFFSET_COMMIT, commit, version=2)
         assert r.topics[0].partitions[0].error_code.value == 12  # OFFSET_METADATA_TOO_LARGE
+
+
+def test_the_rlm_config_defaults_are_the_registrys():
+    from dataclasses import fields
+
+    from tieredlog.rlm.config import _FIELDS, RemoteLogManagerConfig
+
+    # the RLM does not import the registry, so its field defaults are written out: they must not drift
+    defaults = {f.name: f.default for f in fields(RemoteLogManagerConfig)}
+    assert {attr: defaults[attr] for attr in _FIELDS.values()} == \
+        {attr: BROKER_CONFIG_DEFS[name].default for name, attr in _FIELDS.items()}
+    # and a default broker config builds the same snapshot as no broker config at all
+    cfg = BrokerConfig.from_props({})
+    assert RemoteLogManagerConfig.from_broker_config(cfg) == RemoteLogManagerConfig(
+        broker_id=cfg.node_id, log_dirs=tuple(str(d) for d in cfg.log_dirs))
 
 
 def test_custom_plugin_prefixes_reach_rsm_and_rlmm(tmp_path, caplog):

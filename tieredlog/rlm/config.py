@@ -1,8 +1,10 @@
 """The RemoteLogManager's view of the broker configs (Kafka's RemoteLogManagerConfig).
 
 Names, types, defaults and validation live in one registry, ``tieredlog.config``; this is a typed
-snapshot of the keys the RLM reads, built from a ``BrokerConfig``. Its field defaults are the
-registry's, so an RLM built in a test without a broker config behaves as a default broker.
+snapshot of the keys the RLM reads, built from the ``BrokerConfig`` the server hands in (typed here
+by the little of it the RLM reads, so the RLM does not import the broker's registry). Its field
+defaults are the registry's (``tests/test_config.py`` holds them equal), so an RLM built in a test
+without a broker config behaves as a default broker.
 
 One deliberate difference from Kafka: ``remote.log.storage.system.enable`` defaults to **true**,
 and with ``remote.log.storage.manager.class.name`` unset or ``local`` the RSM is
@@ -12,9 +14,10 @@ and with ``remote.log.storage.manager.class.name`` unset or ``local`` the RSM is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, Sequence
 
-from tieredlog.config import BROKER_CONFIG_DEFS, LONG_MAX, BrokerConfig
+from tieredlog.log.config import LONG_MAX
 
 __all__ = ["LONG_MAX", "RemoteLogManagerConfig"]
 
@@ -46,34 +49,44 @@ _FIELDS: dict[str, str] = {
 }
 
 
-def _default(name: str) -> Any:
-    return BROKER_CONFIG_DEFS[name].default
+class BrokerConfigView(Protocol):
+    """What of the broker's config registry the RLM reads; the server hands its ``BrokerConfig`` in."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def log_dirs(self) -> Sequence[Path]: ...
+
+    def __getitem__(self, key: str) -> Any: ...
+
+    def plugin_configs(self, prefix: str) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
 class RemoteLogManagerConfig:
-    system_enable: bool = _default("remote.log.storage.system.enable")
-    rsm_class_name: str = _default("remote.log.storage.manager.class.name")
-    rsm_class_path: str | None = _default("remote.log.storage.manager.class.path")
-    custom_metadata_max_bytes: int = _default("remote.log.metadata.custom.metadata.max.bytes")
-    index_cache_total_size_bytes: int = _default("remote.log.index.file.cache.total.size.bytes")
-    thread_pool_size: int = _default("remote.log.manager.thread.pool.size")
-    copier_thread_pool_size: int = _default("remote.log.manager.copier.thread.pool.size")
-    expiration_thread_pool_size: int = _default("remote.log.manager.expiration.thread.pool.size")
-    task_interval_ms: int = _default("remote.log.manager.task.interval.ms")
-    task_retry_backoff_ms: int = _default("remote.log.manager.task.retry.backoff.ms")
-    task_retry_backoff_max_ms: int = _default("remote.log.manager.task.retry.backoff.max.ms")
-    task_retry_jitter: float = _default("remote.log.manager.task.retry.jitter")
-    reader_threads: int = _default("remote.log.reader.threads")
-    reader_max_pending_tasks: int = _default("remote.log.reader.max.pending.tasks")
-    copy_max_bytes_per_second: int = _default("remote.log.manager.copy.max.bytes.per.second")
-    copy_quota_window_size_seconds: int = _default("remote.log.manager.copy.quota.window.size.seconds")
-    fetch_max_bytes_per_second: int = _default("remote.log.manager.fetch.max.bytes.per.second")
-    fetch_quota_window_size_seconds: int = _default("remote.log.manager.fetch.quota.window.size.seconds")
-    remote_fetch_max_wait_ms: int = _default("remote.fetch.max.wait.ms")
-    remote_list_offsets_request_timeout_ms: int = _default("remote.list.offsets.request.timeout.ms")
-    cleaner_dedupe_buffer_size: int = _default("log.cleaner.dedupe.buffer.size")
-    cleaner_io_max_bytes_per_second: float = _default("log.cleaner.io.max.bytes.per.second")
+    system_enable: bool = True
+    rsm_class_name: str = "local"
+    rsm_class_path: str | None = None
+    custom_metadata_max_bytes: int = 128
+    index_cache_total_size_bytes: int = 1073741824
+    thread_pool_size: int = 10
+    copier_thread_pool_size: int = -1
+    expiration_thread_pool_size: int = -1
+    task_interval_ms: int = 30000
+    task_retry_backoff_ms: int = 500
+    task_retry_backoff_max_ms: int = 30000
+    task_retry_jitter: float = 0.2
+    reader_threads: int = 10
+    reader_max_pending_tasks: int = 100
+    copy_max_bytes_per_second: int = LONG_MAX
+    copy_quota_window_size_seconds: int = 1
+    fetch_max_bytes_per_second: int = LONG_MAX
+    fetch_quota_window_size_seconds: int = 1
+    remote_fetch_max_wait_ms: int = 500
+    remote_list_offsets_request_timeout_ms: int = 30000
+    cleaner_dedupe_buffer_size: int = 134217728
+    cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # Double.MAX_VALUE: no throttle
     broker_id: int = 0
     log_dirs: tuple[str, ...] = ()
     rsm_configs: dict[str, Any] = field(default_factory=dict)
@@ -93,7 +106,7 @@ class RemoteLogManagerConfig:
         return self.log_dirs[0] if self.log_dirs else "./data"
 
     @staticmethod
-    def from_broker_config(cfg: BrokerConfig, **overrides: Any) -> RemoteLogManagerConfig:
+    def from_broker_config(cfg: BrokerConfigView, **overrides: Any) -> RemoteLogManagerConfig:
         values: dict[str, Any] = {attr: cfg[name] for name, attr in _FIELDS.items()}
         values["broker_id"] = cfg.node_id
         values["log_dirs"] = tuple(str(d) for d in cfg.log_dirs)
