@@ -38,19 +38,7 @@ MAP_END = "<!-- /arrows -->"
 
 # Imports against the map that are being removed. Key: (importing module, imported module). Each entry
 # names what removes it; the check fails once the import is gone, so the entry goes with it.
-KNOWN_DEBT: dict[tuple[str, str], str] = {
-    # clients/: the blocking and async clients leave protocol/, so protocol stops importing SASL
-    # clients/: inter-broker senders build their own SASL connections until they use clients/
-    ("tieredlog.controller.channel", "tieredlog.security.sasl.client"): "controller channel moves onto clients/",
-    ("tieredlog.controller.config", "tieredlog.security.sasl.client"): "controller channel moves onto clients/",
-    ("tieredlog.controller.config", "tieredlog.security.sasl.config"): "controller channel moves onto clients/",
-    ("tieredlog.controller.config", "tieredlog.security.tls"): "controller channel moves onto clients/",
-    ("tieredlog.replication.controller_channel", "tieredlog.security.sasl.client"): "moves onto clients/",
-    ("tieredlog.replication.fetcher", "tieredlog.security.sasl.client"): "replica fetcher moves onto clients/",
-    ("tieredlog.replication.metadata_topic_client", "tieredlog.security.sasl.client"): "moves onto clients/",
-    # formats/: the Spark reader reads formats/ and the rsm contract, not the log's, the RLM's or a backend's
-    # formats/: the chunked plugin takes the object-store helpers it shares from the contract or formats/
-}
+KNOWN_DEBT: dict[tuple[str, str], str] = {}
 
 # Packages inside which an import cycle between modules is being removed. Key: package prefix.
 KNOWN_CYCLES: dict[str, str] = {

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import logging
 import queue
-import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from tieredlog.clients.node_clients import BlockingNodeConnection, ListenerSecurity
+from tieredlog.clients.node_clients import PLAINTEXT, BlockingNodeConnection, ListenerSecurity
 from tieredlog.clients.retry import ExponentialBackoff
 from tieredlog.clients.routing import inter_broker_endpoint
 from tieredlog.cluster.znodes import BrokerInfo, EndPoint
-from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +66,7 @@ class RequestSendThread:
     """Sends the queued requests to one broker, one at a time."""
 
     def __init__(self, controller_id: int, broker: BrokerInfo, endpoint: EndPoint | None, socket_timeout_s: float,
-                 ssl_context: ssl.SSLContext | None = None, sasl: SaslClientCredentials | None = None) -> None:
+                 security: ListenerSecurity = PLAINTEXT) -> None:
         self.controller_id = controller_id
         self.broker = broker
         self.endpoint = endpoint
@@ -77,7 +75,7 @@ class RequestSendThread:
         self._stopped = threading.Event()
         self._connection = None if endpoint is None else BlockingNodeConnection(
             (endpoint.host, endpoint.port), client_id=f"controller-{controller_id}",
-            security=ListenerSecurity(ssl_context, sasl))
+            security=security)
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"Controller-{controller_id}-to-broker-{broker.broker_id}-send-thread")
 
@@ -154,13 +152,12 @@ class ControllerChannelManager:
 
     def __init__(self, controller_id: int, *, inter_broker_listener_name: str | None = None,
                  security_inter_broker_protocol: str = "PLAINTEXT", socket_timeout_ms: int = 30000,
-                 ssl_context: ssl.SSLContext | None = None, sasl: SaslClientCredentials | None = None) -> None:
+                 security: ListenerSecurity = PLAINTEXT) -> None:
         self.controller_id = controller_id
         self.listener_name = inter_broker_listener_name
         self.security_protocol = security_inter_broker_protocol
         self.socket_timeout_s = socket_timeout_ms / 1000.0
-        self.ssl_context = ssl_context  # the inter-broker listener is SSL or SASL_SSL
-        self.sasl = sasl  # the inter-broker listener is SASL_PLAINTEXT or SASL_SSL
+        self.security = security  # TLS and SASL of the inter-broker listener, as its protocol asks
         self._threads: dict[int, RequestSendThread] = {}
         self._lock = threading.Lock()
 
@@ -182,8 +179,7 @@ class ControllerChannelManager:
         with self._lock:
             if broker.broker_id in self._threads:
                 return
-            thread = RequestSendThread(self.controller_id, broker, endpoint, self.socket_timeout_s, self.ssl_context,
-                                       self.sasl)
+            thread = RequestSendThread(self.controller_id, broker, endpoint, self.socket_timeout_s, self.security)
             self._threads[broker.broker_id] = thread
         thread.start()
 

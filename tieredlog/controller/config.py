@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from tieredlog.clients.node_clients import PLAINTEXT, ListenerSecurity
 from tieredlog.config import BrokerConfig
-from tieredlog.security.sasl.client import SaslClientCredentials
 
 
 @dataclass(frozen=True)
@@ -20,19 +19,17 @@ class ControllerConfig:
     security_inter_broker_protocol: str = "PLAINTEXT"
     controller_socket_timeout_ms: int = 30000
     delete_topic_enable: bool = True
-    # TLS of the controller's connections when the inter-broker listener is SSL or SASL_SSL
-    inter_broker_ssl_context: ssl.SSLContext | None = None
-    # what they log in with when the inter-broker listener is SASL_PLAINTEXT or SASL_SSL
-    inter_broker_sasl: SaslClientCredentials | None = None
+    # TLS of the controller's connections when the inter-broker listener is SSL or SASL_SSL, and what
+    # they log in with when it is SASL_PLAINTEXT or SASL_SSL
+    inter_broker_security: ListenerSecurity = PLAINTEXT
     # internal topic -> the replication factor configured for it: one created with fewer replicas
     # (too few brokers then) is raised to it once enough brokers are registered
     internal_topic_replication_factors: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_broker_config(cls, config: BrokerConfig) -> "ControllerConfig":
-        from tieredlog.security.sasl.config import inter_broker_credentials
-        from tieredlog.security.tls import inter_broker_client_context
-
+    def from_broker_config(cls, config: BrokerConfig,
+                           inter_broker_security: ListenerSecurity = PLAINTEXT) -> "ControllerConfig":
+        """``inter_broker_security``: the server builds it from the same config (TLS context, SASL credentials)."""
         return cls(
             unclean_leader_election_enable=bool(config["unclean.leader.election.enable"]),
             auto_leader_rebalance_enable=bool(config["auto.leader.rebalance.enable"]),
@@ -42,8 +39,7 @@ class ControllerConfig:
             security_inter_broker_protocol=str(config["security.inter.broker.protocol"]),
             controller_socket_timeout_ms=int(config["controller.socket.timeout.ms"]),
             delete_topic_enable=bool(config["delete.topic.enable"]),
-            inter_broker_ssl_context=inter_broker_client_context(config),
-            inter_broker_sasl=inter_broker_credentials(config),
+            inter_broker_security=inter_broker_security,
             internal_topic_replication_factors=internal_topic_replication_factors(config),
         )
 

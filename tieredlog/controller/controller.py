@@ -97,8 +97,7 @@ class KafkaController:
                                         inter_broker_listener_name=self.config.inter_broker_listener_name,
                                         security_inter_broker_protocol=self.config.security_inter_broker_protocol,
                                         socket_timeout_ms=self.config.controller_socket_timeout_ms,
-                                        ssl_context=self.config.inter_broker_ssl_context,
-                                        sasl=self.config.inter_broker_sasl)
+                                        security=self.config.inter_broker_security)
 
     # ---- lifecycle (any thread) ----------------------------------------------------------------------
 

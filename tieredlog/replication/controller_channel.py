@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from typing import Callable, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -19,7 +18,6 @@ from tieredlog.clients.node_clients import ConnectSettings, ListenerSecurity, No
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import ALTER_PARTITION, CONTROLLED_SHUTDOWN, INTER_BROKER_VERSIONS
 from tieredlog.replication.partition import IsrChange, Partition, PartitionState
-from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +27,8 @@ ALTER_PARTITION_VERSION = 2  # topic ids and plain ISR lists
 class ControllerLocator(Protocol):
     """Who the controller is and how to reach it, from this broker's cached view of ZooKeeper."""
 
-    # TLS to the inter-broker listener (None: it is PLAINTEXT or SASL_PLAINTEXT)
-    inter_broker_ssl: ssl.SSLContext | None
-    # SASL login on the inter-broker listener (None: it is PLAINTEXT or SSL)
-    inter_broker_sasl: SaslClientCredentials | None
+    # TLS to the inter-broker listener when it is SSL or SASL_SSL, the SASL login when it is SASL_*
+    inter_broker_security: ListenerSecurity
 
     def controller_endpoint(self) -> tuple[int, str, int] | None: ...
 
@@ -51,7 +47,7 @@ class ControllerChannel:
         self._connections: NodeConnections[ControllerTarget] = NodeConnections(
             lambda target: (target[1], target[2]),
             lambda: ConnectSettings(f"broker-{broker_id}-to-controller", timeout_s,
-                                    ListenerSecurity(locator.inter_broker_ssl, locator.inter_broker_sasl)))
+                                    locator.inter_broker_security))
         self._conn_target: ControllerTarget | None = None
         self._lock = asyncio.Lock()
 

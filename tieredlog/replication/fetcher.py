@@ -31,7 +31,6 @@ import asyncio
 import dataclasses
 import enum
 import logging
-import ssl
 import struct
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from typing import TYPE_CHECKING, Protocol
 from kio.schema.errors import ErrorCode
 
 from tieredlog.clients.connection import AsyncKafkaConnection
-from tieredlog.clients.node_clients import ConnectSettings, ListenerSecurity, NodeConnections
+from tieredlog.clients.node_clients import PLAINTEXT, ConnectSettings, ListenerSecurity, NodeConnections
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from tieredlog.rate_limited_log import RateLimitedLog
@@ -48,7 +47,6 @@ from tieredlog.rate_limited_log import RateLimitedLog
 if TYPE_CHECKING:
     from tieredlog.replication.partition import Partition
     from tieredlog.replication.replication_quota import ReplicationQuotaManager
-    from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
 # a rebuild from the remote tier fails every backoff while the object store is down: a line per interval
@@ -73,8 +71,7 @@ class FetcherConfig:
     response_max_bytes: int = 10485760
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
-    ssl_context: ssl.SSLContext | None = None  # the inter-broker listener is SSL or SASL_SSL
-    sasl: SaslClientCredentials | None = None  # the inter-broker listener is SASL_PLAINTEXT or SASL_SSL
+    security: ListenerSecurity = PLAINTEXT  # TLS and SASL of the inter-broker listener, as its protocol asks
 
 
 class FetchState(enum.Enum):
@@ -155,7 +152,7 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
         self._wakeup = asyncio.Event()
         settings = ConnectSettings(f"{config.client_id_prefix}-{broker_id}", config.socket_timeout_ms / 1000,
-                                   ListenerSecurity(config.ssl_context, config.sasl))
+                                   config.security)
         self._connections: NodeConnections[int] = NodeConnections(
             lambda _leader: endpoint, lambda: settings, describe=lambda b: f"broker {b}")
         self._task: asyncio.Task | None = None

@@ -29,14 +29,13 @@ ListOffsets v7.
 from __future__ import annotations
 
 import logging
-import ssl
 import threading
 import time
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.clients.node_clients import BlockingNodeConnection, ListenerSecurity
+from tieredlog.clients.node_clients import PLAINTEXT, BlockingNodeConnection, ListenerSecurity
 from tieredlog.clients.routing import Retry, call_leader
 from tieredlog.clients.versions import format_address
 from tieredlog.formats.errors import RecordError
@@ -44,7 +43,6 @@ from tieredlog.protocol.api import FETCH, LIST_OFFSETS, PRODUCE
 from tieredlog.records.record import build_batch, iter_batches_records
 from tieredlog.rlmm.api import RemoteLogMetadataManagerFatalError
 from tieredlog.rlmm.topic import METADATA_TOPIC
-from tieredlog.security.sasl.client import SaslClientCredentials
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +106,12 @@ class ReplicatedMetadataTopic:
         retry_backoff_s: float = 0.1,
         end_offset_max_age_s: float = 0.2,
         retention_ms: int = -1,
-        ssl_context: ssl.SSLContext | None = None,
-        sasl: SaslClientCredentials | None = None,
+        security: ListenerSecurity = PLAINTEXT,
     ) -> None:
-        """``ssl_context``: TLS to the leaders' listener (its protocol is SSL or SASL_SSL); ``sasl``: the
-        login there (SASL_PLAINTEXT or SASL_SSL)."""
+        """``security``: TLS to the leaders' listener (its protocol is SSL or SASL_SSL) and the login
+        there (SASL_PLAINTEXT or SASL_SSL)."""
         self._routing = routing
-        self._security = ListenerSecurity(ssl_context, sasl)
+        self._security = security
         self._client_id = client_id
         self._request_timeout_s = request_timeout_s
         self._retry_backoff_s = retry_backoff_s

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from kio.schema.errors import ErrorCode
 
 from tieredlog.atomic_file import atomic_write
+from tieredlog.clients.node_clients import PLAINTEXT
 from tieredlog.cluster.config_changes import ConfigChangeListener
 from tieredlog.cluster.membership import ZkClusterConfig, ZkClusterMembership
 from tieredlog.config import BrokerConfig, BrokerConfigError
@@ -158,7 +159,8 @@ class Broker:
             self.cluster_id = await loop.run_in_executor(None, self.cluster.connect)
             self.cluster_node = ClusterNode(self.config, self.cluster)
             self._state_change_log = attach_state_change_log(first)
-            controller = KafkaController(self.cluster.zk, self.node_id, ControllerConfig.from_broker_config(self.config),
+            controller_config = ControllerConfig.from_broker_config(self.config, self.cluster_node.inter_broker_security)
+            controller = KafkaController(self.cluster.zk, self.node_id, controller_config,
                                          on_topic_deleted=self._on_topic_deleted_by_controller)
             controller.start()
             self.controller = controller
@@ -293,8 +295,7 @@ class Broker:
             min_bytes=c["replica.fetch.min.bytes"], max_bytes=c["replica.fetch.max.bytes"],
             response_max_bytes=c["replica.fetch.response.max.bytes"], backoff_ms=c["replica.fetch.backoff.ms"],
             socket_timeout_ms=c["replica.socket.timeout.ms"],
-            ssl_context=self.cluster_node.inter_broker_ssl if self.cluster_node is not None else None,
-            sasl=self.cluster_node.inter_broker_sasl if self.cluster_node is not None else None,
+            security=self.cluster_node.inter_broker_security if self.cluster_node is not None else PLAINTEXT,
         )
         try:
             selector = replica_selector(c["replica.selector.class"])

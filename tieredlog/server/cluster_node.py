@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tieredlog.clients.node_clients import ListenerSecurity
 from tieredlog.clients.routing import inter_broker_endpoint
 from tieredlog.cluster import znodes
 from tieredlog.cluster.config_changes import notify_topic_config_change
@@ -26,7 +26,6 @@ from tieredlog.cluster.znodes import ReplicaAssignment, TopicAssignment
 from tieredlog.config import BrokerConfig
 from tieredlog.errors import InvalidReplicationFactorError, TopicAlreadyExistsError
 from tieredlog.replication.metadata_cache import MetadataCache
-from tieredlog.security.sasl.client import SaslClientCredentials
 from tieredlog.security.sasl.config import inter_broker_credentials
 from tieredlog.security.tls import inter_broker_client_context
 
@@ -63,11 +62,10 @@ class ClusterNode:
         self._listener_name: str | None = config.get("inter.broker.listener.name")
         self._security_protocol = str(config.get("security.inter.broker.protocol") or "PLAINTEXT")
         # TLS of this broker's connections to the others (fetchers, controller requests, transaction
-        # markers) when the inter-broker listener is SSL or SASL_SSL; BrokerConfigError when its stores
-        # cannot be used
-        self.inter_broker_ssl: ssl.SSLContext | None = inter_broker_client_context(config)
-        # and their SASL login when it is SASL_PLAINTEXT or SASL_SSL
-        self.inter_broker_sasl: SaslClientCredentials | None = inter_broker_credentials(config)
+        # markers) when the inter-broker listener is SSL or SASL_SSL (BrokerConfigError when its stores
+        # cannot be used), and their SASL login when it is SASL_PLAINTEXT or SASL_SSL
+        self.inter_broker_security = ListenerSecurity(inter_broker_client_context(config),
+                                                      inter_broker_credentials(config))
         self.metadata = MetadataCache()
         self._metadata_changed = asyncio.Event()
 

@@ -35,6 +35,7 @@ import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tieredlog.clients.node_clients import ListenerSecurity
 from tieredlog.config import BrokerConfig, BrokerConfigError
 from tieredlog.errors import TopicAlreadyExistsError
 from tieredlog.log.types import TopicPartition
@@ -231,8 +232,8 @@ def cluster_topic_based_rlmm(broker: Broker, configs: dict[str, Any]) -> TopicBa
                                          listener)
     # the one client id Kafka lets append to internal topics
     topic = ReplicatedMetadataTopic(routing, client_id=INTERNAL_TOPICS_CLIENT_ID, request_timeout_s=timeout_s,
-                                    retention_ms=rcfg.retention_ms, ssl_context=ssl_context,
-                                    sasl=metadata_client_credentials(broker.config, listener))
+                                    retention_ms=rcfg.retention_ms, security=ListenerSecurity(
+                                        ssl_context, metadata_client_credentials(broker.config, listener)))
     return TopicBasedRemoteLogMetadataManager(topic, configs)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from tieredlog.clients.node_clients import ConnectSettings, ListenerSecurity, NodeConnections
+from tieredlog.clients.node_clients import ConnectSettings, NodeConnections
 from tieredlog.protocol.api import WRITE_TXN_MARKERS
 from tieredlog.server.txn_apis import write_markers_locally
 
@@ -53,7 +53,7 @@ def broker_connections(broker: Broker, purpose: str) -> NodeConnections[int]:
         node = broker.cluster_node
         assert node is not None
         return ConnectSettings(f"broker-{broker.node_id}-{purpose}", broker.config["request.timeout.ms"] / 1000,
-                               ListenerSecurity(node.inter_broker_ssl, node.inter_broker_sasl))
+                               node.inter_broker_security)
 
     return NodeConnections(endpoint_of, settings, describe=lambda b: f"broker {b}")
 
