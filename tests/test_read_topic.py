@@ -327,7 +327,7 @@ def test_a_read_while_retention_deletes_under_it_never_misses_a_row(broker: Brok
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config={
         "remote.storage.enable": "true", "segment.bytes": "16000"})])[topic].result(30)
-    produce(broker.bootstrap, 1200, topic, 1)
+    produce(broker.bootstrap, 1600, topic, 1)
     active = max(int(f.name[:20]) for f in (broker.data_dir / f"{topic}-0").glob("*.log"))
     wait_for(lambda: tiered_ends(broker.bootstrap, topic, 1) == {0: active}, "the rolled segments tiered", 60)
     consumed = consume(broker.bootstrap, topic, 1)
