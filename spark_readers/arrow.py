@@ -22,10 +22,10 @@ from typing import Iterator, Mapping
 import pyarrow as pa
 
 from spark_readers.brokers import Brokers, TailTask, consumer_config, read_tail
-from spark_readers.decoder import Source, kafka_schema
+from spark_readers.decoder import kafka_schema
 from spark_readers.options import ReaderOptions, parse_options
 from spark_readers.planner import ReadTask, Task, plan
-from spark_readers.read import decode_task_batches, fetch_task, read_task_batches
+from spark_readers.read import FetchedTask, decode_task_batches, fetch_task, read_task_batches
 from spark_readers.storage import open_storage, storage_spec
 from tieredlog.rsm.api import RemoteStorageManager
 
@@ -52,7 +52,7 @@ class TopicRead:
         """Every task's rows in plan order; the next segment read is fetched while this one decodes, so
         the store and the decoder work at once (two tasks' bytes in memory at most)."""
         with ThreadPoolExecutor(1, thread_name_prefix="read-topic-fetch") as pool:
-            fetching: Future[tuple[bytes, Source]] | None = None
+            fetching: Future[FetchedTask] | None = None
             for i, task in enumerate(self.tasks):
                 if not isinstance(task, ReadTask):
                     yield from self.task_batches(task)

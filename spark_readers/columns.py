@@ -28,6 +28,9 @@ from tieredlog.records.batch import BytesLike
 
 Int64s = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
+# Batches whose records are still to find: (batch index, position of its next record not yet found,
+# that record's index in the batch, how many short runs of one size it had)
+Pending = list[tuple[int, int, int, int]]
 
 
 def _steps() -> list[int]:
@@ -49,11 +52,13 @@ def _steps() -> list[int]:
 # Record lengths up to 8 KiB take one lookup per record; a step of 0 (a length of -1) or less only
 # comes from corrupt data, which the checks after the walk catch.
 _STEP = _steps()
-# Rounds of guessing record positions (:func:`_guess`), and the shortest run of one size worth another
-# round: in a batch of more than 64 records their sizes change at least where the offset delta's
-# varint takes a second byte, and again where the timestamp delta's does.
+# Rounds of guessing record positions (:func:`_guess`), the shortest run of one size worth another
+# round, and how many shorter runs a batch may have before it is walked: in a batch of more than 64
+# records their sizes change at least where the offset delta's varint takes a second byte, and again
+# where the timestamp delta's does; keys such as "k9" and "k10" change them once more, early on.
 _GUESSES = 8
 _SHORT_RUN = 16
+_SHORT_RUNS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,23 +206,22 @@ def _record_starts(d: BytesLike, buf: npt.NDArray[np.uint8],
     does not end at its section's end: the starts up to the first record that overruns its batch,
     and the error to raise if none of their fields explains it."""
     runs: list[list[Int64s]] = [[] for _ in batches]
-    # (batch index, position of its next record not yet found, that record's index in the batch)
-    pending: list[tuple[int, int, int]] = []
+    pending: Pending = []
     failed = [False] * len(batches)
     for i, batch in enumerate(batches):
         p, end, count = batch.start, batch.end, batch.count
         if count > (end - p) // MIN_RECORD_SIZE:
             raise CorruptRecordError(f"record count {count} cannot fit in {end - p} bytes", position=p)
         if count:
-            pending.append((i, p, 0))
+            pending.append((i, p, 0, 0))
         elif p != end:
             failed[i] = True
-    walks: list[tuple[int, int, int]] = []
+    walks: Pending = []
     for round_ in range(_GUESSES):
         if not pending:
             break
         pending = _guess(buf, batches, pending, 64 << 2 * round_, runs, walks)
-    for i, p, k in walks + pending:
+    for i, p, k, _ in walks + pending:
         tail = _walk(d, p, batches[i].end, batches[i].count - k)
         if tail is None:
             failed[i] = True
@@ -233,17 +237,18 @@ def _record_starts(d: BytesLike, buf: npt.NDArray[np.uint8],
     return (np.concatenate(done) if done else np.zeros(0, np.int64)), None
 
 
-def _guess(buf: npt.NDArray[np.uint8], batches: Sequence[BatchRecords], pending: list[tuple[int, int, int]],
-           window: int, runs: list[list[Int64s]], walks: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+def _guess(buf: npt.NDArray[np.uint8], batches: Sequence[BatchRecords], pending: Pending,
+           window: int, runs: list[list[Int64s]], walks: Pending) -> Pending:
     """One round of guesses for the ``pending`` batches, all at once: the next ``window`` records of
     a batch guessed of the size of the first of them, each guess's length varint decoded and its
     size compared (the window grows round after round: the first size change comes early, where
     the offset delta's varint grows, the later ones far apart).
     The records up to the first of another size are found (a run, to ``runs``); that one is where
-    the next round starts, or the Python walk (``walks``) when the run was short: sizes that vary
-    from record to record make guessing a waste. Returns what the next round has to do."""
-    at = np.array([p for _, p, _ in pending], np.int64)
-    left = np.array([min(batches[i].count - k, window) for i, _, k in pending], np.int64)
+    the next round starts, or the Python walk (``walks``) once the batch had ``_SHORT_RUNS`` short
+    runs: sizes that vary from record to record make guessing a waste. Returns what the next round
+    has to do."""
+    at = np.array([p for _, p, _, _ in pending], np.int64)
+    left = np.array([min(batches[i].count - k, window) for i, _, k, _ in pending], np.int64)
     length, body = _varints(buf, at)
     size = body + length - at
     groups = np.cumsum(left) - left
@@ -253,21 +258,23 @@ def _guess(buf: npt.NDArray[np.uint8], batches: Sequence[BatchRecords], pending:
     other = body + length - guessed != np.repeat(size, left)
     # per batch, the index of its first record of another size (``left`` when none is)
     first_other = np.minimum.reduceat(np.where(other, ordinal, np.repeat(left, left)), groups)
-    out: list[tuple[int, int, int]] = []
-    for (i, p, k), n, m, step, g in zip(pending, left.tolist(), first_other.tolist(), size.tolist(), groups.tolist()):
+    out: Pending = []
+    for (i, p, k, short), n, m, step, g in zip(pending, left.tolist(), first_other.tolist(), size.tolist(),
+                                              groups.tolist()):
         if step < MIN_RECORD_SIZE:
-            walks.append((i, p, k))  # corrupt: the walk finds where
+            walks.append((i, p, k, short))  # corrupt: the walk finds where
             continue
         if m == n:
             runs[i].append(guessed[g:g + n])
             if k + n < batches[i].count:
-                out.append((i, p + n * step, k + n))
+                out.append((i, p + n * step, k + n, short))
             elif p + n * step != batches[i].end:
                 runs[i].pop()
-                walks.append((i, p, k))
+                walks.append((i, p, k, short))
             continue
         runs[i].append(guessed[g:g + m])
-        (walks if m < _SHORT_RUN else out).append((i, p + m * step, k + m))
+        short += m < _SHORT_RUN
+        (walks if short >= _SHORT_RUNS else out).append((i, p + m * step, k + m, short))
     return out
 
 

@@ -102,8 +102,24 @@ def decode_records(data: BytesLike, source: Source, from_offset: int, to_offset:
                    include_headers: bool, aborted: Sequence[tuple[int, int, int]] = ()) -> pa.RecordBatch:
     """Records of the whole batches in ``data`` with offsets in ``[from_offset, to_offset)``, but
     those of the ``aborted`` transactions ``(producer id, first offset, marker offset)``."""
-    picked = _batches(data, source, from_offset, to_offset, _aborted_ranges(aborted))
+    picked = checked_batches(data, source, from_offset, to_offset, aborted)
     return _decode(data, source, picked, from_offset, to_offset, include_headers)
+
+
+def checked_batches(data: BytesLike, source: Source, from_offset: int, to_offset: int,
+                    aborted: Sequence[tuple[int, int, int]] = ()) -> list[tuple[int, BatchHeader]]:
+    """(position, header) of the batches of ``data`` that hold wanted records, each checked whole
+    (sizes, CRC-32C): the part of the decoding that a fetching thread can do while another batch is
+    decoded, the CRC being computed without the interpreter lock."""
+    picked = _batches(data, source, from_offset, to_offset, _aborted_ranges(aborted))
+    for pos, h in picked:
+        try:
+            validate_batch(data, pos, check_records=False)
+            if h.records_count < 0:
+                raise CorruptRecordError(f"negative record count {h.records_count}", position=pos)
+        except RecordError as exc:
+            raise _corrupt(source, pos, exc) from None
+    return picked
 
 
 def decode_record_batches(data: BytesLike, source: Source, from_offset: int, to_offset: int,
@@ -111,7 +127,14 @@ def decode_record_batches(data: BytesLike, source: Source, from_offset: int, to_
                           batch_bytes: int = 8 << 20) -> Iterator[pa.RecordBatch]:
     """:func:`decode_records` in Arrow batches of about ``batch_bytes`` of ``data`` each (at least one
     record batch), so that a consumer of the first (Spark's JVM) works while the next decodes."""
-    picked = _batches(data, source, from_offset, to_offset, _aborted_ranges(aborted))
+    picked = checked_batches(data, source, from_offset, to_offset, aborted)
+    return decode_checked_batches(data, source, picked, from_offset, to_offset, include_headers, batch_bytes)
+
+
+def decode_checked_batches(data: BytesLike, source: Source, picked: list[tuple[int, BatchHeader]],
+                           from_offset: int, to_offset: int, include_headers: bool,
+                           batch_bytes: int = 8 << 20) -> Iterator[pa.RecordBatch]:
+    """:func:`decode_record_batches` of the batches :func:`checked_batches` picked."""
     first = 0
     while first < len(picked) or first == 0:
         last = first + 1
@@ -150,20 +173,16 @@ def _corrupt_record(source: Source, picked: list[tuple[int, BatchHeader]], secti
 
 def _arena(data: BytesLike, source: Source, picked: list[tuple[int, BatchHeader]]) -> tuple[BytesLike, list[tuple[int, int]]]:
     """The bytes the records are walked in and their binary columns gathered from, and where each
-    picked batch's records section lies in them. The segment's bytes themselves when no batch is
-    compressed; else every records section, decompressed (once) or not, end to end."""
-    zero_copy = all(h.compression == COMPRESSION_NONE for _, h in picked)
+    picked batch (checked by :func:`checked_batches`) has its records section in them. The segment's
+    bytes themselves when no batch is compressed; else every records section, decompressed (once) or
+    not, end to end."""
+    if all(h.compression == COMPRESSION_NONE for _, h in picked):
+        return data, [(pos + HEADER_SIZE, pos + h.size) for pos, h in picked]
     arena = bytearray()
     sections: list[tuple[int, int]] = []
     for pos, h in picked:
         start, end = pos + HEADER_SIZE, pos + h.size
         try:
-            validate_batch(data, pos, check_records=False)
-            if h.records_count < 0:
-                raise CorruptRecordError(f"negative record count {h.records_count}", position=pos)
-            if zero_copy:
-                sections.append((start, end))
-                continue
             if h.compression == COMPRESSION_NONE:
                 section: BytesLike = memoryview(data)[start:end]
             else:
@@ -172,7 +191,7 @@ def _arena(data: BytesLike, source: Source, picked: list[tuple[int, BatchHeader]
             raise _corrupt(source, pos, exc) from None
         sections.append((len(arena), len(arena) + len(section)))
         arena += section
-    return (data if zero_copy else arena), sections
+    return arena, sections
 
 
 def _batches(data: BytesLike, source: Source, from_offset: int, to_offset: int,

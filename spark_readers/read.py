@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
 
-from spark_readers.decoder import CorruptSegmentError, Source, decode_record_batches, decode_records
+from spark_readers.decoder import CorruptSegmentError, Source, checked_batches, decode_checked_batches, decode_records
 from spark_readers.planner import ReadTask
+from tieredlog.records.batch import BatchHeader
 from tieredlog.rsm.api import RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
 
 
 class SegmentDeletedError(RemoteStorageException):
     """A planned segment is gone (remote retention, DeleteRecords): the read fails rather than miss rows."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedTask:
+    """A task's bytes and its batches that hold wanted records, checked (:func:`fetch_task`)."""
+
+    data: bytes
+    source: Source
+    batches: list[tuple[int, BatchHeader]]
 
 
 def read_task(rsm: RemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
@@ -28,16 +39,17 @@ def read_task_batches(rsm: RemoteStorageManager, task: ReadTask,
     yield from decode_task_batches(task, fetch_task(rsm, task), include_headers)
 
 
-def decode_task_batches(task: ReadTask, fetched: tuple[bytes, Source],
-                        include_headers: bool) -> Iterator[pa.RecordBatch]:
+def decode_task_batches(task: ReadTask, fetched: FetchedTask, include_headers: bool) -> Iterator[pa.RecordBatch]:
     """:func:`read_task_batches` of bytes already fetched with :func:`fetch_task`."""
-    data, source = fetched
-    yield from decode_record_batches(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
+    yield from decode_checked_batches(fetched.data, fetched.source, fetched.batches, task.from_offset, task.to_offset,
+                                      include_headers)
 
 
-def fetch_task(rsm: RemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
-    """The task's bytes (one ranged GET), checked to be all there."""
-    return _fetch(rsm, task)
+def fetch_task(rsm: RemoteStorageManager, task: ReadTask) -> FetchedTask:
+    """The task's bytes (one ranged GET), checked to be all there, and its batches' headers and
+    CRCs checked: a thread fetching the next task does this while the current one decodes."""
+    data, source = _fetch(rsm, task)
+    return FetchedTask(data, source, checked_batches(data, source, task.from_offset, task.to_offset, task.aborted))
 
 
 def _fetch(rsm: RemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from spark_harness import spark  # noqa: F401  (fixture)
 
 from spark_readers import read_topic
@@ -35,6 +35,7 @@ from spark_readers.storage import StorageError, open_storage, storage_spec
 from tests.helpers import wait_for
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
+from tieredlog.rsm.api import RemoteResourceNotFoundException
 
 pytestmark = pytest.mark.integration
 
@@ -62,37 +63,37 @@ def rsm_properties(remote: Path) -> dict[str, str]:
     }
 
 
-def tiered_ends(bootstrap: str) -> dict[int, int]:
+def tiered_ends(bootstrap: str, topic: str = TOPIC, partitions: int = PARTITIONS) -> dict[int, int]:
     with KafkaClient(bootstrap) as c:
         r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": TOPIC, "partitions": [{"partition_index": p, "timestamp": LATEST_TIERED,
-                                            "current_leader_epoch": -1} for p in range(PARTITIONS)]}]})
+            {"name": topic, "partitions": [{"partition_index": p, "timestamp": LATEST_TIERED,
+                                            "current_leader_epoch": -1} for p in range(partitions)]}]})
         return {p.partition_index: p.offset + 1 for p in r.topics[0].partitions if p.error_code == 0}
 
 
-def produce(bootstrap: str, count: int) -> None:
+def produce(bootstrap: str, count: int, topic: str = TOPIC, partitions: int = PARTITIONS) -> None:
     errors: list[Any] = []
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 2048, "enable.idempotence": True})
     for i in range(count):
-        p.produce(TOPIC, key=None if i % 7 == 0 else b"k%d" % i, value=b"value-%d-" % i + b"x" * (i % 60),
-                  partition=i % PARTITIONS, timestamp=TS0 + i,
+        p.produce(topic, key=None if i % 7 == 0 else b"k%d" % i, value=b"value-%d-" % i + b"x" * (i % 60),
+                  partition=i % partitions, timestamp=TS0 + i,
                   headers=None if i % 3 else [("i", b"%d" % i), ("null", None)],
                   on_delivery=lambda err, msg: errors.append(err) if err else None)
         p.poll(0)
     assert p.flush(60) == 0 and errors == []
 
 
-def consume(bootstrap: str) -> list[Row]:
+def consume(bootstrap: str, topic: str = TOPIC, partitions: int = PARTITIONS) -> list[Row]:
     """What a read_committed consumer reads, as (partition, offset, key, value, timestamp, headers)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-anywhere", "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",
                   "enable.partition.eof": True})
-    c.assign([TopicPartition(TOPIC, p, -2) for p in range(PARTITIONS)])  # -2: the log start offset
+    c.assign([TopicPartition(topic, p, -2) for p in range(partitions)])  # -2: the log start offset
     rows: list[Row] = []
     at_end: set[int] = set()
     deadline = time.monotonic() + 60
     try:
-        while len(at_end) < PARTITIONS and time.monotonic() < deadline:
+        while len(at_end) < partitions and time.monotonic() < deadline:
             for m in c.consume(1000, 0.5):
                 if m.error() is not None:
                     at_end.add(m.partition())
@@ -102,7 +103,7 @@ def consume(bootstrap: str) -> list[Row]:
                              tuple(headers) if headers else None))
     finally:
         c.close()
-    assert len(at_end) == PARTITIONS
+    assert len(at_end) == partitions
     return sorted(rows)
 
 
@@ -316,3 +317,55 @@ def test_a_segment_deleted_under_a_read_fails_it_in_one_line(broker: BrokerProce
     with pytest.raises(SegmentDeletedError, match=f"^{TOPIC}-{first.partition}: segment .* was deleted from the "
                                                   "remote tier while it was read .*: read again$"):
         read.reader().read_all()
+
+
+def test_a_read_while_retention_deletes_under_it_never_misses_a_row(broker: BrokerProcess) -> None:
+    """The broker's own remote retention deletes the segments a read has planned, between two of the
+    reader's batches: the rows returned are a consumer's, contiguous, and the read stops in one line at
+    the first segment it could not read, naming it and the offsets it did not return."""
+    topic = "read-under-retention"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={
+        "remote.storage.enable": "true", "segment.bytes": "16000"})])[topic].result(30)
+    produce(broker.bootstrap, 1600, topic, 1)
+    active = max(int(f.name[:20]) for f in (broker.data_dir / f"{topic}-0").glob("*.log"))
+    wait_for(lambda: tiered_ends(broker.bootstrap, topic, 1) == {0: active}, "the rolled segments tiered", 60)
+    consumed = consume(broker.bootstrap, topic, 1)
+    read = plan_read(parse_options({**reader_options(broker), "topic": topic}))
+    tasks = [t for t in read.tasks if isinstance(t, ReadTask)]
+    assert len(tasks) >= 4
+    reader = read.reader()
+    batches = [reader.read_next_batch()]  # the first segment's rows; the second one is being fetched
+    # every record is ten minutes old: retention.ms=1000 expires every tiered segment, oldest first
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(
+        "retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    # the reader pulls its next batch only once the broker has deleted the segment after the prefetched one
+    tier = open_storage(storage_spec(None, parse_options({**reader_options(broker), "topic": topic}).storage))
+
+    def deleted(task: ReadTask) -> bool:
+        try:
+            with tier.fetch_log_segment(task.metadata, 0, 0) as stream:
+                stream.read()
+        except RemoteResourceNotFoundException:
+            return True
+        return False
+
+    wait_for(lambda: deleted(tasks[2]), "the third planned segment deleted by retention", 30)
+    failure: SegmentDeletedError | None = None
+    try:
+        for batch in reader:
+            batches.append(batch)
+    except SegmentDeletedError as exc:
+        failure = exc
+    rows = arrow_rows(pa.Table.from_batches(batches, read.schema))
+    assert rows == consumed[:len(rows)], "a returned row differs from the consumer's, or one is missing"
+    assert [r[1] for r in rows] == list(range(rows[0][1], rows[0][1] + len(rows)))
+    if failure is not None:  # the read stopped at the first segment it could not read
+        missed = next(t for t in tasks if t.from_offset == rows[-1][1] + 1)
+        assert str(failure) == (
+            f"{topic}-0: segment {missed.object_name} was deleted from the remote tier while it was read "
+            f"(retention or DeleteRecords); offsets {missed.from_offset}..{missed.to_offset - 1} were not "
+            "read: read again")
+    else:  # a reader that planned again must still have returned every planned row, to the tiered end
+        assert rows[-1][1] == tasks[-1].to_offset - 1, f"rows after offset {rows[-1][1]} silently missing"
