@@ -8,7 +8,7 @@ import os
 import uvloop  # a dependency on Linux, where these tests run
 
 from tieredlog.server import event_loop
-from tieredlog.server.socket_sendfile import SocketSendfile, loop_has_sendfile, write_nonblocking
+from tieredlog.server.socket_sendfile import SocketSendfile, loop_has_sendfile
 
 
 async def _send_region_to_slow_reader(path: str, position: int, size: int) -> bytes:
@@ -64,30 +64,3 @@ def test_uvloop_is_the_loop_on_linux_unless_asked_otherwise(monkeypatch):
         assert loop_has_sendfile(loop)
     finally:
         loop.close()
-
-
-def test_write_nonblocking_writes_what_the_socket_takes_and_stops_where_it_would_block() -> None:
-    import socket
-
-    a, b = socket.socketpair()
-    try:
-        a.setblocking(False)
-        data = memoryview(os.urandom(8 << 20))  # more than a socket buffer holds
-        sent = write_nonblocking(a.fileno(), data)
-        assert 0 < sent < len(data)
-        b.settimeout(5)
-        got = bytearray()
-        while len(got) < sent:
-            got += b.recv(1 << 20)
-        assert got == data[:sent]
-        # once the reader took it all, the rest goes too
-        rest = data[sent:]
-        while rest:
-            n = write_nonblocking(a.fileno(), rest)
-            rest = rest[n:]
-            while len(got) < len(data) - len(rest):
-                got += b.recv(1 << 20)
-        assert got == data
-    finally:
-        a.close()
-        b.close()

@@ -36,12 +36,7 @@ from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestConte
 from tieredlog.server.dynamic_tls import DynamicTls
 from tieredlog.server.listen import BoundListener, ListenerBindError, bind_listeners, close, listen
 from tieredlog.server.sasl_apis import authenticator_answer, connection_authenticator, illegal_sasl_state_answer
-from tieredlog.server.socket_sendfile import (
-    SocketSendfile,
-    loop_has_sendfile,
-    sendfile_nonblocking,
-    write_nonblocking,
-)
+from tieredlog.server.socket_sendfile import SocketSendfile, loop_has_sendfile, sendfile_nonblocking
 
 if TYPE_CHECKING:
     from tieredlog.server.broker import Broker
@@ -72,10 +67,6 @@ PROBE_STEP = 256 * 1024
 # 64 KiB chunks (RWF_NOWAIT on the loop; on this pool when they are not cached).
 FAULT_IN_AFTER = 64 * 1024
 _PROBE = bytearray(1)  # what probes read is never looked at
-# An in-memory part this large (a remote read's records) is written with os.write on a plain TCP socket
-# whose transport buffer is empty, as a region is sent with os.sendfile: the copy into the socket then
-# runs without the interpreter lock, beside the reader threads filling the next reads.
-DIRECT_WRITE_MIN = 64 * 1024
 # A TLS connection cannot sendfile: a region is read and written through the transport this much at a
 # time, from the page cache on the loop, or on the cold-read pool for the pages that are not there.
 TLS_CHUNK = 256 * 1024
@@ -395,14 +386,6 @@ class Connection:
         try:
             for part in resp.parts:
                 if not isinstance(part, OpenRegion):
-                    if len(part) >= DIRECT_WRITE_MIN and out_fd >= 0 and not transport.is_closing() \
-                            and transport.get_write_buffer_size() == 0:
-                        # remote records in memory: written here while nothing is queued before them
-                        view = memoryview(part)
-                        sent = write_nonblocking(out_fd, view)
-                        if sent < len(view):
-                            self.writer.write(view[sent:])
-                        continue
                     self.writer.write(part)
                     continue
                 if cold is not None:

@@ -28,19 +28,6 @@ def sendfile_nonblocking(out_fd: int, in_fd: int, offset: int, count: int) -> in
     return sent
 
 
-def write_nonblocking(out_fd: int, data: memoryview) -> int:
-    """Write ``data`` to the socket until it went or the socket would block; the bytes written. The
-    copy into the socket happens in ``os.write``, which lets other threads run meanwhile (a transport's
-    write keeps the interpreter lock through it)."""
-    sent = 0
-    while sent < len(data):
-        try:
-            sent += os.write(out_fd, data[sent:])
-        except (BlockingIOError, InterruptedError):
-            break
-    return sent
-
-
 def loop_has_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
     return type(loop).sendfile is not asyncio.AbstractEventLoop.sendfile
 
