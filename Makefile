@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # The suite runs on TEST_WORKERS processes (pytest-xdist), a module per worker at a time: every server a test
-# starts takes a free port, so modules do not collide. TEST_WORKERS=0 runs it in this process.
+# starts takes a free port, so modules do not collide. TEST_WORKERS=0 runs it in this process. PYTEST_ARGS
+# adds to that, e.g. PYTEST_ARGS='-m "not integration"'.
 TEST_WORKERS ?= 2
-PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile
+PYTEST_ARGS ?=
 
 .PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-remote-cleaner bench-rebalance bench-tls bench-flood bench-host fuzz install install-test system-deps clean
 
@@ -58,7 +59,7 @@ lint: install-test
 	$(PY) scripts/check_arrows.py
 
 test: lint system-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: install-test system-deps
 	$(PY) -m bench
