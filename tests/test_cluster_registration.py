@@ -186,8 +186,11 @@ def test_zookeeper_restart_under_registered_brokers(zookeeper_factory: Callable[
                                                     cluster: Callable[..., ZkClusterMembership]) -> None:
     server = zookeeper_factory()
     # long enough to outlive both ZooKeeper restarts below even on a loaded 2-core machine (each JVM
-    # start takes seconds there), so only broker 2's 2 s session expires
-    steady = cluster(1, connect=server.connect, session_timeout_ms=45000)
+    # start takes seconds there), so only broker 2's 2 s session expires. The server is listed twice: a
+    # client waits for a handshake answer the session timeout divided by the hosts listed (ZooKeeper's
+    # Java client as kazoo), and a handshake sent while the restarted server loads its data may never
+    # be answered; with one host that wait is the whole session, which the server expires meanwhile.
+    steady = cluster(1, connect=f"{server.connect},{server.connect}", session_timeout_ms=45000)
     steady.start()
     assert steady.elector.wait_for(lambda s: s.is_controller, 10)
     brief = cluster(2, connect=server.connect, session_timeout_ms=2000)
