@@ -42,6 +42,24 @@ def test_legal_names_and_dir_layout(tmp_path):
     validate_topic_name("t" * 249)
 
 
+def test_high_watermarks_are_checkpointed_on_their_own_interval(tmp_path):
+    """Kafka's replica.high.watermark.checkpoint.interval.ms (5 s) is shorter than the other checkpoints'
+    60 s: a broker killed -9 restarts from high watermarks seconds old, not a minute."""
+    mgr = LogManager([tmp_path], LogConfig(segment_bytes=len(batch()) * 2))
+    plog = mgr.get_or_create_log(TopicPartition("t", 0))
+    for _ in range(3):
+        plog.append_as_leader(batch(), 1)
+    plog.update_high_watermark(6)
+    mgr.startup(checkpoint_ms=600_000, high_watermark_checkpoint_ms=50)
+    try:
+        path = tmp_path / "replication-offset-checkpoint"
+        wait_for(lambda: path.exists() and OffsetCheckpointFile(path).read() == {TopicPartition("t", 0): 6},
+                 "the high watermark checkpointed")
+        assert not (tmp_path / "recovery-point-offset-checkpoint").exists()
+    finally:
+        mgr.shutdown()
+
+
 def test_shutdown_checkpoints_and_clean_reload(tmp_path):
     mgr = LogManager([tmp_path], LogConfig(segment_bytes=len(batch()) * 2))
     plog = mgr.get_or_create_log(TopicPartition("t", 0))

@@ -330,15 +330,19 @@ class LogManager:
             return [d for d, _ in self._logs_to_be_deleted]
 
     def startup(self, *, retention_check_ms: int = 300_000, flush_check_ms: int | None = None,
-                checkpoint_ms: int = 60_000) -> None:
+                checkpoint_ms: int = 60_000, high_watermark_checkpoint_ms: int = 5_000) -> None:
         """Kafka's LogManager.startup: the periodic tasks on the LogManager's scheduler, each first run one
         interval from now, and the deletes a previous run left unfinished, at once. ``flush_check_ms``
-        None: no flusher (log.flush.scheduler.interval.ms at its default, Long.MAX_VALUE)."""
+        None: no flusher (log.flush.scheduler.interval.ms at its default, Long.MAX_VALUE). High watermarks
+        are checkpointed on their own, shorter interval (Kafka's ReplicaManager task, 5 s by default): a
+        broker restarted after kill -9 starts from them, and may lead before its followers' fetches tell it more."""
         sched = self.scheduler
         sched.schedule("kafka-log-retention", self.cleanup_logs, retention_check_ms, retention_check_ms)
         if flush_check_ms is not None:
             sched.schedule("kafka-log-flusher", self.flush_dirty_logs, flush_check_ms, flush_check_ms)
-        sched.schedule("kafka-checkpoints", self.write_checkpoints, checkpoint_ms, checkpoint_ms)
+        sched.schedule("kafka-checkpoints", self._write_offset_checkpoints, checkpoint_ms, checkpoint_ms)
+        sched.schedule("highwatermark-checkpoint", self.checkpoint_high_watermarks, high_watermark_checkpoint_ms,
+                       high_watermark_checkpoint_ms)
         if self.pending_log_deletes():
             sched.schedule_once("kafka-delete-logs", self.delete_logs)
         if self.cleaner is not None:
@@ -347,6 +351,10 @@ class LogManager:
     def write_checkpoints(self) -> bool:
         """Recovery points, log start offsets and high watermarks (no replica manager owns those here)."""
         return all([self.checkpoint_recovery_points(), self.checkpoint_log_start_offsets(), self.checkpoint_high_watermarks()])
+
+    def _write_offset_checkpoints(self) -> bool:
+        """The "kafka-checkpoints" task: recovery points and log start offsets (high watermarks have theirs)."""
+        return all([self.checkpoint_recovery_points(), self.checkpoint_log_start_offsets()])
 
     # ---- background tasks -------------------------------------------------------------------------
     def cleanup_logs(self, now_ms: int | None = None) -> int:

@@ -224,6 +224,7 @@ class Broker:
             retention_check_ms=max(self.config["log.retention.check.interval.ms"], 10),
             flush_check_ms=max(flush_ms, 10) if flush_ms < 2**62 else None,
             checkpoint_ms=max(self.config["log.flush.offset.checkpoint.interval.ms"], 10),
+            high_watermark_checkpoint_ms=max(self.config["replica.high.watermark.checkpoint.interval.ms"], 10),
         )
 
     async def _start_authorizer(self, first: Path) -> AclAuthorizer | None:
