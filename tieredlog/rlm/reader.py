@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-from collections import OrderedDict, deque
 from concurrent.futures import CancelledError, Future
 from typing import Callable, NamedTuple
 
@@ -24,7 +23,6 @@ from tieredlog.formats.lineage import (
     epoch_of_offset_in_segment,
     holds_offset_on_lineage,
     is_within_lineage,
-    lineage_end_in_segment,
 )
 from tieredlog.records.batch import (
     BATCH_LENGTH_OFFSET,
@@ -40,6 +38,7 @@ from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.metrics import metrics
 from tieredlog.rlm.pool import RemoteReaderPool
+from tieredlog.rlm.prefetch import CHUNK_GROWN, CHUNK_MAX, CHUNK_MIN, READ_AHEAD_CHUNKS, PrefetchCache, ReadStream
 from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -76,145 +75,6 @@ class OffsetAndTimestamp(NamedTuple):
     leader_epoch: int
 
 
-# Read-ahead for sequential (catch-up) readers: a stream's first ranged read is CHUNK_MIN bytes or
-# twice the fetch size (at most CHUNK_MAX), short so the first fetch answers soon; every read
-# ahead doubles the size up to CHUNK_GROWN (or the first size when larger): an object store
-# pays a request's fixed cost (signing, parsing, time to first byte) per read, so a reader
-# that keeps going should pay it rarely. Up to READ_AHEAD_CHUNKS reads beyond what the reader
-# holds; when the whole segment is held or in flight, the next segment's first read is issued.
-CHUNK_MIN = 2 * 1024 * 1024
-CHUNK_MAX = 32 * 1024 * 1024
-CHUNK_GROWN = 16 * 1024 * 1024
-READ_AHEAD_CHUNKS = 2
-
-
-class _Stream:
-    """One sequential reader of one remote segment: bytes fetched ahead of it and reads in flight.
-
-    ``data[p:]`` holds the segment's bytes from file position ``pos`` (the batch where
-    ``next_offset`` starts); ``ahead`` holds (start, end, future) ranged reads contiguous after
-    ``data``. Only the thread serving a fetch touches a stream (it is taken out of the table).
-    """
-
-    __slots__ = ("tip", "md", "next_offset", "data", "p", "data_pos", "ahead", "fetched_to", "reserved", "chunk",
-                 "first_chunk", "log", "next_started", "lineage_end")
-
-    def __init__(self, tip, md: RemoteLogSegmentMetadata, next_offset: int, pos: int, log=None) -> None:
-        self.tip = tip
-        self.log = log  # the partition's log: finds the next segment when this one is all read
-        self.md = md
-        self.next_offset = next_offset
-        self.data: bytes = b""
-        self.p = 0
-        self.data_pos = pos  # file position of data[0]
-        self.ahead: "deque[tuple[int, int, Future]]" = deque()
-        self.fetched_to = pos  # end of data plus every read in flight
-        self.reserved = 0  # bytes of read-ahead counted against the table's budget
-        self.chunk = CHUNK_MIN  # size of the next ranged read
-        self.first_chunk = CHUNK_MIN  # ... back to this under memory pressure
-        self.next_started = False  # the next segment's stream has been set up
-        # from here on the segment holds another history's records (a copy made before a truncation)
-        self.lineage_end: int | None = None if log is None else lineage_end_in_segment(
-            md, as_pairs(log.leader_epoch_cache.epoch_entries()), next_offset)
-
-    @property
-    def pos(self) -> int:
-        return self.data_pos + self.p
-
-    @property
-    def size(self) -> int:
-        return self.md.segment_size_in_bytes
-
-    def cancel(self) -> None:
-        for _, _, fut in self.ahead:
-            fut.cancel()
-        self.ahead.clear()
-
-
-class PrefetchCache:
-    """Sequential readers' streams keyed by (partition, next offset), least recently used first.
-
-    Bounded by stream count and by the bytes held or being read ahead (``max_bytes``); streams
-    over the bounds are dropped (their reads in flight are cancelled or left to finish unused).
-    """
-
-    def __init__(self, max_entries: int = 64, max_bytes: int = 128 * 1024 * 1024) -> None:
-        self._lock = threading.Lock()
-        self._streams: "OrderedDict[tuple, _Stream]" = OrderedDict()
-        self._bytes = 0
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.hits = 0
-
-    @property
-    def bytes_held(self) -> int:
-        return self._bytes
-
-    def __len__(self) -> int:
-        return len(self._streams)
-
-    def contains(self, tip, offset: int) -> bool:
-        with self._lock:
-            return (tip, offset) in self._streams
-
-    def take(self, tip, offset: int, count: bool = True) -> _Stream | None:
-        with self._lock:
-            s = self._streams.pop((tip, offset), None)
-            if s is not None and count:
-                self.hits += 1
-            return s
-
-    def count_hit(self) -> None:
-        with self._lock:
-            self.hits += 1
-
-    def put(self, s: _Stream) -> None:
-        with self._lock:
-            old = self._streams.pop((s.tip, s.next_offset), None)
-            if old is not None and old is not s:
-                self._release_locked(old)
-            self._streams[(s.tip, s.next_offset)] = s
-            self._evict_locked(keep=s)
-
-    def account(self, s: _Stream, held: int) -> bool:
-        """Set the bytes ``s`` holds or reads ahead; False when that does not fit the budget."""
-        with self._lock:
-            delta = held - s.reserved
-            if delta > 0 and self._bytes + delta > self.max_bytes:
-                return False
-            self._bytes += delta
-            s.reserved = held
-            return True
-
-    def release(self, s: _Stream) -> None:
-        with self._lock:
-            self._release_locked(s)
-
-    def drop_segment(self, segment_id) -> None:
-        with self._lock:
-            for key in [k for k, s in self._streams.items() if s.md.remote_log_segment_id.id == segment_id]:
-                self._release_locked(self._streams.pop(key))
-
-    def clear(self) -> None:
-        with self._lock:
-            for s in self._streams.values():
-                self._release_locked(s)
-            self._streams.clear()
-
-    def _release_locked(self, s: _Stream) -> None:
-        s.cancel()
-        self._bytes -= s.reserved
-        s.reserved = 0
-        s.data = b""
-
-    def _evict_locked(self, keep: _Stream) -> None:
-        while len(self._streams) > self.max_entries or (self._bytes > self.max_bytes and len(self._streams) > 1):
-            key = next(iter(self._streams))
-            if self._streams[key] is keep:
-                break
-            self._release_locked(self._streams.pop(key))
-
-
 class RemoteReadPath:
     def __init__(
         self,
@@ -245,7 +105,7 @@ class RemoteReadPath:
             # After unclean elections several segments hold the same offsets with different records, and
             # the metadata serves an epoch's offset from the last copy of it, whichever history that is.
             # A copy that leaves the lineage only past ``offset`` still serves it (after hard failures
-            # it may be the only copy of it): reads stop where it leaves (_Stream.lineage_end).
+            # it may be the only copy of it): reads stop where it leaves (ReadStream.lineage_end).
             return holds_offset_on_lineage(md, lineage, offset)
 
         epoch = log.leader_epoch_cache.epoch_for_offset(offset)
@@ -410,7 +270,7 @@ class RemoteReadPath:
             )
         while md is not None:
             entry_offset, pos = self._index_cache.lookup_offset_entry(md, fetch_offset)
-            s = _Stream(tip, md, fetch_offset, pos, log)
+            s = ReadStream(tip, md, fetch_offset, pos, log)
             s.chunk = s.first_chunk = min(CHUNK_MAX, max(self.chunk_min, 2 * max_bytes))
             try:
                 got = self._serve(s, fetch_offset, max_bytes, min_one_message, entry_offset if pos else None)
@@ -433,7 +293,7 @@ class RemoteReadPath:
 
     # -- one stream -----------------------------------------------------------------------------
     def _serve(
-        self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool, index_entry: int | None = None
+        self, s: ReadStream, fetch_offset: int, max_bytes: int, min_one: bool, index_entry: int | None = None
     ) -> RemoteRecords | None:
         """Whole batches from ``s`` starting at the batch holding ``fetch_offset``, up to
         ``max_bytes`` (at least one batch when ``min_one``); None when the segment has no batch
@@ -482,7 +342,7 @@ class RemoteReadPath:
         return RemoteRecords(data, md, next_offset)
 
     def _serve_inline(
-        self, s: _Stream, fetch_offset: int, max_bytes: int, min_one: bool
+        self, s: ReadStream, fetch_offset: int, max_bytes: int, min_one: bool
     ) -> RemoteRecords | None:
         """:meth:`_serve` from the bytes ``s`` holds or has read ahead (landed reads only): the
         same answer, parked the same way; None, with ``s`` neither parked nor released (its state
@@ -512,7 +372,7 @@ class RemoteReadPath:
         self._park(s, next_offset, inline=True)
         return RemoteRecords(data, md, next_offset)
 
-    def _ensure(self, s: _Stream, n: int) -> bool:
+    def _ensure(self, s: ReadStream, n: int) -> bool:
         """Make ``s.data[s.p:]`` hold ``n`` bytes, or everything up to the end of the segment;
         False when no byte at all is left."""
         size = s.size
@@ -538,7 +398,7 @@ class RemoteReadPath:
         return len(s.data) > s.p
 
     @staticmethod
-    def _ensure_now(s: _Stream, n: int) -> bool:
+    def _ensure_now(s: ReadStream, n: int) -> bool:
         """:meth:`_ensure` from reads that have landed, without I/O or waiting: True when
         ``s.data[s.p:]`` now holds what :meth:`_ensure` would leave there (``n`` bytes, or all
         there is); False when getting there needs a read that is missing, in flight, failed or
@@ -557,7 +417,7 @@ class RemoteReadPath:
                 return True
         return True
 
-    def _park(self, s: _Stream, next_offset: int, inline: bool = False) -> None:
+    def _park(self, s: ReadStream, next_offset: int, inline: bool = False) -> None:
         """Keep ``s`` for a fetch at ``next_offset`` and read ahead of it; drop it at the segment end.
         ``inline``: on a thread that must not block, the next segment is set up on the pool."""
         s.next_offset = next_offset
@@ -582,7 +442,7 @@ class RemoteReadPath:
             s.next_started = True
             start_next(s)
 
-    def _read_ahead(self, s: _Stream) -> None:
+    def _read_ahead(self, s: ReadStream) -> None:
         size = s.size
         pool = self._pool
         while len(s.ahead) < READ_AHEAD_CHUNKS and s.fetched_to < size:
@@ -605,7 +465,7 @@ class RemoteReadPath:
             s.chunk = max(s.first_chunk, min(self.chunk_grown, 2 * s.chunk))
         self.prefetch.account(s, (len(s.data) - s.p) + sum(e - b for b, e, _ in s.ahead))
 
-    def _start_next_segment_on_pool(self, s: _Stream) -> None:
+    def _start_next_segment_on_pool(self, s: ReadStream) -> None:
         """:meth:`_start_next_segment` queued on the reader pool (it asks the RLMM, which may block)."""
         pool = self._pool
         if pool is None or not pool.has_room(0.5):
@@ -627,7 +487,7 @@ class RemoteReadPath:
 
         fut.add_done_callback(done)
 
-    def _start_next_segment(self, s: _Stream) -> None:
+    def _start_next_segment(self, s: ReadStream) -> None:
         """Set up (and read ahead) the stream of the segment after ``s``'s, so a reader crossing
         the segment boundary finds its bytes on the way instead of starting cold."""
         log = s.log
@@ -640,7 +500,7 @@ class RemoteReadPath:
             return
         if md is None or md.start_offset != offset or md.segment_size_in_bytes <= 0:
             return  # an offset gap, or nothing more remote: found on demand, as without read-ahead
-        nxt = _Stream(s.tip, md, offset, 0, log)  # a segment starts with the batch holding its start offset
+        nxt = ReadStream(s.tip, md, offset, 0, log)  # a segment starts with the batch holding its start offset
         nxt.first_chunk = s.first_chunk
         nxt.chunk = s.chunk
         self._read_ahead(nxt)
@@ -707,7 +567,7 @@ def _empty_to_segment_end(got: RemoteRecords, log, room: int) -> bool:
     return all(h.records_count == 0 for _, h in iter_headers(got.records))
 
 
-def _name(s: _Stream) -> str:
+def _name(s: ReadStream) -> str:
     return f"remote segment {s.md.remote_log_segment_id.id} ({s.md.start_offset}..{s.md.end_offset})"
 
 
@@ -724,13 +584,13 @@ def _batch_size(buf, p: int, file_pos: int, md: RemoteLogSegmentMetadata) -> int
     return size
 
 
-def _checked_header(s: _Stream):
+def _checked_header(s: ReadStream):
     """The header at the stream's position, its size checked as :func:`_batch_size` does."""
     _batch_size(s.data, s.p, s.pos, s.md)
     return read_header(s.data, s.p)
 
 
-def _splice(s: _Stream, start: int, end: int, chunk) -> bool:
+def _splice(s: ReadStream, start: int, end: int, chunk) -> bool:
     """Append ``chunk`` (the segment's bytes from ``start``, asked up to ``end``) to ``s.data``;
     False when no more bytes follow it (empty, or the object is shorter than the metadata says)."""
     if not chunk:
@@ -776,7 +636,7 @@ def _rest_of_batch(head: memoryview, chunk) -> int:
     return size - len(head) if size >= HEADER_SIZE else 0
 
 
-def _cut(s: _Stream, limit: int) -> tuple[bytes | memoryview, int, int] | None:
+def _cut(s: ReadStream, limit: int) -> tuple[bytes | memoryview, int, int] | None:
     """The whole batches in ``s.data`` from ``s.p`` within ``limit`` bytes: (those bytes, a view
     into ``s.data``; position after them in ``s.data``; offset after them); None when not even the
     first batch is whole."""
