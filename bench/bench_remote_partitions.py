@@ -24,13 +24,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.bench_tiered import MIB, _env, _kcat, _produce, _wait_tiered
+from bench.bench_spark_reader import cpu_seconds
+from bench.bench_tiered import MIB, _env, _kcat, _produce, _wait_tiered, s3_tiered_broker
 
 READER_THREADS = 10  # the broker's remote.log.reader.threads default
 
 
 def main() -> None:
-    from broker_harness import BrokerProcess
     from confluent_kafka.admin import AdminClient, NewTopic
     from s3servers import start_moto, start_seaweedfs
 
@@ -42,11 +42,7 @@ def main() -> None:
     endpoint = (start_moto if os.environ.get("REMOTE_PARTS_BENCH_S3") == "moto" else start_seaweedfs)()
     root = Path(tempfile.mkdtemp(prefix="bench-remote-partitions-"))
     prefix = f"bench-{uuid.uuid4().hex[:8]}/"
-    rsm = {f"rsm.config.{k}": str(v) for k, v in endpoint.rsm_configs(prefix=prefix).items()}
-    broker = BrokerProcess(root / "data", overrides={
-        "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
-        "remote.log.storage.manager.class.name": "s3", **rsm})
+    broker = s3_tiered_broker(endpoint, root, prefix)
     try:
         broker.start()
         bs = broker.bootstrap
@@ -62,8 +58,7 @@ def main() -> None:
         raw = sum(size for _, size in objects)
 
         def cpu() -> float:  # the broker process's CPU seconds (user + system)
-            f = Path(f"/proc/{broker.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+            return cpu_seconds(broker.proc.pid)
 
         def raw_parallel() -> float:
             t0 = time.perf_counter()

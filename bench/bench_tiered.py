@@ -272,13 +272,25 @@ def _kcat(bootstrap: str, topic: str, ends: dict[int, int]) -> float:
     return t
 
 
+def s3_tiered_broker(endpoint, root: Path, prefix: str):  # type: ignore[no-untyped-def]
+    """A broker (not started) tiering to ``endpoint``'s bucket under ``prefix``, with fast tiering checks."""
+    from broker_harness import BrokerProcess
+
+    rsm = {f"rsm.config.{k}": str(v) for k, v in endpoint.rsm_configs(prefix=prefix).items()}
+    return BrokerProcess(root / "data", overrides={
+        "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
+        "remote.log.storage.manager.class.name": "s3", **rsm})
+
+
 def bench_s3() -> None:
     """Catch-up consumers from an S3 server (SeaweedFS, or moto with TIERED_BENCH_S3=moto) vs raw
     boto3 GETs of the same segment objects from the same server, and vs the same records in a
     topic that is only local."""
-    from broker_harness import BrokerProcess
     from confluent_kafka.admin import AdminClient, NewTopic
     from s3servers import start_moto, start_seaweedfs
+
+    from bench.bench_spark_reader import cpu_seconds
 
     if shutil.which("kcat") is None:
         raise SystemExit("bench_tiered's S3 part needs kcat (Debian package kcat; `make bench` installs it)")
@@ -288,11 +300,7 @@ def bench_s3() -> None:
     endpoint = (start_moto if which == "moto" else start_seaweedfs)()
     root = Path(tempfile.mkdtemp(prefix="bench-tiered-s3-"))
     prefix = f"bench-{uuid.uuid4().hex[:8]}/"
-    rsm = {f"rsm.config.{k}": str(v) for k, v in endpoint.rsm_configs(prefix=prefix).items()}
-    broker = BrokerProcess(root / "data", overrides={
-        "remote.log.manager.task.interval.ms": "200", "log.retention.check.interval.ms": "200",
-        "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
-        "remote.log.storage.manager.class.name": "s3", **rsm})
+    broker = s3_tiered_broker(endpoint, root, prefix)
     try:
         broker.start()
         bs = broker.bootstrap
@@ -311,8 +319,7 @@ def bench_s3() -> None:
         raw = sum(size for _, size in objects)
 
         def cpu() -> float:  # the broker process's CPU seconds (user + system)
-            f = Path(f"/proc/{broker.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+            return cpu_seconds(broker.proc.pid)
 
         def timed(run) -> tuple[float, float]:
             c0 = cpu()
