@@ -1,7 +1,9 @@
 """The Spark reader beside the broker path and raw reads of the same objects, in one run.
 
 A broker (``tieredlog broker`` subprocess) tiers ``SPARK_BENCH_MB`` (default 1024) MiB of 1 KiB
-records in 2 partitions into a remote folder (LocalTieredStorage, the layout every backend writes).
+records in ``SPARK_BENCH_PARTITIONS`` (default 1) partitions of 128 MiB segments into a remote folder
+(LocalTieredStorage, the layout every backend writes). The reader splits each segment into byte-range
+read tasks of at most 64 MiB (``maxBytesPerTask``'s default), so one partition spreads over every core.
 Then, over the same tiered offsets:
 
 1. ``spark.read.format("tieredlog")`` (``local[2]``, path ``file://`` of the folder): the time of
@@ -21,6 +23,8 @@ Then, over the same tiered offsets:
    load from elsewhere on the machine then weighs on both), best taken; broker CPU seconds meanwhile.
 5. Raw reads: every ``.log`` object read whole with plain file reads (the ceiling of any reader of
    these objects).
+6. The Spark reader again in a ``local[1]`` session: ``local[2]`` over ``local[1]`` is how the split
+   scales with cores.
 
     .venv/bin/python -m bench bench_spark_reader      # or: make bench-spark
     SPARK_BENCH_MB=256 SPARK_BENCH_RUNS=3 .venv/bin/python -m bench bench_spark_reader
@@ -39,7 +43,8 @@ from typing import Any
 MB = int(os.environ.get("SPARK_BENCH_MB", "1024"))
 RUNS = int(os.environ.get("SPARK_BENCH_RUNS", "5"))
 VALUE_SIZE = 1024
-PARTITIONS = 2
+PARTITIONS = int(os.environ.get("SPARK_BENCH_PARTITIONS", "1"))
+SEGMENT_BYTES = 128 << 20
 TOPIC = "history"
 
 
@@ -126,16 +131,16 @@ def broker_path(bootstrap: str, ends: dict[int, int]) -> tuple[float, int, int]:
 
 
 class SparkPath:
-    """``sum(length(value))`` over the reader in one ``local[2]`` session, run after run."""
+    """``sum(length(value))`` over the reader in one ``local[N]`` session, run after run."""
 
-    def __init__(self, remote: Path, ends: dict[int, int], broker_pid: int) -> None:
+    def __init__(self, remote: Path, ends: dict[int, int], broker_pid: int, master: str = "local[2]") -> None:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         from pyspark.sql import SparkSession
 
         from spark_readers import TieredLogDataSource
 
         self.remote, self.ends, self.broker_pid = remote, ends, broker_pid
-        self.spark = (SparkSession.builder.master("local[2]").appName("tieredlog-bench")
+        self.spark = (SparkSession.builder.master(master).appName("tieredlog-bench")
                       .config("spark.driver.memory", "1g").config("spark.ui.enabled", "false")
                       .config("spark.ui.showConsoleProgress", "false").getOrCreate())
         self.spark.sparkContext.setLogLevel("ERROR")
@@ -216,7 +221,8 @@ def main() -> None:
     from tests.broker_harness import BrokerProcess
 
     print(f"command: .venv/bin/python -m bench bench_spark_reader  (SPARK_BENCH_MB={MB}); {PARTITIONS} partitions, "
-          f"{VALUE_SIZE} B records, remote folder (LocalTieredStorage), Spark local[2], {os.cpu_count()} cores")
+          f"{VALUE_SIZE} B records, remote folder (LocalTieredStorage), Spark local[2] and local[1], "
+          f"{os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMPDIR")) as d:
         tmp = Path(d)
         remote = tmp / "remote"
@@ -225,10 +231,11 @@ def main() -> None:
         try:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={
-                "remote.storage.enable": "true", "segment.bytes": str(64 << 20),
+                "remote.storage.enable": "true", "segment.bytes": str(SEGMENT_BYTES),
                 "local.retention.ms": "1000"})])[TOPIC].result(30)
             produce(broker.bootstrap, MB << 20)
-            target = (MB << 20) * 0.9
+            # every segment but each partition's active one, which is never tiered
+            target = ((MB << 20) - PARTITIONS * SEGMENT_BYTES) * 0.95
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
                 ends = tiered_ends(broker.bootstrap)
@@ -262,7 +269,17 @@ def main() -> None:
                     assert b_rows == rows and b_size == size, (b_rows, b_size, rows, size)
             finally:
                 spark.stop()
+            one_core_runs = []
+            spark = SparkPath(remote, ends, pid, master="local[1]")
+            try:
+                for _ in range(max(RUNS, 1)):
+                    dt, n, _size, _cpu, _cpus = spark.run()
+                    assert n == rows, (n, rows)
+                    one_core_runs.append(dt)
+            finally:
+                spark.stop()
             best, spark_cpu, spark_cpus = min(reader_runs, key=lambda r: r[0])
+            one_core = min(one_core_runs)
             b_s, broker_cpu = min(broker_runs)
             d_s, df_broker_cpu = min(df_broker_runs)
             alone_s, a_rows, a_size = decoder_alone(remote, ends)
@@ -278,13 +295,17 @@ def main() -> None:
             print(f"  {'  every run, in order':<52}{', '.join(f'{r[0]:.2f}' for r in reader_runs)}")
             print(f"  {'  CPU s in the best run: Spark JVM':<52}{spark_cpus['jvm']:9.2f}")
             print(f"  {'  CPU s in the best run: Python workers':<52}{spark_cpus['python workers']:9.2f}")
+            print(line(f"Spark reader, local[1] (best of {max(RUNS, 1)})", one_core, None))
+            print(f"  {'  every run, in order':<52}{', '.join(f'{r:.2f}' for r in one_core_runs)}")
             print(line("reader's read tasks without Spark (1 core)", alone_s, None))
             print(line(f"DataFrame through the brokers (best of {max(RUNS, 1)})", d_s, df_broker_cpu))
             print(f"  {'  every run, in order':<52}{', '.join(f'{r[0]:.2f}' for r in df_broker_runs)}")
             print(line(f"broker path (confluent-kafka consumer, best of {max(RUNS, 1)})", b_s, broker_cpu))
             print(f"  {'  every run, in order':<52}{', '.join(f'{r[0]:.2f}' for r in broker_runs)}")
             print(f"  {'raw file reads of the .log objects':<52}{raw_s:9.2f}{'':>12}{raw_bytes / raw_s / (1 << 20):9.1f}")
-            print(f"\n  Spark reader / the DataFrame through the brokers: {d_s / best:.2f}x faster; broker CPU "
+            print(f"\n  Spark reader local[2] / local[1]: {one_core / best:.2f}x faster "
+                  f"({len(reader_plan(remote, ends)[1])} read tasks over {PARTITIONS} partition(s))")
+            print(f"  Spark reader / the DataFrame through the brokers: {d_s / best:.2f}x faster; broker CPU "
                   f"{spark_cpu:.1f} s vs {df_broker_cpu:.1f} s")
             print(f"  Spark reader / broker path: {b_s / best:.2f}x faster; broker CPU {spark_cpu:.1f} s vs "
                   f"{broker_cpu:.1f} s; reader MiB/s (values) / raw MiB/s (objects): "

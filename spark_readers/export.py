@@ -2,7 +2,8 @@
 
     tieredlog export --topic T --path s3://bucket/prefix --to out/ \\
         [--from-offset N | --from-time MS] [--to-offset N | --to-time MS] \\
-        [--storage storage.s3.endpoint.url=http://...] [--include-headers]
+        [--storage storage.s3.endpoint.url=http://...] [--include-headers] \\
+        [--bootstrap-server HOST:PORT [--metadata-source brokers]]
     tieredlog export --topic T --to out/ --storage remote.log.storage.manager.class.name=chunked \\
         --storage rsm.config.chunked.backend=s3 ...   # the broker's own properties instead of --path
 
@@ -12,7 +13,10 @@ sorted by offset, which ``pyarrow.dataset`` (or Spark) reads back as one dataset
 ``partition=<p>`` folders: their names would add columns that clash with the schema's own.) ``--to-offset`` is exclusive, as ``endingOffsets``; offsets apply to every partition. Committed
 data only, as the data source's default (read_committed, :mod:`spark_readers.transactions`). Storage
 options take the broker's S3 backend names (``storage.aws.access.key.id`` ...) or come from the AWS
-chain; they are never printed.
+chain; they are never printed. With ``--bootstrap-server`` the brokers are asked too, as with the data
+source's ``kafka.bootstrap.servers``: the log start offset (nothing below it is written) and the offsets
+not tiered yet; ``--metadata-source brokers`` also lists the committed segments from
+``__remote_log_metadata`` through them, for a tier whose writer leaves no manifests.
 """
 
 from __future__ import annotations
@@ -50,11 +54,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="a storage option (storage.s3.endpoint.url=..., storage.s3.region=..., or the broker's "
                    "remote.log.storage.manager.class.name=... and rsm.config.*=...), repeatable")
     p.add_argument("--include-headers", action="store_true", help="add the headers column, as includeHeaders")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="also read from the brokers: the log start "
+                   "offset and the offsets not tiered yet (kafka.bootstrap.servers)")
+    p.add_argument("--metadata-source", choices=("manifests", "brokers"), default="manifests",
+                   help="list the committed segments from the tier's manifests (default) or from "
+                   "__remote_log_metadata through --bootstrap-server (metadataSource)")
     return p
 
 
 def reader_options(args: argparse.Namespace) -> ReaderOptions:
-    raw = {"path": args.path, "topic": args.topic, "includeHeaders": str(args.include_headers).lower()}
+    raw = {"path": args.path, "topic": args.topic, "includeHeaders": str(args.include_headers).lower(),
+           "metadataSource": args.metadata_source}
+    if args.bootstrap_server:
+        raw["kafka.bootstrap.servers"] = args.bootstrap_server
     for item in args.storage:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -82,7 +94,7 @@ def _progress(done: int, total: int, rows: int) -> None:
 
 def export(options: ReaderOptions, to: Path, progress: bool = True) -> int:
     """Write every planned row under ``to``; returns the row count."""
-    read = plan_read(options)  # no brokers: every task reads the remote tier
+    read = plan_read(options)
     by_partition: dict[tuple[str, int], list[Task]] = {}
     for task in read.tasks:
         by_partition.setdefault((task.topic, task.partition), []).append(task)
@@ -103,10 +115,15 @@ def export(options: ReaderOptions, to: Path, progress: bool = True) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.metadata_source == "brokers" and not args.bootstrap_server:
+        parser.error("--metadata-source brokers reads __remote_log_metadata through the brokers: "
+                     "give --bootstrap-server")
     try:
         rows = export(reader_options(args), args.to, progress=sys.stderr.isatty())
-    except (OptionError, PlanError, StorageError, CatalogError, CorruptSegmentError, RemoteStorageException) as exc:
+    except (OptionError, PlanError, StorageError, CatalogError, CorruptSegmentError, RemoteStorageException,
+            ModuleNotFoundError) as exc:
         print(f"tieredlog export: {exc}", file=sys.stderr)
         return 1
     print(f"exported {rows} rows of {args.topic} to {args.to}")

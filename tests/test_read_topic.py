@@ -19,13 +19,14 @@ from typing import Any, Iterator
 import duckdb
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from spark_harness import spark  # noqa: F401  (fixture)
 
-from spark_readers import read_topic
+from spark_readers import export, read_topic
 from spark_readers.arrow import plan_read
 from spark_readers.catalog import CatalogError
 from spark_readers.options import OptionError, parse_options
@@ -257,6 +258,13 @@ def test_without_manifests_the_segments_are_listed_from_the_brokers(spark, broke
             for p in range(PARTITIONS)} == ends
     consumed = consume(broker.bootstrap)
     assert arrow_rows(read.reader().read_all()) == consumed
+    # tieredlog export, through the same source: the tier's rows and the brokers' tail, as Parquet
+    storage = [f"--storage={k}={v}" for k, v in rsm_properties(bare).items()]
+    assert export.main(["--topic", TOPIC, "--to", str(tmp_path / "out"), "--include-headers", *storage,
+                        "--bootstrap-server", broker.bootstrap, "--metadata-source", "brokers"]) == 0
+    assert arrow_rows(pa.concat_tables(pq.read_table(f) for f in sorted((tmp_path / "out").iterdir()))) == consumed
+    with pytest.raises(SystemExit):  # argparse's usage error: no brokers to list from
+        export.main(["--topic", TOPIC, "--to", str(tmp_path / "none"), *storage, "--metadata-source", "brokers"])
     # Spark, through the same option: the last tiered segment of one partition and the brokers' tail (a
     # small plan: Spark tasks are slow)
     last = max((t for t in read.tasks if isinstance(t, ReadTask) and t.partition == 0), key=lambda t: t.to_offset)
