@@ -55,8 +55,8 @@ log = logging.getLogger(__name__)
 # a rebuild from the remote tier fails every backoff while the object store is down: a line per interval
 _rebuild_failures = RateLimitedLog(log, 30.0)
 
-# topic names, current_leader_epoch, log_start_offset; every tieredlog broker serves it. Its answer's
-# partitions are FetchPartitionData, imported for this version
+# topic names, current_leader_epoch, log_start_offset; every tieredlog broker serves it (the answer's
+# types above are this version's)
 FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 8  # the first with EARLIEST_LOCAL_TIMESTAMP (KIP-405)
