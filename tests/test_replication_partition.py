@@ -1,7 +1,8 @@
 """Partition (the leader's replication state) over a real UnifiedLog: the high watermark as the
 smallest log end offset of the ISR, ISR shrink after replica.lag.time.max.ms and expansion on catch-up
 through the controller's answer, min.insync.replicas, KIP-320 epoch fencing, and leader epochs
-stamped into the log; plus the follower fetcher's batch trimming."""
+stamped into the log; a follower's appends of the leader's answers; plus the follower fetcher's
+batch trimming."""
 
 from __future__ import annotations
 
@@ -134,6 +135,44 @@ def test_a_new_leader_epoch_starts_at_the_log_end(tmp_path) -> None:
     p.make_follower(PartitionState(leader=2, leader_epoch=1, isr=(1, 2), replicas=(1, 2, 3)))
     p.make_leader(PartitionState(leader=1, leader_epoch=2, isr=(1, 2), replicas=(1, 2, 3)))
     assert [(e.epoch, e.start_offset) for e in p.log.leader_epoch_cache.epoch_entries()] == [(0, 0), (2, 3)]
+
+
+def follower(tmp_path, clock: Clock) -> Partition:
+    plog = UnifiedLog(tmp_path / "t-0", LogConfig(), clock=clock)
+    p = Partition(TP, plog, 2, clock_ms=clock)
+    p.make_follower(PartitionState(leader=1, leader_epoch=5, isr=(1, 2), replicas=(1, 2)))
+    return p
+
+
+def leader_batch(base_offset: int, n: int) -> bytes:
+    return build_batch([(b"k", b"v", [], 1_700_000_000_000 + i) for i in range(n)], base_offset=base_offset,
+                       partition_leader_epoch=5)
+
+
+def test_follower_appends_the_leaders_batches_and_takes_its_high_watermark_and_log_start(tmp_path) -> None:
+    p = follower(tmp_path, Clock())
+    answer = memoryview(leader_batch(0, 3) + leader_batch(3, 2))  # a view of the response, as the fetcher has it
+    assert p.append_records_to_follower(answer, leader_high_watermark=9, leader_log_start_offset=0)
+    # the leader's offsets and epochs as they are; the high watermark never past this log's end
+    assert (p.log.log_end_offset, p.log.high_watermark, p.log.log_start_offset) == (5, 5, 0)
+    assert p.log.leader_epoch_cache.epoch_entries() == [(5, 0)]
+    # an answer without records: a lower leader high watermark leaves ours, a later log start moves ours
+    assert not p.append_records_to_follower(b"", leader_high_watermark=3, leader_log_start_offset=2)
+    assert (p.log.high_watermark, p.log.log_start_offset) == (5, 2)
+    # the leader's log start beyond our high watermark: ours stops at the high watermark
+    assert p.append_records_to_follower(leader_batch(5, 2), leader_high_watermark=6, leader_log_start_offset=7)
+    assert (p.log.log_end_offset, p.log.high_watermark, p.log.log_start_offset) == (7, 6, 6)
+
+
+def test_an_empty_follower_log_starting_inside_the_leaders_batch_restarts_at_the_batch(tmp_path) -> None:
+    p = follower(tmp_path, Clock())
+    p.log.truncate_fully_and_start_at(4)  # the leader's log start, moved inside a batch by DeleteRecords
+    p.append_records_to_follower(leader_batch(2, 5), leader_high_watermark=7, leader_log_start_offset=4)
+    assert (p.log.log_end_offset, p.log.high_watermark, p.log.log_start_offset) == (7, 7, 4)
+    # the same batch again overlaps a log that is not empty: refused, the log unchanged
+    with pytest.raises(errors.UnexpectedAppendOffsetError):
+        p.append_records_to_follower(leader_batch(2, 5), leader_high_watermark=7, leader_log_start_offset=4)
+    assert p.log.log_end_offset == 7
 
 
 def test_whole_batches_drops_a_trailing_partial_batch() -> None:

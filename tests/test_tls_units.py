@@ -29,14 +29,8 @@ from tieredlog.config import (
 )
 from tieredlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tieredlog.security.ssl_principal import SslPrincipalMapper
-from tieredlog.security.tls import (
-    SslConfig,
-    client_context,
-    iana_cipher_name,
-    inter_broker_client_context,
-    listener_tls,
-    server_context,
-)
+from tieredlog.security.tls import client_context, iana_cipher_name, server_context
+from tieredlog.security.tls_config import SslConfig, inter_broker_client_context, listener_tls
 from tieredlog.server import network
 from tieredlog.server.network import Connection, OpenRegion
 

@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 from helpers import free_port
 
 from tieredlog.config import BrokerConfig, BrokerConfigError
-from tieredlog.security.tls import listener_tls
+from tieredlog.security.tls_config import listener_tls
 
 # sha256WithRSAEncryption and the algorithms swapped in for it, DER-encoded OIDs of the same length
 _SHA256_RSA = bytes.fromhex("06092a864886f70d01010b")

@@ -372,7 +372,7 @@ def test_follower_append_keeps_offsets(tmp_path):
     info = follower.append_as_follower(data)
     assert (info.first_offset, info.last_offset) == (0, 4)
     assert follower.leader_epoch_cache.epoch_entries() == [(3, 0), (4, 2)]
-    with pytest.raises(errors.OffsetOutOfRangeError):
+    with pytest.raises(errors.UnexpectedAppendOffsetError):
         follower.append_as_follower(data)
 
 

@@ -93,7 +93,7 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("listener.security.protocol.map", "str", DEFAULT_SECURITY_PROTOCOL_MAP,
        "NAME:PROTOCOL pairs; a listener named after a protocol needs no entry"),
     _d("inter.broker.listener.name", "str", None, "listener brokers and the controller use to reach each other"),
-    # TLS (tieredlog.security.tls), Kafka's names and defaults; each may be set for one listener as
+    # TLS (tieredlog.security.tls_config), Kafka's names and defaults; each may be set for one listener as
     # listener.name.<listener in lower case>.<config>, which takes precedence. Key stores are PEM only.
     _d("ssl.keystore.type", "str", "JKS", "PEM is the only type read; Kafka's default JKS is refused"),
     _d("ssl.keystore.location", "str", None, "PEM file with the private key and the certificate chain"),

@@ -35,6 +35,17 @@ class OffsetOutOfRangeError(KafkaError):
     code = ErrorCode.offset_out_of_range
 
 
+class UnexpectedAppendOffsetError(UnknownServerError):
+    """A follower's append whose first batch starts below the log end offset (Kafka's
+    UnexpectedAppendOffsetException: the broker's own, with no error code of its own). The offsets
+    let the partition tell a log start inside the leader's batch from a real overlap."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+
+
 class CorruptMessageError(KafkaError):
     code = ErrorCode.corrupt_message
 

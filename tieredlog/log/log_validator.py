@@ -56,7 +56,7 @@ class LogValidator:
     def uses_log_append_time(self) -> bool:
         return self.config.message_timestamp_type == "LogAppendTime"
 
-    def validate_batches(self, buf: bytes | bytearray) -> list[BatchHeader]:
+    def validate_batches(self, buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
         """Every batch's structure, CRC and size, mapped to Kafka's errors; nothing is written unless
         every batch passes."""
         n = len(buf)

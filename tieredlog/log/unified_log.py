@@ -239,21 +239,23 @@ class UnifiedLog:
             final = validator.assign_offsets_and_timestamps(buf, headers, self.log_end_offset, leader_epoch, now)
             return self._append(buf, final, now, now if log_append_time else -1)
 
-    def append_as_follower(self, records: bytes | bytearray) -> LogAppendInfo:
-        """Append batches that already carry offsets and epochs (replication); CRC still checked."""
-        buf = records if isinstance(records, (bytes, bytearray)) else bytes(records)
-        headers = LogValidator(self.config, AppendOrigin.REPLICATION).validate_batches(
-            bytearray(buf) if isinstance(buf, bytes) else buf
-        )
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches that already carry offsets and epochs (replication); CRC still checked.
+
+        ``records`` is read, never written, and only during this call: a view of a fetch response
+        goes to the segment file as it is, without a copy."""
+        headers = LogValidator(self.config, AppendOrigin.REPLICATION).validate_batches(records)
         with self._lock:
-            if headers[0].base_offset < self.log_end_offset:
-                raise errors.OffsetOutOfRangeError(
-                    f"follower append at {headers[0].base_offset} is below the log end offset {self.log_end_offset}"
+            first = headers[0].base_offset
+            if first < self.log_end_offset:
+                raise errors.UnexpectedAppendOffsetError(
+                    f"follower append at {first} is below the log end offset {self.log_end_offset}",
+                    first, headers[-1].last_offset,
                 )
             for a, b in zip(headers, headers[1:]):
                 if b.base_offset < a.next_offset:
                     raise errors.InvalidRecordError("follower batches are not in offset order")
-            return self._append(buf, headers, self._clock(), -1)
+            return self._append(records, headers, self._clock(), -1)
 
     def _append(self, buf: bytes | bytearray | memoryview, headers: list[BatchHeader], now: int, append_time: int) -> LogAppendInfo:
         first, last = headers[0].base_offset, headers[-1].last_offset

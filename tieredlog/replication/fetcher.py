@@ -4,12 +4,13 @@ One fetcher per leader broker (times ``num.replica.fetchers``) copies the batche
 this broker follows there. It fetches from its log end offset naming the latest epoch of its log
 (``last_fetched_epoch``, KIP-320, Kafka's truncation on fetch): where that epoch ends on the leader
 before the fetch offset, the leader answers ``diverging_epoch`` instead of records and the follower
-cuts its log there (KIP-101/279's rule) and fetches again. Otherwise it appends the leader's batches
-as they are (offsets and epochs included) and takes the leader's high watermark and log start
-offset. A partition whose log has no epoch starts in ``TRUNCATING`` (cut to its high watermark);
-one whose fetch offset lies past the leader's log asks the leader where its latest epoch ends
-(OffsetForLeaderEpoch) before fetching again. A fenced or moved partition waits for the
-controller's next word.
+cuts its log there (KIP-101/279's rule) and fetches again. Otherwise the partition appends the
+leader's batches as they are (offsets and epochs included, straight from the response, uncopied) and
+takes the leader's high watermark and log start offset (``Partition.append_records_to_follower``);
+the fetcher keeps only its fetch state: quota, in-sync flag, errors. A partition whose log has no
+epoch starts in ``TRUNCATING`` (cut to its high watermark); one whose fetch offset lies past the
+leader's log asks the leader where its latest epoch ends (OffsetForLeaderEpoch) before fetching
+again. A fenced or moved partition waits for the controller's next word.
 
 A fetch below the leader's local log start of a tiered partition answers
 OFFSET_MOVED_TO_TIERED_STORAGE: the partition enters ``BUILDING_REMOTE_LOG_AUX_STATE`` (KIP-405). The
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.response import FetchResponse
+from kio.schema.fetch.v12.response import PartitionData as FetchPartitionData
 
 from tieredlog.clients.connection import AsyncKafkaConnection
 from tieredlog.clients.node_clients import PLAINTEXT, ConnectSettings, ListenerSecurity, NodeConnections
@@ -52,7 +55,9 @@ log = logging.getLogger(__name__)
 # a rebuild from the remote tier fails every backoff while the object store is down: a line per interval
 _rebuild_failures = RateLimitedLog(log, 30.0)
 
-FETCH_VERSION = 12  # topic names, current_leader_epoch, log_start_offset; every tieredlog broker serves it
+# topic names, current_leader_epoch, log_start_offset; every tieredlog broker serves it (the answer's
+# types above are this version's)
+FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 LIST_OFFSETS_VERSION = 8  # the first with EARLIEST_LOCAL_TIMESTAMP (KIP-405)
 EARLIEST_LOCAL_TIMESTAMP = -4
@@ -126,7 +131,8 @@ class PartitionFetchState:
 
 
 def whole_batches(records: bytes | memoryview) -> memoryview:
-    """The leader may end a response inside a batch (its max bytes cut it); append whole ones only."""
+    """The leader may end a response inside a batch (its max bytes cut it); append whole ones only.
+    A view of ``records``, not a copy."""
     view = memoryview(records)
     pos, end = 0, len(view)
     while end - pos >= _BATCH_HEADER.size:
@@ -430,7 +436,7 @@ class ReplicaFetcher:
         conn = await self._connection()
         timeout = cfg.socket_timeout_ms / 1000 + cfg.wait_max_ms / 1000
         self.requests += 1
-        resp = await conn.request(FETCH, {
+        resp: FetchResponse = await conn.request(FETCH, {
             "replica_id": self.broker_id, "max_wait": cfg.wait_max_ms, "min_bytes": cfg.min_bytes,
             "max_bytes": cfg.response_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
@@ -454,31 +460,22 @@ class ReplicaFetcher:
             if self.partitions.get(fs.partition.tp) is fs:
                 await self._truncate_one(fs, epoch, end_offset, "diverging epoch")
 
-    def _process(self, s: PartitionFetchState, p: object) -> None:
-        code = ErrorCode(p.error_code)  # type: ignore[attr-defined]
+    def _process(self, s: PartitionFetchState, p: FetchPartitionData) -> None:
+        code = ErrorCode(p.error_code)
         partition = s.partition
         plog = partition.log
         if code == ErrorCode.none:
-            records = p.records  # type: ignore[attr-defined]
-            if records:
-                batches = whole_batches(records)
-                if len(batches):
-                    plog.append_as_follower(bytes(batches))
-                    if self._rm.follower_quota.is_throttled(partition.tp, plog.config):
-                        self._rm.follower_quota.record(len(batches))
-            hw = min(p.high_watermark, plog.log_end_offset)  # type: ignore[attr-defined]
-            s.in_sync = plog.log_end_offset >= p.high_watermark  # type: ignore[attr-defined]
-            if hw > plog.high_watermark:
-                plog.update_high_watermark(hw)
-                # consumers reading this follower (KIP-392) wait on its high watermark
+            # a view of the response's records, appended without a copy (kio's bytes are immutable)
+            batches = whole_batches(p.records or b"")
+            if partition.append_records_to_follower(batches, p.high_watermark, p.log_start_offset):
                 self._rm.high_watermark_moved(partition.tp)
-            leader_start = p.log_start_offset  # type: ignore[attr-defined]
-            if leader_start > plog.log_start_offset:
-                plog.maybe_increment_log_start_offset(min(leader_start, plog.high_watermark), "leader_offset_increment")
+            if len(batches) and self._rm.follower_quota.is_throttled(partition.tp, plog.config):
+                self._rm.follower_quota.record(len(batches))
+            s.in_sync = plog.log_end_offset >= p.high_watermark
             s.warned.clear()
             return
         if code == ErrorCode.offset_out_of_range:
-            leader_start = p.log_start_offset  # type: ignore[attr-defined]
+            leader_start = p.log_start_offset
             if 0 <= leader_start and plog.log_end_offset < leader_start:
                 # everything we have is below what the leader keeps: start over at its log start
                 log.info("%s: %s is at %d, below the leader's log start %d: starting over there",
@@ -490,7 +487,7 @@ class ReplicaFetcher:
         if code == ErrorCode.offset_moved_to_tiered_storage:
             log.info("%s: %s: offset %d is only in the leader's remote tier: rebuilding from it",
                      self.name, partition.tp, plog.log_end_offset)
-            s.leader_log_start_offset = p.log_start_offset  # type: ignore[attr-defined]
+            s.leader_log_start_offset = p.log_start_offset
             s.state = FetchState.BUILDING_REMOTE_LOG_AUX_STATE
             self._wakeup.set()
             return

@@ -2,7 +2,8 @@
 
 The leader tracks every follower's log end offset, keeps the ISR (proposing changes to the
 controller, which writes them to ZooKeeper), and moves the high watermark to the smallest log end
-offset of the ISR. A follower only records who leads at which epoch; its fetcher copies the data.
+offset of the ISR. A follower records who leads at which epoch; its fetcher brings the leader's
+answers, which the follower appends here with the leader's high watermark and log start offset.
 
 Everything here runs on the event loop and only touches the log through its own lock, so it never
 waits on a disk or a network: ISR changes leave as proposals (``IsrChangeSender``) answered later.
@@ -21,6 +22,7 @@ from tieredlog.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     PolicyViolationError,
+    UnexpectedAppendOffsetError,
     UnknownLeaderEpochError,
 )
 from tieredlog.log.types import AppendOrigin, LogAppendInfo, TopicPartition
@@ -211,6 +213,43 @@ class Partition:
                 return True, NotEnoughReplicasAfterAppendError
             return True, None
         return False, None
+
+    # ---- follower ---------------------------------------------------------------------------------
+
+    def append_records_to_follower(self, records: bytes | bytearray | memoryview, leader_high_watermark: int,
+                                   leader_log_start_offset: int) -> bool:
+        """One partition of the leader's fetch answer (Kafka's appendRecordsToFollowerOrFutureReplica,
+        and the high watermark and log start updates its ReplicaFetcherThread makes after it).
+        ``records`` are whole batches with the leader's offsets and epochs, possibly none; they are
+        only read. The high watermark follows the leader's up to this log's end, the log start
+        offset follows the leader's up to the high watermark. True when the high watermark moved
+        (consumers reading this follower, KIP-392, wait on it)."""
+        plog = self.log
+        if len(records):
+            self._append_as_follower(records)
+        hw = min(leader_high_watermark, plog.log_end_offset)
+        moved = hw > plog.high_watermark
+        if moved:
+            plog.update_high_watermark(hw)
+        if leader_log_start_offset > plog.log_start_offset:
+            plog.maybe_increment_log_start_offset(min(leader_log_start_offset, plog.high_watermark),
+                                                  "leader_offset_increment")
+        return moved
+
+    def _append_as_follower(self, records: bytes | bytearray | memoryview) -> None:
+        plog = self.log
+        try:
+            plog.append_as_follower(records)
+        except UnexpectedAppendOffsetError as e:
+            end = plog.log_end_offset
+            # An empty log started at the leader's log start, which DeleteRecords may have put inside a
+            # batch: the leader answers that whole batch. Kafka restarts the log at the batch's base.
+            if not (end == plog.log_start_offset and e.first_offset < end <= e.last_offset):
+                raise
+            log.info("%s: the leader's first batch starts at %d, below this empty log's start %d: "
+                     "restarting the log there", self.tp, e.first_offset, end)
+            plog.truncate_fully_and_start_at(e.first_offset)
+            plog.append_as_follower(records)
 
     # ---- DeleteRecords ----------------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
-"""TLS for the listeners and for the broker's own connections to other brokers, from Kafka's ssl.* configs.
+"""TLS contexts from one listener's ssl.* settings (Kafka's names), for the listeners and for the
+broker's own connections to other brokers.
 
-Every SSL and SASL_SSL listener gets a server ``SSLContext`` built from its configs, each read as
-``listener.name.<listener>.<config>`` when set, else as the plain config (Kafka's precedence). When the
-inter-broker listener is SSL or SASL_SSL, the broker's own connections (the controller's, the replica
-fetchers', the transaction marker writer's, the remote log metadata client's) get a client context from
-that listener's configs: its trust store, and its key store as the client certificate.
+The settings come as ``SslSettings``: tieredlog.security.tls_config reads them from the broker configs
+(``listener.name.<listener>.<config>`` when set, else the plain config, Kafka's precedence) and says which
+listeners get a server context and which client context the broker's own connections use. Nothing here
+reads the broker configs.
 
 Key and trust stores are PEM, in a file (``ssl.keystore.location``: the private key and its certificate
 chain in one file; ``ssl.truststore.location``) or inline (``ssl.keystore.key`` with
@@ -29,9 +29,8 @@ import re
 import ssl
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
-from tieredlog.config import BrokerConfig, BrokerConfigError, Password
 from tieredlog.security import cert_strength
 from tieredlog.security.cert_strength import SECURITY_LEVEL_REASONS
 from tieredlog.security.principal import ANONYMOUS, USER_TYPE, KafkaPrincipal
@@ -59,31 +58,40 @@ _WARNED: set[tuple[str, str, tuple[str, ...]]] = set()
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+?)-----(.*?)-----END \1-----", re.S)
 
 
-class SslConfig:
-    """One listener's ssl.* configs, listener overrides applied."""
+class TlsConfigError(ValueError):
+    """A TLS setting or store that cannot be used, in one line naming the config, never its value."""
 
-    def __init__(self, config: BrokerConfig, listener: str, security_protocol: str) -> None:
-        self.config = config
-        self.listener = listener
-        self.security_protocol = security_protocol
 
-    def get(self, name: str) -> Any:
-        return self.config.listener_value(self.listener, name)
-
-    def key(self, name: str) -> str:
-        return self.config.listener_key(self.listener, name)
-
-    def text(self, name: str) -> str:
-        value = self.get(name)
-        return "" if value is None else str(value).strip()
+class SslSettings(Protocol):
+    """One listener's ssl.* configs, listener overrides applied (tls_config.SslConfig)."""
 
     @property
-    def client_auth(self) -> str:
-        # KIP-684: a SASL_SSL listener asks for client certificates only when its own
-        # listener.name.<listener>.ssl.client.auth says so
-        if self.security_protocol == "SASL_SSL" and self.key("ssl.client.auth") == "ssl.client.auth":
-            return "none"
-        return self.text("ssl.client.auth") or "none"
+    def listener(self) -> str: ...
+
+    @property
+    def security_protocol(self) -> str: ...
+
+    def get(self, name: str) -> Any:
+        """The value, None when unset (a secret's too: only whether it is set is read this way)."""
+
+    def secret(self, name: str) -> str | None:
+        """A secret's text (a key, a password, an inline PEM value), None when unset."""
+
+    def key(self, name: str) -> str:
+        """The config the value came from, for messages: ``listener.name.<l>.<name>`` or ``name``."""
+
+
+def _text(sc: SslSettings, name: str) -> str:
+    value = sc.get(name)
+    return "" if value is None else str(value).strip()
+
+
+def client_auth(sc: SslSettings) -> str:
+    # KIP-684: a SASL_SSL listener asks for client certificates only when its own
+    # listener.name.<listener>.ssl.client.auth says so
+    if sc.security_protocol == "SASL_SSL" and sc.key("ssl.client.auth") == "ssl.client.auth":
+        return "none"
+    return _text(sc, "ssl.client.auth") or "none"
 
 
 @dataclass(frozen=True)
@@ -111,32 +119,20 @@ class ListenerTls:
         return KafkaPrincipal(USER_TYPE, self.mapper.name(subject_dn(der)))
 
 
-def listener_tls(config: BrokerConfig) -> dict[str, ListenerTls]:
-    """A ``ListenerTls`` for every SSL and SASL_SSL listener, by listener name. BrokerConfigError
-    (one line) when a store cannot be used."""
-    out = {}
-    for listener in config.listeners:
-        if listener.security_protocol not in TLS_PROTOCOLS:
-            continue
-        out[listener.name] = build_listener_tls(config, listener.name, listener.security_protocol)
-    return out
-
-
-def build_listener_tls(config: BrokerConfig, listener: str, security_protocol: str) -> ListenerTls:
-    """One listener's TLS side (blocking: it reads the stores). BrokerConfigError when a store cannot be used."""
-    sc = SslConfig(config, listener, security_protocol)
+def build_listener_tls(sc: SslSettings) -> ListenerTls:
+    """One listener's TLS side (blocking: it reads the stores). TlsConfigError when a store cannot be used."""
     keystore = _keystore(sc)
-    return ListenerTls(listener, security_protocol, server_context(sc),
-                       SslPrincipalMapper(sc.get("ssl.principal.mapping.rules")), sc.client_auth,
-                       _leaf(keystore) if keystore is not None else None, store_stamp(config, listener),
+    return ListenerTls(sc.listener, sc.security_protocol, server_context(sc),
+                       SslPrincipalMapper(sc.get("ssl.principal.mapping.rules")), client_auth(sc),
+                       _leaf(keystore) if keystore is not None else None, store_stamp(sc),
                        _truststore(sc) is not None)
 
 
-def store_stamp(config: BrokerConfig, listener: str) -> tuple[tuple[str, int, int], ...]:
+def store_stamp(sc: SslSettings) -> tuple[tuple[str, int, int], ...]:
     """(path, modification time, size) of the listener's key and trust store files (blocking)."""
     out = []
     for name in ("ssl.keystore.location", "ssl.truststore.location"):
-        path = config.listener_value(listener, name)
+        path = sc.get(name)
         if path:
             try:
                 st = os.stat(str(path).strip())
@@ -157,21 +153,21 @@ def _leaf(store: _Store) -> bytes | None:
 def ensure_compatible(old: ListenerTls, new: ListenerTls, *, allow_dn_changes: bool, allow_san_changes: bool) -> None:
     """Kafka's SslFactory checks of stores changed live: a key store or a trust store is neither added
     nor removed, and the key store's certificate keeps the subject and every subject alternative name of
-    the one in use, unless ssl.allow.dn.changes / ssl.allow.san.changes. BrokerConfigError with Kafka's
+    the one in use, unless ssl.allow.dn.changes / ssl.allow.san.changes. TlsConfigError with Kafka's
     message (the alias of a PEM key store is ``kafka``)."""
     if old.leaf is None and new.leaf is not None:
-        raise BrokerConfigError("Cannot add SSL keystore to an existing listener for which no keystore was configured.")
+        raise TlsConfigError("Cannot add SSL keystore to an existing listener for which no keystore was configured.")
     if old.leaf is not None and new.leaf is None:
-        raise BrokerConfigError("Cannot remove the SSL keystore from an existing listener for which a "
-                                "keystore was configured.")
+        raise TlsConfigError("Cannot remove the SSL keystore from an existing listener for which a "
+                             "keystore was configured.")
     if old.leaf is not None and new.leaf is not None:
         _same_names(old.leaf, new.leaf, allow_dn_changes, allow_san_changes)
     if not old.has_truststore and new.has_truststore:
-        raise BrokerConfigError("Cannot add SSL truststore to an existing listener for which no truststore was "
-                                "configured.")
+        raise TlsConfigError("Cannot add SSL truststore to an existing listener for which no truststore was "
+                             "configured.")
     if old.has_truststore and not new.has_truststore:
-        raise BrokerConfigError("Cannot remove the SSL truststore from an existing listener for which a truststore "
-                                "was configured.")
+        raise TlsConfigError("Cannot remove the SSL truststore from an existing listener for which a truststore "
+                             "was configured.")
 
 
 def _same_names(old: bytes, new: bytes, allow_dn_changes: bool, allow_san_changes: bool) -> None:
@@ -189,29 +185,20 @@ def _same_names(old: bytes, new: bytes, allow_dn_changes: bool, allow_san_change
     old_dn, old_san = names(old)
     new_dn, new_san = names(new)
     if not allow_dn_changes and old_dn != new_dn:
-        raise BrokerConfigError(f"Keystore DistinguishedName does not match:  existing={{alias=kafka, DN={old_dn}}}, "
-                                f"new={{alias=kafka, DN={new_dn}}}")
+        raise TlsConfigError(f"Keystore DistinguishedName does not match:  existing={{alias=kafka, DN={old_dn}}}, "
+                             f"new={{alias=kafka, DN={new_dn}}}")
     if not allow_san_changes and not old_san <= new_san:
-        raise BrokerConfigError(f"Keystore SubjectAltNames do not match:  existing={{alias=kafka, "
-                                f"SAN={sorted(old_san)}}}, new={{alias=kafka, SAN={sorted(new_san)}}}")
+        raise TlsConfigError(f"Keystore SubjectAltNames do not match:  existing={{alias=kafka, "
+                             f"SAN={sorted(old_san)}}}, new={{alias=kafka, SAN={sorted(new_san)}}}")
 
 
-def inter_broker_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
-    """The client context of the broker's own connections to other brokers: None when the
-    inter-broker listener is PLAINTEXT or SASL_PLAINTEXT."""
-    name, protocol = config.inter_broker_listener
-    if protocol not in TLS_PROTOCOLS:
-        return None
-    return client_context(SslConfig(config, name, protocol))
-
-
-def server_context(sc: SslConfig) -> ssl.SSLContext:
+def server_context(sc: SslSettings) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _set_versions(ctx, sc, client=False)
     _set_cipher_suites(ctx, sc)
     keystore = _keystore(sc)
     if keystore is None:
-        raise BrokerConfigError(
+        raise TlsConfigError(
             f"listener {sc.listener} ({sc.security_protocol}) has no key store: set "
             f"{_prefixed(sc, 'ssl.keystore.location')} (a PEM file with the private key and its certificate chain) "
             f"or {_prefixed(sc, 'ssl.keystore.key')} and {_prefixed(sc, 'ssl.keystore.certificate.chain')}")
@@ -219,7 +206,7 @@ def server_context(sc: SslConfig) -> ssl.SSLContext:
     trust = _truststore(sc)
     if trust is not None:
         _load_truststore(ctx, trust)
-    auth = sc.client_auth
+    auth = client_auth(sc)
     if auth != "none":
         ctx.verify_mode = ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_OPTIONAL
         if trust is None:
@@ -231,18 +218,18 @@ def server_context(sc: SslConfig) -> ssl.SSLContext:
     return ctx
 
 
-def client_context(sc: SslConfig) -> ssl.SSLContext:
+def client_context(sc: SslSettings) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     _set_versions(ctx, sc, client=True)
     _set_cipher_suites(ctx, sc)
-    algorithm = sc.text("ssl.endpoint.identification.algorithm")
+    algorithm = _text(sc, "ssl.endpoint.identification.algorithm")
     if algorithm.lower() == "https":
         ctx.check_hostname = True
     elif not algorithm:
         ctx.check_hostname = False
     else:
-        raise BrokerConfigError(f"Invalid value {algorithm} for configuration "
-                                f"{sc.key('ssl.endpoint.identification.algorithm')}: https or empty")
+        raise TlsConfigError(f"Invalid value {algorithm} for configuration "
+                             f"{sc.key('ssl.endpoint.identification.algorithm')}: https or empty")
     ctx.verify_mode = ssl.CERT_REQUIRED
     trust = _truststore(sc)
     if trust is not None:
@@ -262,27 +249,27 @@ def _names(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _set_versions(ctx: ssl.SSLContext, sc: SslConfig, *, client: bool) -> None:
-    raw = sc.text("ssl.enabled.protocols")
+def _set_versions(ctx: ssl.SSLContext, sc: SslSettings, *, client: bool) -> None:
+    raw = _text(sc, "ssl.enabled.protocols")
     versions = []
     for name in _names(raw) or ["TLSv1.2", "TLSv1.3"]:
         version = _VERSIONS.get(name)
         if version is None:
-            raise BrokerConfigError(f"Invalid value {raw} for configuration {sc.key('ssl.enabled.protocols')}: "
-                                    f"{name} is not one of {', '.join(_VERSIONS)}")
+            raise TlsConfigError(f"Invalid value {raw} for configuration {sc.key('ssl.enabled.protocols')}: "
+                                 f"{name} is not one of {', '.join(_VERSIONS)}")
         versions.append(version)
     low, high = min(versions), max(versions)
-    protocol = sc.text("ssl.protocol") or "TLSv1.3"
+    protocol = _text(sc, "ssl.protocol") or "TLSv1.3"
     cap = _PROTOCOL_CAPS.get(protocol)
     if cap is None:
-        raise BrokerConfigError(f"Invalid value {protocol} for configuration {sc.key('ssl.protocol')}: "
-                                f"one of {', '.join(_PROTOCOL_CAPS)}")
+        raise TlsConfigError(f"Invalid value {protocol} for configuration {sc.key('ssl.protocol')}: "
+                             f"one of {', '.join(_PROTOCOL_CAPS)}")
     if client:
         # Kafka's clients offer no version above ssl.protocol, whatever ssl.enabled.protocols lists
         high = min(high, cap)
         if low > high:
-            raise BrokerConfigError(f"{sc.key('ssl.enabled.protocols')}={raw} enables no version up to "
-                                    f"{sc.key('ssl.protocol')}={protocol}")
+            raise TlsConfigError(f"{sc.key('ssl.enabled.protocols')}={raw} enables no version up to "
+                                 f"{sc.key('ssl.protocol')}={protocol}")
     ctx.minimum_version = low
     ctx.maximum_version = high
 
@@ -323,8 +310,8 @@ def _openssl_names() -> dict[str, str]:
     return out
 
 
-def _set_cipher_suites(ctx: ssl.SSLContext, sc: SslConfig) -> None:
-    raw = sc.text("ssl.cipher.suites")
+def _set_cipher_suites(ctx: ssl.SSLContext, sc: SslSettings) -> None:
+    raw = _text(sc, "ssl.cipher.suites")
     names = _names(raw)
     if not names:
         return
@@ -336,8 +323,8 @@ def _set_cipher_suites(ctx: ssl.SSLContext, sc: SslConfig) -> None:
             continue
         openssl_name = by_iana.get(name) or (name if name in known else None)
         if openssl_name is None:
-            raise BrokerConfigError(f"Invalid value {raw} for configuration {sc.key('ssl.cipher.suites')}: "
-                                    f"no cipher suite {name} in {ssl.OPENSSL_VERSION}")
+            raise TlsConfigError(f"Invalid value {raw} for configuration {sc.key('ssl.cipher.suites')}: "
+                                 f"no cipher suite {name} in {ssl.OPENSSL_VERSION}")
         chosen.append(openssl_name)
     if chosen:
         ctx.set_ciphers(":".join(chosen))
@@ -345,8 +332,8 @@ def _set_cipher_suites(ctx: ssl.SSLContext, sc: SslConfig) -> None:
         # only TLS 1.3 suites listed: TLS 1.2 has none left, as in the JVM
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
         if ctx.maximum_version < ssl.TLSVersion.TLSv1_3:
-            raise BrokerConfigError(f"{sc.key('ssl.cipher.suites')} lists only TLS 1.3 suites but "
-                                    f"{sc.key('ssl.enabled.protocols')} does not enable TLSv1.3")
+            raise TlsConfigError(f"{sc.key('ssl.cipher.suites')} lists only TLS 1.3 suites but "
+                                 f"{sc.key('ssl.enabled.protocols')} does not enable TLSv1.3")
 
 
 # ---- key and trust stores ---------------------------------------------------------------------------------
@@ -358,28 +345,22 @@ class _Store:
     encrypted: bool = False
 
 
-def _prefixed(sc: SslConfig, name: str) -> str:
+def _prefixed(sc: SslSettings, name: str) -> str:
     """A config as it would be set for this listener alone (in messages telling what to set)."""
     return sc.key(name) if sc.key(name) != name else name
 
 
-def _secret(value: Any) -> str | None:
-    if value is None:
-        return None
-    return value.value if isinstance(value, Password) else str(value)
-
-
-def _read(sc: SslConfig, name: str, path: str) -> str:
+def _read(sc: SslSettings, name: str, path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
     except OSError as exc:
-        raise BrokerConfigError(f"cannot read {sc.key(name)} {path}: {exc.strerror or exc}") from None
+        raise TlsConfigError(f"cannot read {sc.key(name)} {path}: {exc.strerror or exc}") from None
 
 
-def _not_pem(sc: SslConfig, store: str, location: str) -> BrokerConfigError:
-    kind = sc.text(f"ssl.{store}.type")
-    return BrokerConfigError(
+def _not_pem(sc: SslSettings, store: str, location: str) -> TlsConfigError:
+    kind = _text(sc, f"ssl.{store}.type")
+    return TlsConfigError(
         f"{sc.key(f'ssl.{store}.type')}={kind} is not supported ({sc.key(f'ssl.{store}.location')} {location}): "
         f"tieredlog reads PEM {store}s only; convert it to PEM"
         + (" (the private key and its certificate chain in one file)" if store == "keystore" else "")
@@ -398,7 +379,7 @@ def _blocks(text: str, source: str) -> list[tuple[str, str, str]]:
         try:
             base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
-            raise BrokerConfigError(f"{source}: its {label} is not valid PEM") from None
+            raise TlsConfigError(f"{source}: its {label} is not valid PEM") from None
         body = "\n".join(data[i : i + 64] for i in range(0, len(data), 64))
         head = "\n".join(headers) + "\n\n" if headers else ""
         out.append((label, "\n".join(headers), f"-----BEGIN {label}-----\n{head}{body}\n-----END {label}-----\n"))
@@ -409,87 +390,87 @@ def _key_and_chain(key_text: str, key_source: str, chain_text: str, chain_source
     keys = [(label, headers, block) for label, headers, block in _blocks(key_text, key_source)
             if label.endswith("PRIVATE KEY")]
     if len(keys) != 1:
-        raise BrokerConfigError(f"{key_source}: expected one private key, found {len(keys)}")
+        raise TlsConfigError(f"{key_source}: expected one private key, found {len(keys)}")
     certs = [block for label, _, block in _blocks(chain_text, chain_source) if label == "CERTIFICATE"]
     if not certs:
-        raise BrokerConfigError(f"{chain_source}: no certificate found")
+        raise TlsConfigError(f"{chain_source}: no certificate found")
     label, headers, block = keys[0]
     encrypted = label == "ENCRYPTED PRIVATE KEY" or "ENCRYPTED" in headers
     source = key_source if key_source == chain_source else f"{key_source} and {chain_source}"
     return _Store(block + "".join(certs), source, encrypted)
 
 
-def _keystore(sc: SslConfig) -> _Store | None:
+def _keystore(sc: SslSettings) -> _Store | None:
     """The key store's PEM, Kafka's rules on what may be set together applied."""
-    kind = sc.text("ssl.keystore.type") or "JKS"
-    location = sc.text("ssl.keystore.location")
+    kind = _text(sc, "ssl.keystore.type") or "JKS"
+    location = _text(sc, "ssl.keystore.location")
     password = sc.get("ssl.keystore.password")
-    key = _secret(sc.get("ssl.keystore.key"))
-    chain = _secret(sc.get("ssl.keystore.certificate.chain"))
+    key = sc.secret("ssl.keystore.key")
+    chain = sc.secret("ssl.keystore.certificate.chain")
     if key is not None:
         if kind.upper() != PEM:
-            raise BrokerConfigError(f"SSL private key can be specified only for PEM, but key store type is {kind} "
-                                    f"({sc.key('ssl.keystore.type')}).")
+            raise TlsConfigError(f"SSL private key can be specified only for PEM, but key store type is {kind} "
+                                 f"({sc.key('ssl.keystore.type')}).")
         if chain is None:
-            raise BrokerConfigError(f"SSL private key is specified ({sc.key('ssl.keystore.key')}), but certificate "
-                                    f"chain is not specified ({_prefixed(sc, 'ssl.keystore.certificate.chain')}).")
+            raise TlsConfigError(f"SSL private key is specified ({sc.key('ssl.keystore.key')}), but certificate "
+                                 f"chain is not specified ({_prefixed(sc, 'ssl.keystore.certificate.chain')}).")
         if location:
-            raise BrokerConfigError("Both SSL key store location and separate private key are specified "
-                                    f"({sc.key('ssl.keystore.location')}, {sc.key('ssl.keystore.key')}).")
+            raise TlsConfigError("Both SSL key store location and separate private key are specified "
+                                 f"({sc.key('ssl.keystore.location')}, {sc.key('ssl.keystore.key')}).")
         if password is not None:
-            raise BrokerConfigError("SSL key store password cannot be specified with PEM format, only key password "
-                                    f"may be specified ({sc.key('ssl.keystore.password')}).")
+            raise TlsConfigError("SSL key store password cannot be specified with PEM format, only key password "
+                                 f"may be specified ({sc.key('ssl.keystore.password')}).")
         return _key_and_chain(key, sc.key("ssl.keystore.key"), chain, sc.key("ssl.keystore.certificate.chain"))
     if chain is not None:
-        raise BrokerConfigError(f"SSL certificate chain is specified ({sc.key('ssl.keystore.certificate.chain')}), "
-                                "but private key is not specified.")
+        raise TlsConfigError(f"SSL certificate chain is specified ({sc.key('ssl.keystore.certificate.chain')}), "
+                             "but private key is not specified.")
     if not location:
         if password is not None:
-            raise BrokerConfigError("SSL key store is not specified, but key store password is specified "
-                                    f"({sc.key('ssl.keystore.password')}).")
+            raise TlsConfigError("SSL key store is not specified, but key store password is specified "
+                                 f"({sc.key('ssl.keystore.password')}).")
         return None
     if kind.upper() != PEM:
         raise _not_pem(sc, "keystore", location)
     if password is not None:
-        raise BrokerConfigError("SSL key store password cannot be specified with PEM format, only key password "
-                                f"may be specified ({sc.key('ssl.keystore.password')}).")
+        raise TlsConfigError("SSL key store password cannot be specified with PEM format, only key password "
+                             f"may be specified ({sc.key('ssl.keystore.password')}).")
     source = f"{sc.key('ssl.keystore.location')} {location}"
     text = _read(sc, "ssl.keystore.location", location)
     return _key_and_chain(text, source, text, source)
 
 
-def _truststore(sc: SslConfig) -> _Store | None:
-    kind = sc.text("ssl.truststore.type") or "JKS"
-    location = sc.text("ssl.truststore.location")
+def _truststore(sc: SslSettings) -> _Store | None:
+    kind = _text(sc, "ssl.truststore.type") or "JKS"
+    location = _text(sc, "ssl.truststore.location")
     password = sc.get("ssl.truststore.password")
-    certificates = _secret(sc.get("ssl.truststore.certificates"))
+    certificates = sc.secret("ssl.truststore.certificates")
     if certificates is not None:
         if kind.upper() != PEM:
-            raise BrokerConfigError(f"SSL trust store certs can be specified only for PEM, but trust store type is "
-                                    f"{kind} ({sc.key('ssl.truststore.type')}).")
+            raise TlsConfigError(f"SSL trust store certs can be specified only for PEM, but trust store type is "
+                                 f"{kind} ({sc.key('ssl.truststore.type')}).")
         if location:
-            raise BrokerConfigError("Both SSL trust store location and separate trust certificates are specified "
-                                    f"({sc.key('ssl.truststore.location')}, {sc.key('ssl.truststore.certificates')}).")
+            raise TlsConfigError("Both SSL trust store location and separate trust certificates are specified "
+                                 f"({sc.key('ssl.truststore.location')}, {sc.key('ssl.truststore.certificates')}).")
         if password is not None:
-            raise BrokerConfigError("SSL trust store password cannot be specified for PEM format "
-                                    f"({sc.key('ssl.truststore.password')}).")
+            raise TlsConfigError("SSL trust store password cannot be specified for PEM format "
+                                 f"({sc.key('ssl.truststore.password')}).")
         text, source = certificates, sc.key("ssl.truststore.certificates")
     elif location:
         if kind.upper() != PEM:
             raise _not_pem(sc, "truststore", location)
         if password is not None:
-            raise BrokerConfigError("SSL trust store password cannot be specified for PEM format "
-                                    f"({sc.key('ssl.truststore.password')}).")
+            raise TlsConfigError("SSL trust store password cannot be specified for PEM format "
+                                 f"({sc.key('ssl.truststore.password')}).")
         source = f"{sc.key('ssl.truststore.location')} {location}"
         text = _read(sc, "ssl.truststore.location", location)
     else:
         if password is not None:
-            raise BrokerConfigError("SSL trust store is not specified, but trust store password is specified "
-                                    f"({sc.key('ssl.truststore.password')}).")
+            raise TlsConfigError("SSL trust store is not specified, but trust store password is specified "
+                                 f"({sc.key('ssl.truststore.password')}).")
         return None
     certs = [block for label, _, block in _blocks(text, source) if label == "CERTIFICATE"]
     if not certs:
-        raise BrokerConfigError(f"{source}: at least one certificate expected, but none found")
+        raise TlsConfigError(f"{source}: at least one certificate expected, but none found")
     return _Store("".join(certs), source)
 
 
@@ -497,17 +478,17 @@ def _load_truststore(ctx: ssl.SSLContext, store: _Store) -> None:
     try:
         ctx.load_verify_locations(cadata=store.pem)
     except ssl.SSLError as exc:
-        raise BrokerConfigError(f"{store.source}: a certificate cannot be read ({exc.reason or exc})") from None
+        raise TlsConfigError(f"{store.source}: a certificate cannot be read ({exc.reason or exc})") from None
 
 
-def _load_keystore(ctx: ssl.SSLContext, sc: SslConfig, store: _Store) -> None:
-    key_password = _secret(sc.get("ssl.key.password"))
+def _load_keystore(ctx: ssl.SSLContext, sc: SslSettings, store: _Store) -> None:
+    key_password = sc.secret("ssl.key.password")
     if store.encrypted and key_password is None:
-        raise BrokerConfigError(f"the private key of {store.source} is encrypted: set {_prefixed(sc, 'ssl.key.password')}")
+        raise TlsConfigError(f"the private key of {store.source} is encrypted: set {_prefixed(sc, 'ssl.key.password')}")
     if not store.encrypted and key_password is not None:
         # as Kafka, which reads a key given a password as an encrypted PKCS#8 key
-        raise BrokerConfigError(f"{sc.key('ssl.key.password')} is set but the private key of {store.source} "
-                                "is not encrypted")
+        raise TlsConfigError(f"{sc.key('ssl.key.password')} is set but the private key of {store.source} "
+                             "is not encrypted")
 
     def password() -> str:
         # a callable, so OpenSSL never prompts on the terminal for a key it cannot decrypt
@@ -523,14 +504,14 @@ def _load_keystore(ctx: ssl.SSLContext, sc: SslConfig, store: _Store) -> None:
         if reason in SECURITY_LEVEL_REASONS and _load_at_lower_level(ctx, sc, store, load, reason):
             return
         if "MISMATCH" in reason.upper():
-            raise BrokerConfigError(f"{store.source}: the private key does not match the certificate") from None
+            raise TlsConfigError(f"{store.source}: the private key does not match the certificate") from None
         if store.encrypted:
-            raise BrokerConfigError(f"{store.source}: the private key cannot be decrypted with "
-                                    f"{sc.key('ssl.key.password')} ({reason})") from None
-        raise BrokerConfigError(f"{store.source}: the private key or certificate cannot be used ({reason})") from None
+            raise TlsConfigError(f"{store.source}: the private key cannot be decrypted with "
+                                 f"{sc.key('ssl.key.password')} ({reason})") from None
+        raise TlsConfigError(f"{store.source}: the private key or certificate cannot be used ({reason})") from None
 
 
-def _load_at_lower_level(ctx: ssl.SSLContext, sc: SslConfig, store: _Store, load: Callable[[str], None],
+def _load_at_lower_level(ctx: ssl.SSLContext, sc: SslSettings, store: _Store, load: Callable[[str], None],
                          reason: str) -> bool:
     """A key store under OpenSSL's security level: refused in one line when Kafka's JVM refuses it too,
     else loaded at the highest level that takes it, for this context alone. False: nothing weak was
@@ -538,8 +519,8 @@ def _load_at_lower_level(ctx: ssl.SSLContext, sc: SslConfig, store: _Store, load
     certs = [block for label, _, block in _blocks(store.pem, store.source) if label == "CERTIFICATE"]
     verdict = cert_strength.judge(certs)
     if verdict.refused:
-        raise BrokerConfigError(f"{store.source}: the certificate {'; '.join(verdict.refused)}, which Kafka's JVM "
-                                f"refuses too (jdk.certpath.disabledAlgorithms) ({reason})")
+        raise TlsConfigError(f"{store.source}: the certificate {'; '.join(verdict.refused)}, which Kafka's JVM "
+                             f"refuses too (jdk.certpath.disabledAlgorithms) ({reason})")
     if not verdict.weak:
         return False
     # TLS 1.2 suites as chosen so far; the level rides on the cipher string (TLS 1.3 suites are apart)

@@ -27,7 +27,7 @@ from tieredlog.config import BrokerConfig
 from tieredlog.errors import InvalidReplicationFactorError, TopicAlreadyExistsError
 from tieredlog.replication.metadata_cache import MetadataCache
 from tieredlog.security.sasl.config import inter_broker_credentials
-from tieredlog.security.tls import inter_broker_client_context
+from tieredlog.security.tls_config import inter_broker_client_context
 
 if TYPE_CHECKING:
     from tieredlog.replication.partition import PartitionState  # noqa: F401

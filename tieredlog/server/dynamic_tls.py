@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from tieredlog.config import LISTENER_PREFIX, BrokerConfig, BrokerConfigError
 from tieredlog.errors import InvalidRequestError
-from tieredlog.security.tls import ListenerTls, build_listener_tls, ensure_compatible, store_stamp
+from tieredlog.security.tls import ListenerTls
+from tieredlog.security.tls_config import build_listener_tls, ensure_compatible, store_stamp
 
 if TYPE_CHECKING:
     from tieredlog.server.dynamic_config import DynamicBrokerConfig

@@ -34,7 +34,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int:
-    from tieredlog.security.tls import listener_tls
+    from tieredlog.security.tls_config import listener_tls
     from tieredlog.server.listen import ListenerBindError, bind_listeners, close
     from tieredlog.server.log_dirs_check import LogDirError, check_log_dirs
 
@@ -59,7 +59,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> int
 
 async def _serve(config: BrokerConfig, tls: dict[str, ListenerTls], listeners: list[BoundListener],
                  ready: asyncio.Event | None) -> int:
-    from tieredlog.security.tls import listener_tls
+    from tieredlog.security.tls_config import listener_tls
     from tieredlog.server.broker import Broker
     from tieredlog.server.dispatcher import Dispatcher
     from tieredlog.server.listen import ListenerBindError

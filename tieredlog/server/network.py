@@ -30,7 +30,8 @@ from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_
 from tieredlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tieredlog.security.sasl.authenticator import Admit, SaslClose, SaslIllegalState, SaslServerAuthenticator
 from tieredlog.security.ssl_principal import NoMatchingRule
-from tieredlog.security.tls import ListenerTls, listener_tls
+from tieredlog.security.tls import ListenerTls
+from tieredlog.security.tls_config import listener_tls
 from tieredlog.server.connection_quotas import ConnectionQuotas, normalize_ip
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
 from tieredlog.server.dynamic_tls import DynamicTls

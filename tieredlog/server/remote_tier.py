@@ -146,7 +146,8 @@ def metadata_client_listener(config: BrokerConfig, tls: bool = True) -> tuple[st
     """The listener the RLMM's clients reach the leaders of __remote_log_metadata on
     (``remote.log.metadata.manager.listener.name``, else the first advertised one, as clients see the
     brokers) and, with ``tls``, their TLS context when that listener is SSL or SASL_SSL."""
-    from tieredlog.security.tls import TLS_PROTOCOLS, SslConfig, client_context
+    from tieredlog.security.tls import TLS_PROTOCOLS
+    from tieredlog.security.tls_config import listener_client_context
 
     name = str(config.get("remote.log.metadata.manager.listener.name") or "").strip().upper()
     listeners = {l.name: l.security_protocol for l in config.advertised_listeners}
@@ -156,7 +157,7 @@ def metadata_client_listener(config: BrokerConfig, tls: bool = True) -> tuple[st
         raise BrokerConfigError(f"remote.log.metadata.manager.listener.name {name} is not one of the advertised "
                                 f"listeners {','.join(listeners)}")
     protocol = listeners[name]
-    return name, client_context(SslConfig(config, name, protocol)) if tls and protocol in TLS_PROTOCOLS else None
+    return name, listener_client_context(config, name, protocol) if tls and protocol in TLS_PROTOCOLS else None
 
 
 def metadata_client_credentials(config: BrokerConfig, listener: str) -> SaslClientCredentials | None:
