@@ -156,9 +156,11 @@ def test_follower_appends_the_leaders_batches_and_takes_its_high_watermark_and_l
     # the leader's offsets and epochs as they are; the high watermark never past this log's end
     assert (p.log.log_end_offset, p.log.high_watermark, p.log.log_start_offset) == (5, 5, 0)
     assert p.log.leader_epoch_cache.epoch_entries() == [(5, 0)]
-    # an answer without records: a lower leader high watermark leaves ours, a later log start moves ours
+    # an answer without records: a lower leader high watermark lowers ours (Kafka's follower takes the
+    # leader's), a later log start moves ours
+    assert p.append_records_to_follower(b"", leader_high_watermark=3, leader_log_start_offset=2)
+    assert (p.log.high_watermark, p.log.log_start_offset) == (3, 2)
     assert not p.append_records_to_follower(b"", leader_high_watermark=3, leader_log_start_offset=2)
-    assert (p.log.high_watermark, p.log.log_start_offset) == (5, 2)
     # the leader's log start beyond our high watermark: ours stops at the high watermark
     assert p.append_records_to_follower(leader_batch(5, 2), leader_high_watermark=6, leader_log_start_offset=7)
     assert (p.log.log_end_offset, p.log.high_watermark, p.log.log_start_offset) == (7, 6, 6)

@@ -221,16 +221,15 @@ class Partition:
         """One partition of the leader's fetch answer (Kafka's appendRecordsToFollowerOrFutureReplica,
         and the high watermark and log start updates its ReplicaFetcherThread makes after it).
         ``records`` are whole batches with the leader's offsets and epochs, possibly none; they are
-        only read. The high watermark follows the leader's up to this log's end, the log start
-        offset follows the leader's up to the high watermark. True when the high watermark moved
-        (consumers reading this follower, KIP-392, wait on it)."""
+        only read. The high watermark is the leader's, within this log's start and end: lower too, as
+        Kafka's follower takes it (a new leader's may be behind the old one's until its followers
+        catch up); the log start offset follows the leader's up to the high watermark. True when the
+        high watermark changed (consumers reading this follower, KIP-392, wait on it)."""
         plog = self.log
         if len(records):
             self._append_as_follower(records)
-        hw = min(leader_high_watermark, plog.log_end_offset)
-        moved = hw > plog.high_watermark
-        if moved:
-            plog.update_high_watermark(hw)
+        before = plog.high_watermark
+        moved = plog.update_high_watermark(leader_high_watermark) != before
         if leader_log_start_offset > plog.log_start_offset:
             plog.maybe_increment_log_start_offset(min(leader_log_start_offset, plog.high_watermark),
                                                   "leader_offset_increment")
