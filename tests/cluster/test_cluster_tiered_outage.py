@@ -26,6 +26,8 @@ from typing import Callable, Iterator
 
 import pytest
 from broker_harness import BrokerProcess
+from helpers import free_port
+from s3servers import BUCKET, FaultyS3Proxy, S3Endpoint, SeenRequest, moto_s3, unique_prefix  # noqa: F401
 from test_cluster_replication import bootstrap, partition_state
 from tiered_cluster import (
     BATCH_SIZE,
@@ -45,8 +47,6 @@ from tiered_cluster import (
 )
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
-from tests.helpers import free_port
-from tests.s3servers import BUCKET, FaultyS3Proxy, S3Endpoint, SeenRequest, moto_s3, unique_prefix  # noqa: F401
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import METADATA
 

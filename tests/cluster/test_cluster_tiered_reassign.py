@@ -47,7 +47,7 @@ from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS
 
 pytestmark = pytest.mark.integration
 
-PLUGINS = Path(__file__).resolve().parent / "rsm_plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "harness" / "rsm_plugins"
 RECORDS_PER_SEGMENT = 5
 SEGMENT_BYTES = RECORDS_PER_SEGMENT * BATCH_SIZE
 # no automatic preferred-leader elections: every leader below is one the test chose; the last brokers

@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from helpers import free_port, wait_for
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-
-from tests.broker_harness import BrokerProcess
-from tests.helpers import free_port, wait_for
-from tests.test_tiered_integration import FAST, create, list_offset, produce
+from test_tiered_integration import FAST, create, list_offset, produce
 
 pytestmark = pytest.mark.integration
 

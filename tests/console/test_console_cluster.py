@@ -12,6 +12,7 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from helpers import free_port, wait_for
 from test_cluster_replication import bootstrap, partition_state
 from tiered_cluster import (
     EARLIEST,
@@ -29,8 +30,6 @@ from tiered_cluster import (
     wait_tiered_up_to,
 )
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
-
-from tests.helpers import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 

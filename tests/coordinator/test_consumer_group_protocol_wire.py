@@ -4,11 +4,10 @@ describe / leave per version, Kafka's errors for bad heartbeats, and a group id 
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
+from broker_harness import BrokerProcess
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import (
@@ -29,9 +28,6 @@ MEMBER_ID_REQUIRED = 79
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from broker_harness import BrokerProcess
-
     b = BrokerProcess(tmp_path_factory.mktemp("kip848-wire") / "data",
                       {"offsets.topic.num.partitions": "2"}).start()
     try:
@@ -67,9 +63,6 @@ def test_advertised_by_default(broker) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_not_advertised_without_the_consumer_protocol(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from broker_harness import BrokerProcess
-
     b = BrokerProcess(tmp_path / "data", {"group.coordinator.rebalance.protocols": "classic"}).start()
     try:
         with KafkaClient(b.bootstrap) as c:

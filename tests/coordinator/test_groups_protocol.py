@@ -7,6 +7,7 @@ so the version-generic request reading and response building is exercised versio
 from __future__ import annotations
 
 import pytest
+from broker_harness import BrokerProcess
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import (
@@ -37,12 +38,6 @@ SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x01\x00\x0b" + TOPIC.encode() + b"\xff\xff
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from broker_harness import BrokerProcess
-
     b = BrokerProcess(tmp_path_factory.mktemp("groups-proto") / "data", OVERRIDES).start()
     try:
         with KafkaClient(b.bootstrap) as c:

@@ -187,7 +187,7 @@ def test_consume_transform_produce_killed_mid_transaction_outputs_each_input_onc
     for i in range(total):
         src.produce("input", value=b"%d" % i)
     src.flush(30)
-    app = [sys.executable, str(REPO / "tests" / "txn_pipeline.py"), b.bootstrap, "input", "output", "etl-app", "etl",
+    app = [sys.executable, str(REPO / "tests" / "harness" / "txn_pipeline.py"), b.bootstrap, "input", "output", "etl-app", "etl",
            str(total)]
     crashing = subprocess.Popen([*app, "3"], stdout=subprocess.PIPE, text=True)
     try:

@@ -2,7 +2,7 @@
 directly on a free port with its own config and storage): the rules pass promtool, every metric the
 dashboard and the rules name is on the broker's /metrics, every dashboard query returns series, every
 alert expression evaluates over series that exist, and the stuck-copy alert fires once the object store
-fails (the faulty RSM plugin of tests/rsm_plugins). One broker and one Prometheus for the module.
+fails (the faulty RSM plugin of tests/harness/rsm_plugins). One broker and one Prometheus for the module.
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
+from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, TopicPartition
-
-from tests.broker_harness import BrokerProcess
-from tests.helpers import free_port, wait_for
-from tests.test_tiered_integration import FAST, PLUGINS, create, list_offset, produce
+from helpers import free_port, wait_for
+from test_tiered_integration import FAST, PLUGINS, create, list_offset, produce
 
 pytestmark = pytest.mark.integration
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "tieredlog-dashboard.json"
 RULES = DEPLOY / "prometheus" / "tieredlog-alerts.yml"
 METRIC = re.compile(r"\b((?:kafka|tieredlog)_[a-z0-9_]+)")

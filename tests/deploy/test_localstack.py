@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from s3servers import S3Endpoint, free_port, wait_for_bucket
 
-from tests.s3servers import S3Endpoint, free_port, wait_for_bucket
 from tieredlog.config import BrokerConfig, read_properties
 from tieredlog.rsm import s3
 from tieredlog.rsm.registry import load_from_broker_config, rsm_configs_from_broker
 from tieredlog.rsm.testing import make_segment, read_all
 
-HERE = Path(__file__).resolve().parent.parent / "localstack"
+HERE = Path(__file__).resolve().parents[2] / "localstack"
 FLAVOURS = {
     # flavour: (compose file, service, port, broker config)
     "localstack": ("docker-compose.localstack.yml", "localstack", 4566, "broker-localstack.properties"),

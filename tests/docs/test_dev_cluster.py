@@ -19,8 +19,8 @@ from typing import Iterator
 
 import pytest
 from broker_harness import REPO
+from helpers import free_port, wait_for
 
-from tests.helpers import free_port, wait_for
 from tieredlog import cli
 from tieredlog.tools import dev_cluster_s3
 

@@ -18,7 +18,7 @@ import pytest
 
 from tieredlog import cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PREFIXES = ("tieredlog ", ".venv/bin/tieredlog ")
 # Kafka's scripts with a tieredlog equivalent: docs say the equivalent (naming the script in prose is fine)

@@ -20,7 +20,7 @@ import pytest
 from tieredlog.config import BROKER_CONFIG_DEFS, PASSTHROUGH_PREFIXES
 from tieredlog.log.config import LONG_MAX, TOPIC_CONFIGS_BY_NAME
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = sorted(
     [ROOT / "README.md", ROOT / "localstack" / "README.md", *(ROOT / "docs").glob("*.md"),
      *(ROOT / "plugins").glob("*/README.md")]

@@ -25,14 +25,14 @@ from typing import Iterator
 
 import pyarrow.parquet as pq
 import pytest
+from test_spark_core import TOPIC, write_segment
 
-from tests.test_spark_core import TOPIC, write_segment
 from tieredlog.rsm.api import TopicIdPartition
 from tieredlog.rsm.local import LocalTieredStorage
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "plugins" / "tieredlog-chunked"
 SOURCES = ("pyproject.toml", "README.md", "tieredlog", "spark_readers")
 PLUGIN_SOURCES = ("pyproject.toml", "README.md", "tieredlog_chunked")

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from tests.helpers import free_port
+from helpers import free_port
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 
 

@@ -2,7 +2,7 @@
 
 Usage in a test module (run pytest from the repo root, as ``make test`` does)::
 
-    from tests.s3servers import moto_s3, seaweed_s3   # noqa: F401  (pytest fixtures)
+    from s3servers import moto_s3, seaweed_s3   # noqa: F401  (pytest fixtures)
 
     def test_something(moto_s3):
         client = moto_s3.client()                       # boto3 client, path style
@@ -32,15 +32,15 @@ from typing import Callable, Iterator
 import boto3
 import pytest
 from botocore.config import Config
+from helpers import free_port
 
-from tests.helpers import free_port
 from tieredlog.tools import dev_cluster_s3
 
 ACCESS_KEY = "tieredlog"
 SECRET_KEY = "tieredlog-secret"
 REGION = "us-east-1"
 BUCKET = "tieredlog"
-WEED = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "weed"
+WEED = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "weed"
 if not WEED.exists() and shutil.which("weed"):
     WEED = Path(shutil.which("weed"))  # type: ignore[arg-type]
 

@@ -11,8 +11,7 @@ import sys
 from typing import Any, Iterator
 
 import pytest
-
-from tests.s3servers import S3Endpoint
+from s3servers import S3Endpoint
 
 
 @pytest.fixture(scope="module")

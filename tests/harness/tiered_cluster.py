@@ -14,10 +14,10 @@ from typing import Any, Callable
 from broker_harness import BrokerProcess
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from s3servers import ACCESS_KEY, REGION, SECRET_KEY
 from test_cluster_replication import member, partition_state
 from zk_harness import wait_until
 
-from tests.s3servers import ACCESS_KEY, REGION, SECRET_KEY
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment

@@ -14,7 +14,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from tests.helpers import Logs
+from helpers import Logs
+
 from tieredlog.log.config import LogConfig
 from tieredlog.log.types import AppendOrigin
 from tieredlog.log.unified_log import UnifiedLog

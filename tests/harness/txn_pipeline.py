@@ -1,8 +1,8 @@
 """A consume-transform-produce loop with exactly-once semantics, run as its own process by
-tests/test_txn_clients.py: reads `input` (read_committed, offsets from the group), writes
+tests/coordinator/test_txn_clients.py: reads `input` (read_committed, offsets from the group), writes
 `out-<value>` to `output` and commits the consumed offsets inside the same transaction.
 
-    python tests/txn_pipeline.py BOOTSTRAP INPUT OUTPUT TRANSACTIONAL_ID GROUP TOTAL [CRASH_AFTER]
+    python tests/harness/txn_pipeline.py BOOTSTRAP INPUT OUTPUT TRANSACTIONAL_ID GROUP TOTAL [CRASH_AFTER]
 
 With CRASH_AFTER, once that many transactions are committed it opens one more, writes its outputs,
 flushes them to the broker, prints CRASHPOINT and waits to be killed. Without it, it stops once the

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Iterable
 
 import pytest
+from broker_harness import BrokerProcess
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from helpers import wait_for
 
-from tests.broker_harness import BrokerProcess
-from tests.helpers import wait_for
 from tieredlog.log.checkpoints import OffsetCheckpointFile
 from tieredlog.log.types import TopicPartition as TP
 

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import FakeClock
 
-from tests.helpers import FakeClock
 from tieredlog import errors
 from tieredlog.log import log_manager as log_manager_mod
 from tieredlog.log.checkpoints import LeaderEpochCheckpointFile

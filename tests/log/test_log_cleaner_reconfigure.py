@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
-
-from tests.helpers import wait_for
+from helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ import logging
 import re
 
 import pytest
+from helpers import wait_for
 
-from tests.helpers import wait_for
 from tieredlog import errors
 from tieredlog.log.checkpoints import OffsetCheckpointFile
 from tieredlog.log.config import LogConfig

@@ -5,8 +5,8 @@ encryption and key rotation."""
 import base64
 
 import pytest
+from s3servers import moto_s3, unique_prefix  # noqa: F401  (fixture)
 
-from tests.s3servers import moto_s3, unique_prefix  # noqa: F401  (fixture)
 from tieredlog.rsm.api import IndexType, RemoteStorageException
 from tieredlog.rsm.registry import PluginLoadError, load_remote_storage_manager
 from tieredlog.rsm.s3 import MIN_PART_SIZE

@@ -2,7 +2,7 @@
 version it advertises, while a well-behaved producer keeps writing beside them.
 
 Bounded and seeded for ``make test``; ``make fuzz`` runs the same with more frames and a
-hypothesis search over every request schema (tests/fuzz_deep.py).
+hypothesis search over every request schema (tests/protocol/fuzz_deep.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from frame_fuzz import (
     peak_rss_kib,
     probe,
 )
+from helpers import wait_for
 
-from tests.helpers import wait_for
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import METADATA
 

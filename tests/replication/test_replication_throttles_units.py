@@ -1,5 +1,5 @@
 """Unit tests of the KIP-73 replication quotas and KIP-392's rack-aware replica selector (pure
-classes; the cluster behaviour is in tests/test_cluster_follower_fetch.py)."""
+classes; the cluster behaviour is in tests/cluster/test_cluster_follower_fetch.py)."""
 
 from __future__ import annotations
 

@@ -27,12 +27,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from broker_harness import BrokerProcess
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
-
-from tests.broker_harness import BrokerProcess
-from tests.helpers import wait_for
-from tests.s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (the fixture)
+from helpers import wait_for
+from s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,7 @@ from typing import Any, Callable
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from helpers import wait_for
-from test_rlm_units import tiered_log  # noqa: F401 - the fixture, shared
-
-from tests.s3servers import (  # noqa: F401  (fixtures)
+from s3servers import (  # noqa: F401  (fixtures)
     FaultyS3Proxy,
     S3Endpoint,
     faulty_moto,
@@ -30,6 +28,8 @@ from tests.s3servers import (  # noqa: F401  (fixtures)
     store_down,
     unique_prefix,
 )
+from test_rlm_units import tiered_log  # noqa: F401 - the fixture, shared
+
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.errors import UnknownServerError
 from tieredlog.protocol.api import CREATE_TOPICS, FETCH, LIST_OFFSETS

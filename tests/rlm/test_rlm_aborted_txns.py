@@ -17,8 +17,8 @@ from __future__ import annotations
 from concurrent.futures import wait
 
 import pytest
+from txn_layout import ABORT, COMMIT, TxnPartition, tier, tiered_log
 
-from tests.txn_layout import ABORT, COMMIT, TxnPartition, tier, tiered_log
 from tieredlog.log.types import FetchDataInfo
 from tieredlog.records.batch import iter_headers
 from tieredlog.rlm.manager import RemoteLogManager

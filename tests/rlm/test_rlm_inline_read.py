@@ -10,9 +10,9 @@ import uuid
 from concurrent.futures import wait
 
 import pytest
+from helpers import Logs
 from prometheus_client import REGISTRY
 
-from tests.helpers import Logs
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import build_batch
 from tieredlog.rlm.quota import RLMQuotaManager

@@ -8,8 +8,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import Logs
 
-from tests.helpers import Logs
 from tieredlog.errors import OffsetOutOfRangeError
 from tieredlog.log.config import LogConfig
 from tieredlog.log.types import TopicPartition

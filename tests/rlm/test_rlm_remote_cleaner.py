@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers import Logs
 
-from tests.helpers import Logs
 from tieredlog.log.cleaner.cleaner import Cleaner
 from tieredlog.log.config import LogConfig
 from tieredlog.log.unified_log import AppendOrigin, UnifiedLog

@@ -9,8 +9,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import FakeClock, Logs
 
-from tests.helpers import FakeClock, Logs
 from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint
 from tieredlog.formats.lineage import (
     highest_remote_offset,

@@ -1,7 +1,7 @@
 """Tiered storage on a real broker process, with confluent-kafka clients.
 
 Small segments and local.retention.bytes=1 make every rolled segment go to the remote tier (the
-default LocalTieredStorage under <log dir>/remote-storage, or the faulty plugin in rsm_plugins/).
+default LocalTieredStorage under <log dir>/remote-storage, or the faulty plugin in tests/harness/rsm_plugins/).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import free_port, wait_for
 
-from tests.helpers import free_port, wait_for
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import FETCH, LIST_OFFSETS
 
 pytestmark = pytest.mark.integration
 
-PLUGINS = Path(__file__).resolve().parent / "rsm_plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "harness" / "rsm_plugins"
 FAST = {
     "remote.log.manager.task.interval.ms": "200",
     "log.retention.check.interval.ms": "200",

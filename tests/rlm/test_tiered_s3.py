@@ -26,9 +26,8 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from tests.helpers import wait_for as shared_wait_for
-from tests.s3servers import (  # noqa: F401  (fixtures)
+from helpers import wait_for as shared_wait_for
+from s3servers import (  # noqa: F401  (fixtures)
     FaultyS3Proxy,
     S3Endpoint,
     any_s3,
@@ -40,6 +39,7 @@ from tests.s3servers import (  # noqa: F401  (fixtures)
     wait_for_bucket,
     write_seaweed_identity,
 )
+
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.kafka_uuid import uuid_to_kafka_str
 from tieredlog.protocol.api import LIST_OFFSETS, METADATA
@@ -479,7 +479,7 @@ def test_object_store_outage_never_blocks_local_traffic_nor_loses_data(outage, b
 def failed_start(tmp_path: Path, overrides: dict[str, str]) -> tuple[int, str]:
     """Run the broker as a user would; it must exit by itself. Returns (exit code, output)."""
     b = BrokerProcess(tmp_path / "data", overrides)
-    done = subprocess.run(b.command(), cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+    done = subprocess.run(b.command(), cwd=Path(__file__).resolve().parents[2], capture_output=True,
                           timeout=120, text=True)
     return done.returncode, done.stdout + done.stderr
 

@@ -12,9 +12,7 @@ import time
 
 import pytest
 from helpers import FakeClock, wait_for
-from test_remote_read_errors import FAST, TIERED, _create, _local_start, _produce
-
-from tests.s3servers import (  # noqa: F401  (fixtures)
+from s3servers import (  # noqa: F401  (fixtures)
     FaultyS3Proxy,
     S3Endpoint,
     faulty_moto,
@@ -22,6 +20,8 @@ from tests.s3servers import (  # noqa: F401  (fixtures)
     store_down,
     unique_prefix,
 )
+from test_remote_read_errors import FAST, TIERED, _create, _local_start, _produce
+
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.config import BrokerConfig
 from tieredlog.rate_limited_log import RateLimitedLog

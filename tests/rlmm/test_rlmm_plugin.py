@@ -11,17 +11,17 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from helpers import wait_for
 from test_cluster_replication import member
 from test_tiered_integration import FAST, consume, create, list_offset, produce
 from zk_harness import zk_connect, zookeeper  # noqa: F401
 
-from tests.helpers import wait_for
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import METADATA
 
 pytestmark = pytest.mark.integration
 
-PLUGINS = Path(__file__).resolve().parent / "rsm_plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "harness" / "rsm_plugins"
 
 
 def test_configured_rlmm_class_is_loaded_configured_and_used_for_tiering(

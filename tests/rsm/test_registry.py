@@ -4,8 +4,8 @@ import textwrap
 import uuid
 
 import pytest
+from s3servers import moto_s3  # noqa: F401  (fixture)
 
-from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 from tieredlog.rsm.api import RemoteStorageManager
 from tieredlog.rsm.fsspec_rsm import FsspecRemoteStorageManager
 from tieredlog.rsm.local import LocalTieredStorage

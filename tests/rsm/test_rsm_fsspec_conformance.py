@@ -3,8 +3,8 @@
 import uuid
 
 import pytest
+from s3servers import moto_s3  # noqa: F401  (fixture)
 
-from tests.s3servers import moto_s3  # noqa: F401  (fixture)
 from tieredlog.rsm.fsspec_rsm import FsspecRemoteStorageManager
 from tieredlog.rsm.testing import ListableRemoteStorageManagerConformance
 

@@ -5,8 +5,8 @@ import json
 import logging
 
 import pytest
+from s3servers import FaultyS3Proxy, moto_s3, seaweed_s3, unique_prefix  # noqa: F401
 
-from tests.s3servers import FaultyS3Proxy, moto_s3, seaweed_s3, unique_prefix  # noqa: F401
 from tieredlog.rsm.api import IndexType, RemoteStorageException, RetriableRemoteStorageException
 from tieredlog.rsm.config import RemoteStorageConfigError
 from tieredlog.rsm.keys import uuid_to_base64
@@ -241,7 +241,7 @@ def test_bad_credentials_fail_at_configure_without_leaking_them(seaweed_s3, capl
 
 
 def test_unreachable_endpoint_fails_at_configure(moto_s3):
-    from tests.s3servers import free_port
+    from s3servers import free_port
     configs = moto_s3.rsm_configs(**{"storage.s3.endpoint.url": f"http://127.0.0.1:{free_port()}",
                                      "storage.s3.retry.max.attempts": "1"})
     with pytest.raises(RemoteStorageConfigError, match="cannot reach S3 bucket 'tieredlog'"):

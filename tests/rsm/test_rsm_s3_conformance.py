@@ -1,8 +1,8 @@
 """The S3 backend against the conformance kit, on moto's server and on SeaweedFS."""
 
 import pytest
+from s3servers import moto_s3, seaweed_s3, unique_prefix  # noqa: F401  (fixtures)
 
-from tests.s3servers import moto_s3, seaweed_s3, unique_prefix  # noqa: F401  (fixtures)
 from tieredlog.rsm.s3 import MIN_PART_SIZE, S3RemoteStorageManager
 from tieredlog.rsm.testing import ListableRemoteStorageManagerConformance
 

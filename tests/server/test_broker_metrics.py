@@ -15,11 +15,11 @@ from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import free_port
 from prometheus_client.parser import text_string_to_metric_families
 from test_cluster_replication import member, partition_state
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
-from tests.helpers import free_port
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.log.config import LogConfig

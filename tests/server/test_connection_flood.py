@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from helpers import free_port, wait_for
 
-from tests.helpers import free_port, wait_for
 from tieredlog.protocol.api import API_VERSIONS
 from tieredlog.protocol.codec import encode_request
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Callable
 
 from broker_harness import BrokerProcess
+from helpers import free_port
 from test_broker_metrics import scrape, value
 from txn_helpers import HOUR_MS, create_topic, now_ms, open_transaction
 
-from tests.helpers import free_port
 from tieredlog.log.producer_state import ProducerStateManager
 from tieredlog.records.batch import BatchHeader
 from tieredlog.records.record import CONTROL_ABORT, ControlRecord

@@ -23,6 +23,7 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from helpers import wait_for
 from spark_harness import spark  # noqa: F401  (fixture)
 
 from spark_readers import read_topic
@@ -32,7 +33,6 @@ from spark_readers.options import OptionError, parse_options
 from spark_readers.planner import ReadTask
 from spark_readers.read import SegmentDeletedError
 from spark_readers.storage import StorageError, open_storage, storage_spec
-from tests.helpers import wait_for
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
 from tieredlog.rsm.api import RemoteResourceNotFoundException
@@ -269,7 +269,8 @@ def test_without_manifests_the_segments_are_listed_from_the_brokers(spark, broke
     # a backend that cannot list at all (the chunked plugin over it here): only the brokers can say what it holds
     fetch_only = {**rsm_properties(broker.remote), "includeHeaders": "true",  # type: ignore[attr-defined]
                   "rsm.config.chunked.backend": "fetch_only_rsm:FetchOnlyStorage",
-                  "rsm.config.chunked.backend.class.path": str(Path(__file__).parent / "rsm_plugins")}
+                  "rsm.config.chunked.backend.class.path":
+                      str(Path(__file__).resolve().parents[1] / "harness" / "rsm_plugins")}
     with pytest.raises(CatalogError, match=f"^cannot list the segments of topic '{TOPIC}' in the remote tier: .*"
                                            "FetchOnlyStorage cannot list segments"):
         read_topic(TOPIC, fetch_only)

@@ -18,10 +18,10 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import wait_for
+from s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (fixture)
 from spark_harness import s3_tier_overrides, spark  # noqa: F401  (fixture)
 
-from tests.helpers import wait_for
-from tests.s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (fixture)
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
 from tieredlog.records.batch import iter_headers
@@ -217,8 +217,9 @@ def test_local_tiered_storage_layout_is_read_through_a_file_url(spark, tmp_path:
     """The broker's default remote tier (a LocalTieredStorage folder) through the fsspec RSM."""
     import uuid
 
-    from tests.test_spark_core import TOPIC as CORE_TOPIC
-    from tests.test_spark_core import expected_rows, write_segment
+    from test_spark_core import TOPIC as CORE_TOPIC
+    from test_spark_core import expected_rows, write_segment
+
     from tieredlog.rsm.api import TopicIdPartition
     from tieredlog.rsm.local import LocalTieredStorage
 

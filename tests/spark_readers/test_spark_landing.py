@@ -19,9 +19,9 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import wait_for
 
 from spark_readers.landing import committed_files
-from tests.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -18,10 +18,10 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from helpers import wait_for
+from s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (fixture)
 from spark_harness import s3_tier_overrides, spark  # noqa: F401  (fixture)
 
-from tests.helpers import wait_for
-from tests.s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (fixture)
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
 

@@ -21,9 +21,9 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import wait_for
 from spark_harness import spark  # noqa: F401  (fixture)
 
-from tests.helpers import wait_for
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
 
@@ -344,11 +344,12 @@ def test_reader_options_of_the_tail_and_the_splits() -> None:
 
 
 def test_brokers_that_do_not_answer_fail_the_plan_in_one_line(tmp_path: Path) -> None:
+    from helpers import free_port
+
     from spark_readers.brokers import BrokerError
     from spark_readers.datasource import TieredLogReader
     from spark_readers.options import parse_options
     from spark_readers.storage import storage_spec
-    from tests.helpers import free_port
 
     (tmp_path / "empty").mkdir()
     options = parse_options({"path": (tmp_path / "empty").as_uri(), "topic": TOPIC,
@@ -381,13 +382,14 @@ class FixedBrokers:
 def test_the_tail_starts_where_the_tier_ends_and_nothing_below_the_log_start_is_read(tmp_path: Path) -> None:
     import uuid
 
+    from test_spark_core import TOPIC as CORE_TOPIC
+    from test_spark_core import write_segment
+
     from spark_readers.brokers import TailTask
     from spark_readers.filters import PushedFilters
     from spark_readers.options import parse_options
     from spark_readers.planner import PlanError, ReadTask, plan
     from spark_readers.storage import open_storage, storage_spec
-    from tests.test_spark_core import TOPIC as CORE_TOPIC
-    from tests.test_spark_core import write_segment
     from tieredlog.rsm.api import TopicIdPartition
     from tieredlog.rsm.local import LocalTieredStorage
 

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from txn_layout import ABORT, COMMIT, TxnPartition, tier, tiered_log
 
 from spark_readers.decoder import kafka_schema
 from spark_readers.options import OptionError, parse_options
 from spark_readers.planner import PlanError, plan
 from spark_readers.read import read_task
 from spark_readers.storage import open_storage, storage_spec
-from tests.txn_layout import ABORT, COMMIT, TxnPartition, tier, tiered_log
 from tieredlog.rsm.api import IndexType
 
 TOPIC = "txn"

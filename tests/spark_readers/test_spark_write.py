@@ -16,9 +16,9 @@ import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import wait_for
 from spark_harness import spark  # noqa: F401  (fixture)
 
-from tests.helpers import wait_for
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS
 from tieredlog.rlmm.partitioner import murmur2, to_positive

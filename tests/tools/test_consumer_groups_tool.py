@@ -18,7 +18,7 @@ from helpers import wait_for
 
 from tieredlog.tools import consumer_groups
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOPIC = "cg"
 GROUP = "g1"
 PER_PARTITION = 50

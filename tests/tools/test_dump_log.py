@@ -16,7 +16,7 @@ from tieredlog.records.record import build_batch, build_control_batch
 
 pytestmark = pytest.mark.integration  # runs the CLI as a real process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SEG = "00000000000000000100"
 
 

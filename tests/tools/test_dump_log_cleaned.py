@@ -16,7 +16,7 @@ from tieredlog.records.record import CONTROL_COMMIT, Record, build_batch, build_
 
 pytestmark = pytest.mark.integration  # runs the CLI as a real process
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SEG = "00000000000000000100"
 T = 1_700_000_000_000
 HORIZON = T + 86_400_000

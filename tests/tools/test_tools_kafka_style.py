@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
+from helpers import wait_for
 
-from tests.broker_harness import BrokerProcess
-from tests.helpers import wait_for
 from tieredlog import cli
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FAST = {
     "remote.log.manager.task.interval.ms": "200",
     "log.retention.check.interval.ms": "200",
