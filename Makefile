@@ -108,7 +108,7 @@ bench-host: install-test system-deps
 
 # The long fuzz run: many more hostile frames than `make test` sends, and hypothesis over every schema.
 fuzz: install-test system-deps
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-explore} TIEREDLOG_FUZZ_FRAMES=$${TIEREDLOG_FUZZ_FRAMES:-50000} $(PY) -m pytest -o timeout=0 tests/test_fuzz_frames.py tests/fuzz_deep.py
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-explore} TIEREDLOG_FUZZ_FRAMES=$${TIEREDLOG_FUZZ_FRAMES:-50000} $(PY) -m pytest -o timeout=0 tests/protocol/test_fuzz_frames.py tests/protocol/fuzz_deep.py
 
 clean:
 	rm -rf $(VENV) data cluster .pytest_cache .mypy_cache .ruff_cache

@@ -57,7 +57,7 @@ def _baseline_server(port: int, path: str, ready) -> None:
 
 def baseline(total_bytes: int, tmp: Path) -> float:
     """MB/s of a bare asyncio socket-to-file server receiving ``total_bytes``."""
-    from tests.broker_harness import free_port
+    from broker_harness import free_port
 
     port = free_port()
     ready = multiprocessing.Event()
@@ -263,9 +263,8 @@ def latency_run(bootstrap: str, topic: str) -> tuple[float, float, int]:
 def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
+    from broker_harness import BrokerProcess
     from confluent_kafka.admin import AdminClient, NewTopic
-
-    from tests.broker_harness import BrokerProcess
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

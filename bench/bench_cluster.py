@@ -154,9 +154,9 @@ def throughput(bootstrap: str, topic: str) -> tuple[float, float]:
 def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
+    from broker_harness import BrokerProcess
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from tests.broker_harness import BrokerProcess
     from tieredlog.cluster.zk import ZkClient
     from tieredlog.tools.zookeeper_server import ZooKeeperServer
 

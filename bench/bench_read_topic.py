@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from s3servers import S3Endpoint, start_seaweedfs  # noqa: E402
+
 from spark_readers import read_topic  # noqa: E402
-from tests.s3servers import S3Endpoint, start_seaweedfs  # noqa: E402
 from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint  # noqa: E402
 from tieredlog.log.producer_state import encode_snapshot  # noqa: E402
 from tieredlog.log.segment import LogSegment  # noqa: E402

@@ -97,9 +97,8 @@ def one_leave(bootstrap: str, topic: str, group: str, config: dict, interval_s: 
 def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
+    from broker_harness import BrokerProcess
     from confluent_kafka.admin import AdminClient, NewTopic
-
-    from tests.broker_harness import BrokerProcess
 
     classic_hb = HEARTBEAT_MS or "3000"
     overrides = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3"}

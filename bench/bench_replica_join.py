@@ -121,7 +121,8 @@ def controller_bootstrap(brokers: dict[int, Any]) -> str:
 def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
-    from tests.broker_harness import BrokerProcess
+    from broker_harness import BrokerProcess
+
     from tieredlog.cluster.zk import ZkClient
     from tieredlog.cluster.znodes import TopicAssignment
     from tieredlog.tools.zookeeper_server import ZooKeeperServer

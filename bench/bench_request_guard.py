@@ -22,7 +22,7 @@ import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (ROOT, ROOT / "tests"):
+for p in (ROOT, ROOT / "tests" / "harness"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from bench.latency_probe import p50_p99_max, probe, produce_load
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (ROOT, ROOT / "tests"):
+for p in (ROOT, ROOT / "tests" / "harness"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 

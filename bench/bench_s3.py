@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.s3servers import S3Endpoint, start_moto, start_seaweedfs  # noqa: E402
+from s3servers import S3Endpoint, start_moto, start_seaweedfs  # noqa: E402
+
 from tieredlog.rsm.registry import load_remote_storage_manager  # noqa: E402
 from tieredlog.rsm.s3 import MIB, S3RemoteStorageManager  # noqa: E402
 from tieredlog.rsm.testing import make_segment, read_all  # noqa: E402

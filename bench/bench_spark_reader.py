@@ -216,9 +216,8 @@ def raw_reads(remote: Path) -> tuple[float, int]:
 def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
+    from broker_harness import BrokerProcess
     from confluent_kafka.admin import AdminClient, NewTopic
-
-    from tests.broker_harness import BrokerProcess
 
     print(f"command: .venv/bin/python -m bench bench_spark_reader  (SPARK_BENCH_MB={MB}); {PARTITIONS} partitions, "
           f"{VALUE_SIZE} B records, remote folder (LocalTieredStorage), Spark local[2] and local[1], "

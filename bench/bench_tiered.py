@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (ROOT, ROOT / "tests"):
+for p in (ROOT, ROOT / "tests" / "harness"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -384,7 +384,8 @@ def bench_s3() -> None:
 # 2. in-process: the RLM read path alone, and the copy task
 # ---------------------------------------------------------------------------------------------
 def bench_inproc() -> None:
-    from tests.helpers import Logs
+    from helpers import Logs
+
     from tieredlog.log.config import LogConfig
     from tieredlog.log.types import FetchIsolation, TopicPartition
     from tieredlog.log.unified_log import UnifiedLog

@@ -74,7 +74,8 @@ def consume(conf: dict[str, Any], topic: str, count: int) -> float:
 def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
-    sys.path.insert(0, str(repo / "tests"))
+    sys.path.insert(0, str(repo / "tests" / "harness"))
+    from broker_harness import BrokerProcess
     from confluent_kafka.admin import (
         AdminClient,
         NewTopic,
@@ -82,10 +83,9 @@ def main() -> None:
         ScramMechanism,
         UserScramCredentialUpsertion,
     )
+    from helpers import free_port
+    from tls_certs import Pki
 
-    from tests.broker_harness import BrokerProcess
-    from tests.helpers import free_port
-    from tests.tls_certs import Pki
     from tieredlog.clients.blocking import KafkaClient
     from tieredlog.protocol.api import METADATA
 

@@ -109,9 +109,8 @@ def consume(bootstrap: str, topic: str, end: int, isolation: str) -> tuple[float
 def main() -> None:
     repo = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(repo))
+    from broker_harness import BrokerProcess
     from confluent_kafka.admin import AdminClient, NewTopic
-
-    from tests.broker_harness import BrokerProcess
 
     print(f"command: .venv/bin/python -m bench bench_transactions  (TXN_BENCH_RECORDS={RECORDS}); 512 B records, "
           f"one partition per topic, confluent-kafka, one broker, {os.cpu_count()} cores")

@@ -6,7 +6,7 @@
   broker for one test (``extra_listeners={"SSL": port}`` binds more listeners beside the PLAINTEXT one
   it waits on); every broker it started is stopped when the test ends.
 - Tests using a fixture that starts a process (``PROCESS_FIXTURES``) are marked ``integration``.
-See tests/broker_harness.py for the BrokerProcess API (bootstrap, restart, kill9, stop, log_text).
+See tests/harness/broker_harness.py for the BrokerProcess API (bootstrap, restart, kill9, stop, log_text).
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ from typing import Callable, Iterator
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Every folder of tests/ is on sys.path, so a harness (tests/harness/) or a test module another one borrows
+# from is imported by its file name, `from broker_harness import BrokerProcess`, wherever the importer
+# lives; pytest imports the test modules themselves the same way (its default "prepend" mode), which is
+# why file names are unique across the folders.
+TESTS = Path(__file__).resolve().parent
+for _folder in sorted((p for p in TESTS.iterdir() if p.is_dir() and p.name.isidentifier() and p.name[0] != "_"),
+                      reverse=True):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 from broker_harness import BrokerProcess  # noqa: E402
 from hypothesis import settings  # noqa: E402

@@ -3,7 +3,7 @@
 Names, types, defaults and validation live in one registry, ``tieredlog.config``; this is a typed
 snapshot of the keys the RLM reads, built from the ``BrokerConfig`` the server hands in (typed here
 by the little of it the RLM reads, so the RLM does not import the broker's registry). Its field
-defaults are the registry's (``tests/test_config.py`` holds them equal), so an RLM built in a test
+defaults are the registry's (``tests/server/test_config.py`` holds them equal), so an RLM built in a test
 without a broker config behaves as a default broker.
 
 One deliberate difference from Kafka: ``remote.log.storage.system.enable`` defaults to **true**,

@@ -1,0 +1,324 @@
+"""Compacted topics in the remote tier, end to end: a real broker process with its local-folder remote
+tier, confluent-kafka producers (idempotent updates and deletes, one transactional producer committing
+and aborting) and a confluent-kafka consumer reading from offset 0, through the remote tier.
+
+- Once remote cleaning has replaced segments, the key -> latest value map read from offset 0 equals a
+  replay of everything acknowledged (aborted transactions left out), offsets strictly increase, and the
+  remote tier holds far fewer bytes than were written; the cleaners' throttle, set low at start-up, is
+  raised live through IncrementalAlterConfigs and the remote cleaner takes it.
+- SIGKILL of the broker while remote cleaning runs (slowed by log.cleaner.io.max.bytes.per.second):
+  after the restart the same map is read, and once the round is over every remote segment listed in
+  the store is one the broker serves (the orphan went through expiration).
+- SIGKILL of the broker after its rounds: the restarted broker goes on from the cleaner offset kept
+  in the tier, neither mapping nor rewriting what was clean.
+- Three idempotent producers at once, on keys of their own and keys they share, into a tier on a
+  real S3 server (moto): the same map from offset 0, each producer's records in its own order, and
+  the remote bytes within 1.5x of the live keys' key and value bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from broker_harness import BrokerProcess
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from helpers import wait_for
+from s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "changelog"
+WAIT_S = 60.0
+
+
+def broker_overrides(remote: Path, **extra: str) -> dict[str, str]:
+    return {"remote.log.storage.system.enable": "true", "rsm.config.dir": str(remote),
+            "remote.log.manager.task.interval.ms": "200", "log.cleaner.backoff.ms": "200",
+            "log.retention.check.interval.ms": "200",
+            "rlmm.config.remote.log.metadata.topic.num.partitions": "1", **extra}
+
+
+def create_topic(b: BrokerProcess, segment_bytes: int = 16384) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 1, config={
+        "cleanup.policy": "compact", "remote.storage.enable": "true", "segment.bytes": str(segment_bytes),
+        "local.retention.ms": "500", "min.cleanable.dirty.ratio": "0.01"})])[TOPIC].result(30)
+
+
+def produce(b: BrokerProcess, seed: int, transactions: bool = True, records: int = 3000,
+            ) -> tuple[dict[bytes, bytes | None], int]:
+    """Updates and deletes of 100 keys, and transactions committed or aborted at random; the key -> latest
+    value map (None: a tombstone) of a replay of all acknowledged records, and the payload bytes written."""
+    rnd = random.Random(seed)
+    acked: list[tuple[int, bytes, bytes | None]] = []
+    aborted: set[int] = set()
+    errors: list[KafkaError] = []
+
+    def report(err, msg) -> None:  # type: ignore[no-untyped-def]
+        if err is not None:
+            errors.append(err)
+        else:
+            acked.append((msg.offset(), msg.key(), msg.value()))
+
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "batch.size": 4096, "linger.ms": 2})
+    tx = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": f"tx-{seed}"})
+    if transactions:
+        tx.init_transactions(30)
+    written = 0
+    for i in range(records):
+        key = b"key-%d" % rnd.randrange(100)
+        value = None if rnd.random() < 0.1 else b"value-%d-" % i * 8
+        written += len(key) + len(value or b"")
+        p.produce(TOPIC, key=key, value=value, partition=0, on_delivery=report)
+        p.poll(0)
+        if transactions and i % 300 == 150:
+            p.flush(30)
+            tx.begin_transaction()
+            mine: list[tuple[int, bytes, bytes | None]] = []
+            for j in range(5):
+                tx.produce(TOPIC, key=b"key-%d" % rnd.randrange(100), value=b"txn-%d-%d" % (i, j), partition=0,
+                           on_delivery=lambda err, msg, mine=mine: report(err, msg) if err else
+                           mine.append((msg.offset(), msg.key(), msg.value())))
+            tx.flush(30)
+            if rnd.random() < 0.5:
+                tx.abort_transaction(30)
+                aborted |= {o for o, _, _ in mine}
+            else:
+                tx.commit_transaction(30)
+            acked += mine
+    assert p.flush(60) == 0 and not errors, errors[:3]
+    view: dict[bytes, bytes | None] = {}
+    for offset, key, value in sorted(acked):
+        if offset not in aborted:
+            view[key] = value  # a tombstone (None) too: a reader within delete.retention.ms sees it
+    return view, written
+
+
+def consume(b: BrokerProcess) -> tuple[dict[bytes, bytes | None], list[int]]:
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"reader-{uuid.uuid4()}", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "isolation.level": "read_committed"})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30)
+        c.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        view: dict[bytes, bytes | None] = {}
+        offsets: list[int] = []
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            msg = c.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                if msg.offset() >= high:
+                    return view, offsets
+                continue
+            offsets.append(msg.offset())
+            view[msg.key()] = msg.value()
+        raise AssertionError(f"read {len(offsets)} records in {WAIT_S} s without reaching offset {high}")
+    finally:
+        c.close()
+
+
+def copies_per_start_offset(remote: Path) -> dict[int, int]:
+    """How many segments the store holds for each start offset (object names start with it)."""
+    out: dict[int, int] = {}
+    for p in remote.rglob("*.log"):
+        start = int(p.name.split("-")[0])
+        out[start] = out.get(start, 0) + 1
+    return out
+
+
+def remote_log_bytes(remote: Path) -> int:
+    total = 0
+    for p in remote.rglob("*.log"):
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:
+            continue  # deleted (a retired copy) since it was listed
+    return total
+
+
+def local_log_start(b: BrokerProcess) -> int:
+    logs = sorted((b.data_dir / f"{TOPIC}-0").glob("*.log"))
+    return int(logs[0].name.split(".")[0]) if logs else 0
+
+
+def test_the_compacted_view_read_through_the_remote_tier_equals_a_replay(broker_factory, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    b = broker_factory(broker_overrides(remote, **{"log.cleaner.io.max.bytes.per.second": "1000"}))
+    create_topic(b)
+    # raised live, before any round: at 1 kB/s the remote round would take most of an hour
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[ConfigEntry(
+        "log.cleaner.io.max.bytes.per.second", "100000000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    expected, written = produce(b, seed=1)
+    wait_for(lambda: local_log_start(b) > 0, "nothing moved to the remote tier only", WAIT_S)
+    wait_for(lambda: "compacted remote segment" in b.log_text(), "no remote segment replaced", WAIT_S)
+    wait_for(lambda: remote_log_bytes(remote) < written / 3, "the remote tier did not shrink", WAIT_S)
+    view, offsets = consume(b)
+    assert view == expected
+    assert offsets == sorted(set(offsets))
+    assert not [line for line in b.log_text().splitlines() if " ERROR " in line]
+
+
+def test_a_kill_9_mid_remote_cleaning_leaves_a_consistent_view(broker_factory, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    b = broker_factory(broker_overrides(remote, **{"log.cleaner.io.max.bytes.per.second": "60000"}))
+    create_topic(b)
+    expected, _ = produce(b, seed=2)
+    wait_for(lambda: local_log_start(b) > 0, "nothing moved to the remote tier only", WAIT_S)
+    scratch = b.data_dir / "remote-log-cleaner"
+
+    def mid_round() -> bool:
+        """A throttled round has replaced a segment and is still running (its scratch files are there)."""
+        text = b.log_text()
+        last = text.rfind("compacted remote segment")
+        return last > text.rfind("cleaned the remote tier") and scratch.is_dir() and any(scratch.iterdir())
+
+    wait_for(mid_round, "no remote cleaning round in progress", WAIT_S, interval_s=0.01)
+    b.kill9()
+    mark = len(b.log_text())
+    b.overrides["log.cleaner.io.max.bytes.per.second"] = "100000000"
+    b.start()
+    view, offsets = consume(b)  # at once: whatever the crash left is one consistent view
+    assert view == expected and offsets == sorted(set(offsets))
+    wait_for(lambda: "cleaned the remote tier" in b.log_text()[mark:], "no remote cleaning after the restart", WAIT_S)
+    wait_for(lambda: max(copies_per_start_offset(remote).values()) == 1, "an orphaned copy is left", WAIT_S)
+    wait_for(lambda: not any(scratch.iterdir()), "the killed round's scratch files are left", WAIT_S)
+    view, offsets = consume(b)
+    assert view == expected and offsets == sorted(set(offsets))
+    assert not [line for line in b.log_text()[mark:].splitlines() if " ERROR " in line]
+
+
+ROUND = re.compile(r"cleaned the remote tier from offset (\d+) up to offset (\d+): \d+ segment\(s\) read, (\d+) replaced")
+
+
+def kept_cleaner_offset(remote: Path) -> int | None:
+    """The remote cleaner offset the leader keeps beside the tier, read from the store."""
+    found = list(remote.rglob("cleaner-offset-checkpoint.json"))
+    return json.loads(found[0].read_bytes())["cleaner_offset"] if found else None
+
+
+def test_a_restarted_broker_goes_on_from_the_cleaner_offset_kept_in_the_tier(broker_factory, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    b = broker_factory(broker_overrides(remote))
+    create_topic(b)
+    expected, _ = produce(b, seed=3, transactions=False, records=2000)
+    # every record is remote and clean (local retention rolls the active segment once it is all older
+    # than local.retention.ms, as Kafka's does): the kept offset is the log end
+    wait_for(lambda: local_log_start(b) == 2000 and kept_cleaner_offset(remote) == 2000,
+             "the remote tier was not cleaned up to the local log", WAIT_S)
+    kept = kept_cleaner_offset(remote)
+    clean_objects = {p.name for p in remote.rglob("*.log")}
+    b.kill9()
+    mark = len(b.log_text())
+    b.start()
+    # new keys only: they supersede nothing, so the already-clean segments have nothing to lose
+    errors: list[KafkaError] = []
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 2,
+                  "batch.size": 4096})
+    for i in range(400):
+        p.produce(TOPIC, key=b"fresh-%d" % i, value=b"v%d-" % i * 25, partition=0,
+                  on_delivery=lambda err, msg: err is None or errors.append(err))
+        expected[b"fresh-%d" % i] = b"v%d-" % i * 25
+    assert p.flush(60) == 0 and not errors, errors[:3]
+    wait_for(lambda: ROUND.search(b.log_text()[mark:]), "no remote cleaning round after the restart", WAIT_S)
+    first = ROUND.search(b.log_text()[mark:])
+    assert first is not None
+    # the first round of the new incarnation maps from the kept offset on (without it: from 0), and
+    # rewrites none of the segments that were clean before the kill
+    assert int(first.group(1)) == kept and int(first.group(3)) == 0, first.group(0)
+    assert clean_objects <= {p.name for p in remote.rglob("*.log")}
+    view, offsets = consume(b)
+    assert view == expected and offsets == sorted(set(offsets))
+    assert not [line for line in b.log_text()[mark:].splitlines() if " ERROR " in line]
+
+
+def produce_concurrently(b: BrokerProcess, producers: int, records: int) -> tuple[dict[bytes, bytes | None], int]:
+    """``producers`` idempotent producers at once, each updating (and now and then deleting) 40 keys of its
+    own and 20 keys all of them share, with 200-byte values naming the producer and its sequence. The key ->
+    latest value map of a replay of every acknowledged record in offset order (the partition's one order:
+    for a shared key the last write acknowledged wins), and the key and value bytes of its live keys."""
+    acked: list[tuple[int, bytes, bytes | None]] = []
+    order_kept: list[bool] = []
+    errors: list[KafkaError] = []
+    start = threading.Barrier(producers)
+
+    def run(n: int) -> None:
+        rnd = random.Random(n)
+        mine: list[int] = []
+
+        def report(err, msg) -> None:  # type: ignore[no-untyped-def]
+            if err is not None:
+                errors.append(err)
+            else:
+                mine.append(msg.offset())
+                acked.append((msg.offset(), msg.key(), msg.value()))
+
+        p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True,
+                      "batch.size": 4096, "linger.ms": 2})
+        start.wait(30)
+        for i in range(records):
+            key = b"shared-%d" % rnd.randrange(20) if rnd.random() < 0.3 else b"p%d-%d" % (n, rnd.randrange(40))
+            value = None if rnd.random() < 0.05 else (b"p%d-seq-%06d|" % (n, i)).ljust(200, b".")
+            p.produce(TOPIC, key=key, value=value, partition=0, on_delivery=report)
+            p.poll(0)
+        left = p.flush(60)
+        order_kept.append(left == 0 and mine == sorted(mine))  # delivery reports come in send order
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and len(acked) == producers * records, errors[:3]
+    assert order_kept == [True] * producers  # all delivered, each producer's in its own order in the log
+    view: dict[bytes, bytes | None] = {}
+    for _, key, value in sorted(acked):
+        view[key] = value
+    return view, sum(len(k) + len(v or b"") for k, v in view.items())
+
+
+def s3_objects(s3: S3Endpoint, prefix: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for page in s3.client().get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix):
+        out.update((o["Key"], o["Size"]) for o in page.get("Contents", []))
+    return out
+
+
+def test_concurrent_producers_into_a_compacted_tier_on_s3(broker_factory, moto_s3: S3Endpoint) -> None:  # noqa: F811
+    prefix = unique_prefix()
+    rsm = {f"rsm.config.{k}": str(v) for k, v in moto_s3.rsm_configs(prefix=prefix).items()}
+    overrides = {k: v for k, v in broker_overrides(Path("unused")).items() if k != "rsm.config.dir"}
+    b = broker_factory({**overrides, "remote.log.storage.manager.class.name": "s3", **rsm})
+    create_topic(b, segment_bytes=65536)  # few segments: each round reads the tier from its start
+    producers, records = 3, 400
+    expected, live_bytes = produce_concurrently(b, producers, records)
+
+    def kept() -> int | None:
+        for key in s3_objects(moto_s3, prefix):
+            if key.endswith("/cleaner-offset-checkpoint.json"):
+                body = moto_s3.client().get_object(Bucket=moto_s3.bucket, Key=key)["Body"].read()
+                return int(json.loads(body)["cleaner_offset"])
+        return None
+
+    # every record is remote (local retention rolls the active segment too) and clean
+    end = producers * records
+    wait_for(lambda: local_log_start(b) == end and kept() == end,
+             "the remote tier was not cleaned up to the local log", WAIT_S)
+    remote_bytes = sum(size for key, size in s3_objects(moto_s3, prefix).items() if key.endswith(".log"))
+    view, offsets = consume(b)
+    assert view == expected and offsets == sorted(set(offsets))
+    # docs/compaction.md's bound: the remote tier within 1.5x of the key and value bytes of the live keys
+    assert remote_bytes <= 1.5 * live_bytes, (remote_bytes, live_bytes)
+    assert not [line for line in b.log_text().splitlines() if " ERROR " in line]
