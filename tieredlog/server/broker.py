@@ -1,7 +1,8 @@
 """The Broker: one node's state shared by every request handler.
 
 Owns the LogManager, the topic metadata, producer-id allocation, and the optional group coordinator
-and RemoteLogManager. Handlers reach it through ``RequestContext.broker``.
+and RemoteLogManager. Handlers reach it through ``RequestContext.broker``, each as the ``Protocol`` of
+what it uses; no module but the wiring (main, dispatcher) imports this one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Maps (api key, version) to a handler and turns the handler's answer into response bytes."""
+"""Maps (api key, version) to a handler and turns the handler's answer into response bytes.
+
+Wiring, with main: the one place the Broker meets the handlers, so its table is where the type checker
+holds the Broker to each API module's broker Protocol."""
 
 from __future__ import annotations
 
