@@ -1,7 +1,7 @@
 """What a request handler knows about the request it serves.
 
 The context carries the broker as a type parameter: each handler module names, as a ``Protocol``, the
-few things of the broker it uses (``RequestContext[_Broker]``), and the dispatcher's table of handlers
+few things of the broker it uses (``RequestContext[AdminServer]``), and the dispatcher's table of handlers
 for the real broker is where the type checker holds the broker to every one of them."""
 
 from __future__ import annotations

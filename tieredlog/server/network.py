@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 
 class RequestMetrics(Protocol):
+    """The broker's metrics as the writer records each response (tieredlog.server.broker_metrics)."""
+
     def record_request(self, api_key: int, received: float) -> None: ...
 
 
@@ -89,6 +91,7 @@ class RequestDispatcher(Protocol[B]):
     def unsupported_api_versions(self, correlation_id: int) -> bytes: ...
 
     def reject_old_produce(self, payload: bytes, version: int, correlation_id: int) -> bytes: ...
+
 
 _I32 = struct.Struct(">i")
 

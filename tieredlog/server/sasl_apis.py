@@ -98,6 +98,8 @@ class SaslListenerServer(Protocol):
 
 
 class ApiVersionsTable(Protocol):
+    """The dispatcher's served versions by API key (a SASL client is told ApiVersions' highest)."""
+
     @property
     def versions(self) -> Mapping[int, tuple[int, int]]: ...
 
