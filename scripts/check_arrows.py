@@ -41,9 +41,7 @@ MAP_END = "<!-- /arrows -->"
 KNOWN_DEBT: dict[tuple[str, str], str] = {}
 
 # Packages inside which an import cycle between modules is being removed. Key: package prefix.
-KNOWN_CYCLES: dict[str, str] = {
-    "tieredlog.server": "Broker as a service locator: handlers declare the narrow Protocol they need",
-}
+KNOWN_CYCLES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

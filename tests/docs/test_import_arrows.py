@@ -37,6 +37,14 @@ def test_the_tree_follows_the_module_map() -> None:
     assert report.problems == []
 
 
+def test_only_the_wiring_names_the_broker() -> None:
+    """Handlers and helpers declare the Protocol of the broker they use: the Broker class is named only
+    where it is built and held to those Protocols (an import that makes no cycle is still a locator)."""
+    graph = arrows.import_graph(arrows.find_modules(ROOT))
+    importers = {m for m, targets in graph.items() if "tieredlog.server.broker" in targets}
+    assert importers <= {"tieredlog.server.main", "tieredlog.server.dispatcher"}
+
+
 def test_an_import_against_the_map_fails(module_map) -> None:
     graph = {"tieredlog.log.segment": {"tieredlog.server.broker": 12}, "tieredlog.server.broker": {}}
     report = arrows.check(module_map, graph, {}, {})

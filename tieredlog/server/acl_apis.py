@@ -27,7 +27,8 @@ from tieredlog.security.authorizer.acl import (
     ResourceType,
 )
 from tieredlog.security.authorizer.authorizer import AclError
-from tieredlog.server.context import Handler, RequestContext
+from tieredlog.server.authorization import AuthContext, AuthorizerServer
+from tieredlog.server.context import Handler
 
 NO_AUTHORIZER = "No Authorizer is configured."
 
@@ -109,7 +110,7 @@ def _error(exc: Exception) -> tuple[ErrorCode, str | None]:
     return ErrorCode.unknown_server_error, str(exc) or type(exc).__name__
 
 
-async def handle_describe_acls(ctx: RequestContext, req: KioDescribeAclsRequest) -> dict:
+async def handle_describe_acls(ctx: AuthContext, req: KioDescribeAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"error_code": ErrorCode.security_disabled, "error_message": "No Authorizer is configured on the broker",
@@ -130,7 +131,7 @@ async def handle_describe_acls(ctx: RequestContext, req: KioDescribeAclsRequest)
     return {"error_code": ErrorCode.none, "error_message": None, "resources": resources}
 
 
-async def handle_create_acls(ctx: RequestContext, req: KioCreateAclsRequest) -> dict:
+async def handle_create_acls(ctx: AuthContext, req: KioCreateAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"results": [{"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER}
@@ -147,7 +148,7 @@ async def handle_create_acls(ctx: RequestContext, req: KioCreateAclsRequest) -> 
     return {"results": results}
 
 
-async def handle_delete_acls(ctx: RequestContext, req: KioDeleteAclsRequest) -> dict:
+async def handle_delete_acls(ctx: AuthContext, req: KioDeleteAclsRequest) -> dict:
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return {"filter_results": [{"error_code": ErrorCode.security_disabled, "error_message": NO_AUTHORIZER,
@@ -171,5 +172,5 @@ async def handle_delete_acls(ctx: RequestContext, req: KioDeleteAclsRequest) -> 
     return {"filter_results": results}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[AuthorizerServer]]:
     return {DESCRIBE_ACLS: handle_describe_acls, CREATE_ACLS: handle_create_acls, DELETE_ACLS: handle_delete_acls}

@@ -25,11 +25,13 @@ from tieredlog.protocol.api import (
 from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
 from tieredlog.server.admin_requests import TOPICS_BY_ID_SINCE
-from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names
-from tieredlog.server.config_apis import topic_config_entries
+from tieredlog.server.authorization import AuthorizerServer, authorize, authorize_cluster, authorized_names
+from tieredlog.server.config_apis import TopicConfigServer, topic_config_entries
 from tieredlog.server.context import Handler, RequestContext
 
 if TYPE_CHECKING:
+    from tieredlog.config import BrokerConfig
+    from tieredlog.log.config import LogConfig
     from tieredlog.replication.replica_manager import ReplicaManager
     from tieredlog.server.admin_requests import (
         KioCreatePartitionsRequest,
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
         KioDeleteTopicsRequestV1To5,
         KioDeleteTopicsRequestV6,
     )
-    from tieredlog.server.broker import Broker
+    from tieredlog.server.topic_store import TopicMetadata
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,36 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 
 
+class AdminServer(TopicConfigServer, AuthorizerServer, Protocol):
+    """What the topic and records admin APIs need of the broker."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+
+    def get_topic(self, name: str) -> TopicMetadata | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None: ...
+
+    def registered_broker_ids(self) -> set[int]: ...
+
+    def check_new_topic(self, name: str, partitions: int, replication_factor: int,
+                        configs: dict[str, str]) -> LogConfig: ...
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = 1,
+                     configs: dict[str, str] | None = None,
+                     assignment: dict[int, list[int]] | None = None) -> TopicMetadata: ...
+
+    def delete_topic(self, name: str) -> None: ...
+
+    def create_partitions(self, name: str, count: int, validate_only: bool = False,
+                          assignment: list[list[int]] | None = None) -> None: ...
+
+    async def topics_durable(self, wait_s: float = 10.0) -> None: ...
+
+
 class _Assignment(Protocol):
     """A CreateTopics or CreatePartitions manual assignment: the partition's replicas."""
 
@@ -58,7 +90,7 @@ class _Assignment(Protocol):
     def broker_ids(self) -> Sequence[int]: ...
 
 
-def _check_assignments(broker: Broker, assignments: Iterable[_Assignment]) -> list[list[int]]:
+def _check_assignments(broker: AdminServer, assignments: Iterable[_Assignment]) -> list[list[int]]:
     """Manual assignments name replicas: registered brokers (alone: this node), no duplicates, the
     same number for every partition."""
     registered = broker.registered_broker_ids()
@@ -75,7 +107,7 @@ def _check_assignments(broker: Broker, assignments: Iterable[_Assignment]) -> li
     return out
 
 
-async def handle_create_topics(ctx: RequestContext, req: KioCreateTopicsRequest) -> dict:
+async def handle_create_topics(ctx: RequestContext[AdminServer], req: KioCreateTopicsRequest) -> dict:
     broker = ctx.broker
     out = []
     seen: set[str] = set()
@@ -152,7 +184,7 @@ async def handle_create_topics(ctx: RequestContext, req: KioCreateTopicsRequest)
     return {"throttle_time": 0, "topics": out}
 
 
-async def handle_delete_topics(ctx: RequestContext, req: KioDeleteTopicsRequest) -> dict:
+async def handle_delete_topics(ctx: RequestContext[AdminServer], req: KioDeleteTopicsRequest) -> dict:
     broker = ctx.broker
     out = []
     items: list[tuple[str | None, uuid.UUID | None]]
@@ -202,7 +234,7 @@ async def handle_delete_topics(ctx: RequestContext, req: KioDeleteTopicsRequest)
     return {"throttle_time": 0, "responses": out}
 
 
-async def handle_create_partitions(ctx: RequestContext, req: KioCreatePartitionsRequest) -> dict:
+async def handle_create_partitions(ctx: RequestContext[AdminServer], req: KioCreatePartitionsRequest) -> dict:
     broker = ctx.broker
     out = []
     added = 0
@@ -231,7 +263,7 @@ async def handle_create_partitions(ctx: RequestContext, req: KioCreatePartitions
     return {"throttle_time": 0, "results": out}
 
 
-async def handle_delete_records(ctx: RequestContext, req: KioDeleteRecordsRequest) -> dict:
+async def handle_delete_records(ctx: RequestContext[AdminServer], req: KioDeleteRecordsRequest) -> dict:
     """Kafka's handleDeleteRecordsRequest: authorization and the metadata here, the rest (leadership,
     the wait for the followers' log start offsets) in the ReplicaManager."""
     broker = ctx.broker
@@ -273,7 +305,7 @@ async def _delete_partition(rm: ReplicaManager, tp: TopicPartition, offset: int,
         entry["error_code"] = error_code_of(error())
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[AdminServer]]:
     return {
         CREATE_TOPICS: handle_create_topics,
         DELETE_TOPICS: handle_delete_topics,

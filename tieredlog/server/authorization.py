@@ -38,11 +38,22 @@ if TYPE_CHECKING:
 audit = logging.getLogger("kafka.authorizer.logger")
 
 
-def _authorizer(ctx: RequestContext) -> "AclAuthorizer | None":
+class AuthorizerServer(Protocol):
+    """What authorizing a request needs of the broker: every handler's broker Protocol extends it."""
+
+    @property
+    def authorizer(self) -> AclAuthorizer | None: ...
+
+
+# the context every rule here reads; a handler's own context is one (RequestContext is covariant)
+AuthContext = RequestContext[AuthorizerServer]
+
+
+def _authorizer(ctx: AuthContext) -> AclAuthorizer | None:
     return ctx.broker.authorizer
 
 
-def _decide(authorizer: "AclAuthorizer", ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
+def _decide(authorizer: "AclAuthorizer", ctx: AuthContext, operation: AclOperation, resource_type: ResourceType,
             name: str, log_denied: bool) -> bool:
     allowed = authorizer.authorize(str(ctx.principal), ctx.client_host, operation, resource_type, name)
     if not allowed and log_denied:
@@ -53,17 +64,17 @@ def _decide(authorizer: "AclAuthorizer", ctx: RequestContext, operation: AclOper
     return allowed
 
 
-def authorize(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str, *,
+def authorize(ctx: AuthContext, operation: AclOperation, resource_type: ResourceType, name: str, *,
               log_denied: bool = True) -> bool:
     authorizer = _authorizer(ctx)
     return authorizer is None or _decide(authorizer, ctx, operation, resource_type, name, log_denied)
 
 
-def authorize_cluster(ctx: RequestContext, operation: AclOperation, *, log_denied: bool = True) -> bool:
+def authorize_cluster(ctx: AuthContext, operation: AclOperation, *, log_denied: bool = True) -> bool:
     return authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=log_denied)
 
 
-def authorized_names(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
+def authorized_names(ctx: AuthContext, operation: AclOperation, resource_type: ResourceType,
                      names: Iterable[str], *, log_denied: bool = True) -> set[str]:
     """The names among ``names`` the request's principal may ``operation`` (each decided once)."""
     wanted = set(names)
@@ -73,13 +84,13 @@ def authorized_names(ctx: RequestContext, operation: AclOperation, resource_type
     return {n for n in wanted if _decide(authorizer, ctx, operation, resource_type, n, log_denied)}
 
 
-def authorize_by_resource_type(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType) -> bool:
+def authorize_by_resource_type(ctx: AuthContext, operation: AclOperation, resource_type: ResourceType) -> bool:
     authorizer = _authorizer(ctx)
     return authorizer is None or authorizer.authorize_by_resource_type(
         str(ctx.principal), ctx.client_host, operation, resource_type)
 
 
-def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name: str, requested: bool) -> int:
+def authorized_operations(ctx: AuthContext, resource_type: ResourceType, name: str, requested: bool) -> int:
     """KIP-430's bit field of what the principal may do on the resource (the omitted marker when not
     requested)."""
     return bit_field(resource_type, requested,
@@ -89,8 +100,8 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name
 # ---- per-request rules ------------------------------------------------------------------------------
 
 R = TypeVar("R")
-Check = Callable[[RequestContext, R], "ErrorCode | None"]
-Deny = Callable[[RequestContext, R, ErrorCode], Any]
+Check = Callable[[AuthContext, R], "ErrorCode | None"]
+Deny = Callable[[AuthContext, R, ErrorCode], Any]
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,7 @@ class Rule(Generic[R]):
     deny: Deny[R]  # the API's response carrying that error
 
 
-def check_request(ctx: RequestContext, body: Any) -> Any:
+def check_request(ctx: AuthContext, body: Any) -> Any:
     """The denial response of a request its API's rule refuses, or None to run the handler."""
     if _authorizer(ctx) is None:
         return None
@@ -161,43 +172,43 @@ class _ProduceRequest(Protocol):
 
 
 def _cluster(operation: AclOperation) -> Check[object]:
-    def check(ctx: RequestContext, req: object) -> ErrorCode | None:
+    def check(ctx: AuthContext, req: object) -> ErrorCode | None:
         return None if authorize_cluster(ctx, operation) else ErrorCode.cluster_authorization_failed
     return check
 
 
 def _group(operation: AclOperation) -> Check[_GroupRequest]:
-    def check(ctx: RequestContext, req: _GroupRequest) -> ErrorCode | None:
+    def check(ctx: AuthContext, req: _GroupRequest) -> ErrorCode | None:
         return None if authorize(ctx, operation, ResourceType.GROUP, req.group_id) \
             else ErrorCode.group_authorization_failed
     return check
 
 
-def _write_txn_id(transactional_id: str, ctx: RequestContext) -> ErrorCode | None:
+def _write_txn_id(transactional_id: str, ctx: AuthContext) -> ErrorCode | None:
     if authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return None
     return ErrorCode.transactional_id_authorization_failed
 
 
-def _transactional(ctx: RequestContext, req: _TransactionalRequest) -> ErrorCode | None:
+def _transactional(ctx: AuthContext, req: _TransactionalRequest) -> ErrorCode | None:
     return _write_txn_id(req.transactional_id, ctx)
 
 
-def _transactional_then_group(ctx: RequestContext, req: _TransactionalGroupRequest) -> ErrorCode | None:
+def _transactional_then_group(ctx: AuthContext, req: _TransactionalGroupRequest) -> ErrorCode | None:
     code = _write_txn_id(req.transactional_id, ctx)
     if code is None and not authorize(ctx, AclOperation.READ, ResourceType.GROUP, req.group_id):
         return ErrorCode.group_authorization_failed
     return code
 
 
-def _add_partitions_to_txn(ctx: RequestContext, req: txn_requests.KioAddPartitionsToTxnRequest) -> ErrorCode | None:
+def _add_partitions_to_txn(ctx: AuthContext, req: txn_requests.KioAddPartitionsToTxnRequest) -> ErrorCode | None:
     # v4+ come from brokers (KIP-890 verification): CLUSTER_ACTION, as the other inter-broker APIs
     if ctx.api_version >= FIRST_BROKER_VERSION:
         return _cluster_action(ctx, req)
     return _write_txn_id(cast("txn_requests.KioAddPartitionsToTxnRequestV0To3", req).v3_and_below_transactional_id, ctx)
 
 
-def _init_producer_id(ctx: RequestContext, req: _InitProducerIdRequest) -> ErrorCode | None:
+def _init_producer_id(ctx: AuthContext, req: _InitProducerIdRequest) -> ErrorCode | None:
     if req.transactional_id is not None:
         return _write_txn_id(req.transactional_id, ctx)
     # an idempotent producer: IDEMPOTENT_WRITE on the cluster, or (KIP-679) WRITE on any topic
@@ -222,7 +233,7 @@ def _has_transactional_records(req: _ProduceRequest) -> bool:
     return False
 
 
-def _produce(ctx: RequestContext, req: _ProduceRequest) -> ErrorCode | None:
+def _produce(ctx: AuthContext, req: _ProduceRequest) -> ErrorCode | None:
     if not _has_transactional_records(req):
         return None  # WRITE on each topic is checked per partition by the handler
     tid = req.transactional_id
@@ -231,7 +242,7 @@ def _produce(ctx: RequestContext, req: _ProduceRequest) -> ErrorCode | None:
     return ErrorCode.transactional_id_authorization_failed
 
 
-def _write_txn_markers(ctx: RequestContext, req: object) -> ErrorCode | None:
+def _write_txn_markers(ctx: AuthContext, req: object) -> ErrorCode | None:
     # Kafka takes ALTER on the cluster first, quietly, then CLUSTER_ACTION
     if authorize_cluster(ctx, AclOperation.ALTER, log_denied=False) or authorize_cluster(ctx, AclOperation.CLUSTER_ACTION):
         return None
@@ -244,14 +255,14 @@ def _write_txn_markers(ctx: RequestContext, req: object) -> ErrorCode | None:
 CLUSTER_DENIED = "Cluster authorization failed."
 
 
-def _error_only(ctx: RequestContext, req: object, code: ErrorCode) -> dict:
+def _error_only(ctx: AuthContext, req: object, code: ErrorCode) -> dict:
     return {"error_code": code}
 
 
 def _per_partition(topics: Callable[[R], Iterable[tuple[str, Iterable[int]]]], topics_key: str,
                    partitions_key: str = "partitions", index_key: str = "partition_index",
                    topic_key: str = "name", error_key: str = "error_code", extra: dict | None = None) -> Deny[R]:
-    def deny(ctx: RequestContext, req: R, code: ErrorCode) -> dict:
+    def deny(ctx: AuthContext, req: R, code: ErrorCode) -> dict:
         return {topics_key: [{topic_key: name, partitions_key: [{index_key: p, error_key: code, **(extra or {})}
                                                                  for p in parts]}
                              for name, parts in topics(req)]}
@@ -266,38 +277,38 @@ _produce_partitions_denied = _per_partition(_produce_partitions, "responses", "p
                                             extra={"base_offset": -1, "log_append_time": -1, "log_start_offset": -1})
 
 
-def _produce_denied(ctx: RequestContext, req: _ProduceRequest, code: ErrorCode) -> Any:
+def _produce_denied(ctx: AuthContext, req: _ProduceRequest, code: ErrorCode) -> Any:
     if req.acks == 0:
         return CLOSE_CONNECTION  # the client reads no answer: Kafka closes the connection
     return _produce_partitions_denied(ctx, req, code)
 
 
-def _join_group_denied(ctx: RequestContext, req: object, code: ErrorCode) -> dict:
+def _join_group_denied(ctx: AuthContext, req: object, code: ErrorCode) -> dict:
     return {"error_code": code, "generation_id": -1, "protocol_name": None if ctx.api_version >= 7 else "",
             "leader": "", "member_id": "", "members": []}
 
 
-def _leader_and_isr_denied(ctx: RequestContext, req: LeaderAndIsrRequest, code: ErrorCode) -> dict:
+def _leader_and_isr_denied(ctx: AuthContext, req: LeaderAndIsrRequest, code: ErrorCode) -> dict:
     return {"error_code": code, "topics": [
         {"topic_id": ts.topic_id, "partition_errors": [{"partition_index": ps.partition_index, "error_code": code}
                                                        for ps in ts.partition_states]}
         for ts in req.topic_states]}
 
 
-def _stop_replica_denied(ctx: RequestContext, req: StopReplicaRequest, code: ErrorCode) -> dict:
+def _stop_replica_denied(ctx: AuthContext, req: StopReplicaRequest, code: ErrorCode) -> dict:
     return {"error_code": code, "partition_errors": [
         {"topic_name": ts.topic_name, "partition_index": ps.partition_index, "error_code": code}
         for ts in req.topic_states for ps in ts.partition_states]}
 
 
-def _elect_leaders_denied(ctx: RequestContext, req: admin_requests.KioElectLeadersRequest, code: ErrorCode) -> dict:
+def _elect_leaders_denied(ctx: AuthContext, req: admin_requests.KioElectLeadersRequest, code: ErrorCode) -> dict:
     return {"error_code": code, "replica_election_results": [
         {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": None}
                                                 for p in t.partitions]}
         for t in req.topic_partitions or ()]}
 
 
-def _alter_reassignments_denied(ctx: RequestContext, req: admin_requests.KioAlterPartitionReassignmentsRequest,
+def _alter_reassignments_denied(ctx: AuthContext, req: admin_requests.KioAlterPartitionReassignmentsRequest,
                                 code: ErrorCode) -> dict:
     return {"error_code": code, "error_message": CLUSTER_DENIED, "responses": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code,
@@ -305,7 +316,7 @@ def _alter_reassignments_denied(ctx: RequestContext, req: admin_requests.KioAlte
         for t in req.topics]}
 
 
-def _txn_markers_denied(ctx: RequestContext, req: txn_requests.KioWriteTxnMarkersRequest, code: ErrorCode) -> dict:
+def _txn_markers_denied(ctx: AuthContext, req: txn_requests.KioWriteTxnMarkersRequest, code: ErrorCode) -> dict:
     return {"markers": [
         {"producer_id": m.producer_id, "topics": [
             {"name": t.name, "partitions": [{"partition_index": p, "error_code": code} for p in t.partition_indexes]}
@@ -321,7 +332,7 @@ _add_partitions_v3_and_below_denied = _per_partition(_add_partitions_v3_and_belo
                                                      "results_by_partition", error_key="partition_error_code")
 
 
-def _add_partitions_to_txn_denied(ctx: RequestContext, req: txn_requests.KioAddPartitionsToTxnRequest,
+def _add_partitions_to_txn_denied(ctx: AuthContext, req: txn_requests.KioAddPartitionsToTxnRequest,
                                   code: ErrorCode) -> dict:
     if ctx.api_version >= FIRST_BROKER_VERSION:
         return {"error_code": code, "results_by_transaction": []}
@@ -336,7 +347,7 @@ def _txn_offset_commit_partitions(req: txn_requests.KioTxnOffsetCommitRequest) -
     return [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
 
 
-def _init_producer_id_denied(ctx: RequestContext, req: object, code: ErrorCode) -> dict:
+def _init_producer_id_denied(ctx: AuthContext, req: object, code: ErrorCode) -> dict:
     return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
 
 
@@ -344,11 +355,11 @@ def _with(**fields: Any) -> Deny[object]:
     return lambda ctx, req, code: {"error_code": code, **fields}
 
 
-def _create_acls_denied(ctx: RequestContext, req: admin_requests.KioCreateAclsRequest, code: ErrorCode) -> dict:
+def _create_acls_denied(ctx: AuthContext, req: admin_requests.KioCreateAclsRequest, code: ErrorCode) -> dict:
     return {"results": [{"error_code": code, "error_message": CLUSTER_DENIED} for _ in req.creations]}
 
 
-def _delete_acls_denied(ctx: RequestContext, req: admin_requests.KioDeleteAclsRequest, code: ErrorCode) -> dict:
+def _delete_acls_denied(ctx: AuthContext, req: admin_requests.KioDeleteAclsRequest, code: ErrorCode) -> dict:
     return {"filter_results": [{"error_code": code, "error_message": CLUSTER_DENIED, "matching_acls": []}
                                for _ in req.filters]}
 

@@ -1,7 +1,8 @@
 """The Broker: one node's state shared by every request handler.
 
 Owns the LogManager, the topic metadata, producer-id allocation, and the optional group coordinator
-and RemoteLogManager. Handlers reach it through ``RequestContext.broker``.
+and RemoteLogManager. Handlers reach it through ``RequestContext.broker``, each as the ``Protocol`` of
+what it uses; no module but the wiring (main, dispatcher) imports this one.
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ class Broker:
         if t is None:
             return
         try:
-            cfg = self._effective_log_config(overrides)
+            cfg = self.effective_log_config(overrides)
         except InvalidConfigError as exc:
             log.warning("ignoring the new configs of topic %s: %s", name, exc)
             return
@@ -344,11 +345,11 @@ class Broker:
     def _topic_config_for(self, topic: str) -> LogConfig:
         t = self.topics.get(topic)
         if t is not None:
-            return self._effective_log_config(t.configs)
+            return self.effective_log_config(t.configs)
         stored = self._disk_topic_configs.get(topic)
         if stored is not None:
             try:
-                return self._effective_log_config(stored)
+                return self.effective_log_config(stored)
             except InvalidConfigError as exc:
                 log.warning("topic %s loads with the broker's defaults: its stored configs are invalid: %s", topic, exc)
         return self.default_log_config
@@ -362,7 +363,7 @@ class Broker:
     def remote_storage_system_enabled(self) -> bool:
         return bool(self.config.get("remote.log.storage.system.enable", False))
 
-    def _effective_log_config(self, overrides: dict[str, str]) -> LogConfig:
+    def effective_log_config(self, overrides: dict[str, str]) -> LogConfig:
         """The config the logs run with. A topic stored with remote.storage.enable=true on a broker whose
         remote tier is off (created while it was on) is local-only here: nothing tiers it, so local
         retention waiting for copies would never delete; total retention applies instead. (Kafka refuses
@@ -495,7 +496,7 @@ class Broker:
         staged, self._logs_to_create = self._logs_to_create, []
         if not staged:
             return
-        wanted = [(TopicPartition(t.name, p), t.topic_id, self._effective_log_config(t.configs)) for t, p in staged]
+        wanted = [(TopicPartition(t.name, p), t.topic_id, self.effective_log_config(t.configs)) for t, p in staged]
         logs = self.log_manager
         created = await asyncio.get_running_loop().run_in_executor(
             None, lambda: [logs.get_or_create_log(tp, tid, cfg) for tp, tid, cfg in wanted])
@@ -679,7 +680,7 @@ class Broker:
                                      lambda md: True))
         else:
             self._store.stage(self.topics)
-        cfg = self._effective_log_config(overrides)
+        cfg = self.effective_log_config(overrides)
         logs = []
         for p in range(t.partitions):
             plog = self.log_manager.get_log(TopicPartition(name, p))

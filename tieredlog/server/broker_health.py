@@ -32,7 +32,7 @@ appends, RemoteFetch the remote reads a Fetch waits on now.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -41,10 +41,59 @@ from tieredlog.log.types import TopicPartition
 from tieredlog.server.loop_lag import LAG_BUCKETS_S
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker_metrics import BrokerMetrics
+    from pathlib import Path
+
+    from tieredlog.controller.controller import KafkaController
+    from tieredlog.coordinator.group_coordinator import GroupCoordinator
+    from tieredlog.replication.delayed_fetch import PartitionWatchers
+    from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.rlm.manager import RemoteLogManager
+    from tieredlog.server.cluster_node import ClusterNode
+    from tieredlog.server.loop_lag import EventLoopLag
 
 _FLUSH_LABELS = [repr(float(b)) for b in FLUSH_TIME_BUCKETS_MS] + ["+Inf"]
 _LAG_LABELS = [repr(float(b)) for b in LAG_BUCKETS_S] + ["+Inf"]
+
+
+class HealthServer(Protocol):
+    """What these families read of the broker (on the scrape thread, as the other families)."""
+
+    @property
+    def log_dirs(self) -> Sequence[Path]: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+
+    @property
+    def append_watchers(self) -> PartitionWatchers: ...
+
+    @property
+    def controller(self) -> KafkaController | None: ...
+
+    @property
+    def cluster_node(self) -> ClusterNode | None: ...
+
+    @property
+    def remote_log_manager(self) -> RemoteLogManager | None: ...
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None: ...
+
+
+class HealthMetrics(Protocol):
+    """What these families read of the broker's metrics (tieredlog.server.broker_metrics.BrokerMetrics)."""
+
+    @property
+    def broker(self) -> HealthServer: ...
+
+    @property
+    def remote_fetch_waiting(self) -> int: ...
+
+    @property
+    def remote_fetch_expires(self) -> int: ...
+
+    @property
+    def loop_lag(self) -> EventLoopLag: ...
 
 
 def cumulative(counts: list[int], labels: list[str]) -> tuple[list[tuple[str, int]], int]:
@@ -55,7 +104,7 @@ def cumulative(counts: list[int], labels: list[str]) -> tuple[list[tuple[str, in
     return out, running
 
 
-def broker_health_families(metrics: BrokerMetrics) -> Iterator[Any]:
+def broker_health_families(metrics: HealthMetrics) -> Iterator[Any]:
     yield from _purgatory_families(metrics)
     yield from _flush_families()
     yield _imbalance_family(metrics)
@@ -66,7 +115,7 @@ def broker_health_families(metrics: BrokerMetrics) -> Iterator[Any]:
     yield from _log_dir_families(metrics)
 
 
-def _purgatory_families(metrics: BrokerMetrics) -> Iterator[Any]:
+def _purgatory_families(metrics: HealthMetrics) -> Iterator[Any]:
     broker = metrics.broker
     rm = broker.replica_manager
     size = GaugeMetricFamily("kafka_server_delayedoperationpurgatory_purgatorysize",
@@ -89,7 +138,7 @@ def _flush_families() -> Iterator[Any]:
     yield flush
 
 
-def _imbalance_family(metrics: BrokerMetrics) -> Any:
+def _imbalance_family(metrics: HealthMetrics) -> Any:
     """Partitions not led by their preferred (first) replica, from the metadata every broker holds;
     reported by the active controller only, as Kafka's. Alone, every leader is the preferred one."""
     broker = metrics.broker
@@ -104,7 +153,7 @@ def _imbalance_family(metrics: BrokerMetrics) -> Any:
                              "(active controller only)", value=count)
 
 
-def _rlmm_family(metrics: BrokerMetrics) -> Any:
+def _rlmm_family(metrics: HealthMetrics) -> Any:
     broker = metrics.broker
     rlm, rm = broker.remote_log_manager, broker.replica_manager
     waiting = 0
@@ -120,7 +169,7 @@ def _rlmm_family(metrics: BrokerMetrics) -> Any:
                              "neither copy nor serve remote reads meanwhile", value=waiting)
 
 
-def _rlmm_consumer_families(metrics: BrokerMetrics) -> Iterator[Any]:
+def _rlmm_consumer_families(metrics: HealthMetrics) -> Iterator[Any]:
     from tieredlog.rlmm.topic import METADATA_TOPIC
     from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager
 
@@ -142,7 +191,7 @@ def _rlmm_consumer_families(metrics: BrokerMetrics) -> Iterator[Any]:
     yield ready
 
 
-def _loop_lag_families(metrics: BrokerMetrics) -> Iterator[Any]:
+def _loop_lag_families(metrics: HealthMetrics) -> Iterator[Any]:
     lag = metrics.loop_lag
     buckets, _ = cumulative(list(lag.buckets), _LAG_LABELS)
     family = HistogramMetricFamily("tieredlog_event_loop_lag_seconds",
@@ -154,7 +203,7 @@ def _loop_lag_families(metrics: BrokerMetrics) -> Iterator[Any]:
                             "The largest event-loop lag of the last 30 to 60 seconds", value=lag.max_s)
 
 
-def _group_families(metrics: BrokerMetrics) -> Iterator[Any]:
+def _group_families(metrics: HealthMetrics) -> Iterator[Any]:
     """Committed offsets of the groups coordinated here; lag and remote reads where this broker also
     leads the partition (it knows the high watermark and the local log start of those only)."""
     broker = metrics.broker
@@ -180,7 +229,7 @@ def _group_families(metrics: BrokerMetrics) -> Iterator[Any]:
     yield remote
 
 
-def _log_dir_families(metrics: BrokerMetrics) -> Iterator[Any]:
+def _log_dir_families(metrics: HealthMetrics) -> Iterator[Any]:
     """statvfs of each log dir, on the scrape thread (a hung disk delays a scrape, never the loop)."""
     total = GaugeMetricFamily("tieredlog_log_dir_total_bytes", "Size of the file system holding a log dir",
                               labels=["logdir"])

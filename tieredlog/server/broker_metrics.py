@@ -62,7 +62,7 @@ import logging
 import threading
 import time
 from bisect import bisect_left
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import REGISTRY, Counter, make_wsgi_app
@@ -70,6 +70,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from tieredlog.console.app import ConsoleApp
+from tieredlog.console.contracts import BrokerState
 from tieredlog.console.cost import prices_of
 from tieredlog.console.history import History
 from tieredlog.console.snapshot import rlm_usage
@@ -77,7 +78,7 @@ from tieredlog.console.source import LoopSnapshotSource
 from tieredlog.controller.context import PartitionState
 from tieredlog.protocol.api import api_name
 from tieredlog.rlm.metrics import metrics as remote_storage_metrics
-from tieredlog.server.broker_health import broker_health_families, cumulative
+from tieredlog.server.broker_health import HealthServer, broker_health_families, cumulative
 from tieredlog.server.consumer_protocol import ConsumerProtocolCodec
 from tieredlog.server.loop_lag import EventLoopLag
 from tieredlog.server.open_transactions import has_late_transaction, open_transactions
@@ -87,8 +88,11 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from tieredlog.cluster.membership import ZkClusterMembership
     from tieredlog.config import BrokerConfig
-    from tieredlog.server.broker import Broker
+    from tieredlog.log.log_manager import LogManager
+    from tieredlog.server.cluster_node import ClusterNode
+    from tieredlog.server.fetch_session import FetchSessionCache
 
 # TotalTimeMs upper bounds. Kafka's histogram gives percentiles; a Prometheus histogram gives them
 # through histogram_quantile(). The range covers an in-memory Metadata (well under 1 ms) up to a
@@ -99,6 +103,22 @@ TOTAL_TIME_BUCKETS_MS: tuple[float, ...] = (
 _BUCKET_LABELS = [repr(float(b)) for b in TOTAL_TIME_BUCKETS_MS] + ["+Inf"]
 # Kafka's transaction.max.timeout.ms default, for a broker configured without it
 DEFAULT_TRANSACTION_MAX_TIMEOUT_MS = 900_000
+
+
+class MetricsServer(HealthServer, BrokerState, Protocol):
+    """What the metrics and the console read of the broker."""
+
+    @property
+    def cluster_node(self) -> ClusterNode | None: ...
+
+    @property
+    def log_manager(self) -> LogManager | None: ...
+
+    @property
+    def cluster(self) -> ZkClusterMembership | None: ...
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
 
 
 class _ApiStats:
@@ -115,7 +135,7 @@ class BrokerMetrics:
     """One broker's metrics. The ``record_*`` methods run on the event loop; ``collect`` on the
     scrape thread."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MetricsServer) -> None:
         self._broker = broker
         self.bytes_in: dict[str, int] = {}
         self.messages_in: dict[str, int] = {}
@@ -126,7 +146,7 @@ class BrokerMetrics:
         self.loop_lag = EventLoopLag()
 
     @property
-    def broker(self) -> Broker:
+    def broker(self) -> MetricsServer:
         return self._broker
 
     @property

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -15,6 +15,7 @@ from tieredlog.server.admin_requests import election_type
 from tieredlog.server.context import Handler, RequestContext
 
 if TYPE_CHECKING:
+    from tieredlog.controller.controller import KafkaController
     from tieredlog.server.admin_requests import (
         KioAlterPartitionReassignmentsRequest,
         KioElectLeadersRequest,
@@ -22,8 +23,14 @@ if TYPE_CHECKING:
     )
 
 
+class ClusterAdminServer(Protocol):
+    """What these handlers need of the broker: the controller (None until this broker is a cluster member)."""
 
-async def handle_elect_leaders(ctx: RequestContext, req: KioElectLeadersRequest) -> dict:
+    @property
+    def controller(self) -> KafkaController | None: ...
+
+
+async def handle_elect_leaders(ctx: RequestContext[ClusterAdminServer], req: KioElectLeadersRequest) -> dict:
     controller = ctx.broker.controller
     if controller is None:
         return {"error_code": ErrorCode.not_controller, "replica_election_results": []}
@@ -33,7 +40,7 @@ async def handle_elect_leaders(ctx: RequestContext, req: KioElectLeadersRequest)
     return {"throttle_time": 0, **answer}
 
 
-async def handle_alter_partition_reassignments(ctx: RequestContext, req: KioAlterPartitionReassignmentsRequest
+async def handle_alter_partition_reassignments(ctx: RequestContext[ClusterAdminServer], req: KioAlterPartitionReassignmentsRequest
                                               ) -> dict:
     controller = ctx.broker.controller
     if controller is None:
@@ -45,7 +52,7 @@ async def handle_alter_partition_reassignments(ctx: RequestContext, req: KioAlte
     return {"throttle_time": 0, **answer}
 
 
-async def handle_list_partition_reassignments(ctx: RequestContext, req: KioListPartitionReassignmentsRequest
+async def handle_list_partition_reassignments(ctx: RequestContext[ClusterAdminServer], req: KioListPartitionReassignmentsRequest
                                              ) -> dict:
     controller = ctx.broker.controller
     if controller is None:
@@ -55,7 +62,7 @@ async def handle_list_partition_reassignments(ctx: RequestContext, req: KioListP
     return {"throttle_time": 0, **answer}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[ClusterAdminServer]]:
     return {
         ELECT_LEADERS: handle_elect_leaders,
         ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,

@@ -24,7 +24,7 @@ from tieredlog.protocol.api import (
     INCREMENTAL_ALTER_CONFIGS,
 )
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
-from tieredlog.server.authorization import authorize, authorize_cluster
+from tieredlog.server.authorization import AuthorizerServer, authorize, authorize_cluster
 from tieredlog.server.config_synonyms import (
     DEFAULT_CONFIG,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
@@ -38,6 +38,8 @@ from tieredlog.server.config_synonyms import fmt as _fmt
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.dynamic_config import (
     DEFAULT_ENTITY,
+    DynamicBrokerConfig,
+    DynamicConfigServer,
     alter_broker_configs,
     check_names,
     is_dynamic,
@@ -47,12 +49,13 @@ from tieredlog.server.dynamic_config import (
 from tieredlog.server.kafka_broker_configs import KAFKA_BROKER_CONFIGS, KAFKA_DYNAMIC_BROKER_CONFIGS
 
 if TYPE_CHECKING:
+    from tieredlog.log.config import LogConfig
     from tieredlog.server.admin_requests import (
         KioAlterConfigsRequest,
         KioDescribeConfigsRequest,
         KioIncrementalAlterConfigsRequest,
     )
-    from tieredlog.server.broker import Broker
+    from tieredlog.server.topic_store import TopicMetadata
 
 TOPIC = 2
 BROKER = 4
@@ -67,6 +70,25 @@ _CLUSTER_CONFIG_TYPES = (BROKER, 8, 16)  # BROKER, BROKER_LOGGER, CLIENT_METRICS
 _GROUP_CONFIG_TYPE = 32
 
 
+class TopicConfigServer(Protocol):
+    """What describing a topic's configs needs of the broker."""
+
+    @property
+    def dynamic_config(self) -> DynamicBrokerConfig: ...
+
+    def log_config_for(self, overrides: dict[str, str]) -> LogConfig: ...
+
+
+class ConfigServer(TopicConfigServer, DynamicConfigServer, AuthorizerServer, Protocol):
+    """What the config APIs need of the broker."""
+
+    def get_topic(self, name: str) -> TopicMetadata | None: ...
+
+    def alter_topic_configs(self, name: str, overrides: dict[str, str], validate_only: bool = False) -> None: ...
+
+    async def topics_durable(self, wait_s: float = 10.0) -> None: ...
+
+
 class ConfigResource(Protocol):
     """A resource of DescribeConfigs, AlterConfigs or IncrementalAlterConfigs (every version)."""
 
@@ -77,7 +99,7 @@ class ConfigResource(Protocol):
     def resource_name(self) -> str: ...
 
 
-def _config_denied(ctx: RequestContext, r: ConfigResource, operation: AclOperation) -> ErrorCode | None:
+def _config_denied(ctx: RequestContext[ConfigServer], r: ConfigResource, operation: AclOperation) -> ErrorCode | None:
     """Kafka's check of DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource: the error it is
     refused with, or None. Other types are left to the handler (INVALID_REQUEST)."""
     if r.resource_type in _CLUSTER_CONFIG_TYPES:
@@ -91,7 +113,7 @@ def _config_denied(ctx: RequestContext, r: ConfigResource, operation: AclOperati
     return None
 
 
-def topic_config_entries(broker: Broker, overrides: dict[str, str], keys: Any = None, synonyms: bool = False) -> list[dict]:
+def topic_config_entries(broker: TopicConfigServer, overrides: dict[str, str], keys: Any = None, synonyms: bool = False) -> list[dict]:
     values = dataclasses.asdict(broker.log_config_for(overrides))
     out = []
     for d in TOPIC_CONFIGS:
@@ -120,7 +142,7 @@ def _is_sensitive(name: str) -> bool:
     return is_sensitive_config(name)
 
 
-def _broker_synonyms(broker: Broker, name: str, sensitive: bool, default_only: bool) -> list[Synonym]:
+def _broker_synonyms(broker: ConfigServer, name: str, sensitive: bool, default_only: bool) -> list[Synonym]:
     """Kafka's synonyms of a broker config; for the cluster-wide default resource only that level's."""
     dyn = broker.dynamic_config
     syn = config_synonyms(dyn.static, dyn.default, dyn.per_broker, name, sensitive)
@@ -135,7 +157,7 @@ def _broker_entry(name: str, value: str | None, syn: list[Synonym], synonyms: bo
             "config_type": config_type, "documentation": doc}
 
 
-def broker_config_entries(broker: Broker, keys: Any = None, synonyms: bool = False, default_only: bool = False) -> list[dict]:
+def broker_config_entries(broker: ConfigServer, keys: Any = None, synonyms: bool = False, default_only: bool = False) -> list[dict]:
     """This broker's configs; ``default_only``: the cluster-wide dynamic defaults alone (Kafka answers
     resource name "" with those)."""
     cfg = broker.config
@@ -162,7 +184,7 @@ def broker_config_entries(broker: Broker, keys: Any = None, synonyms: bool = Fal
     return out
 
 
-def _listener_entries(broker: Broker, keys: Any, synonyms: bool, default_only: bool) -> list[dict]:
+def _listener_entries(broker: ConfigServer, keys: Any, synonyms: bool, default_only: bool) -> list[dict]:
     """``listener.name.<l>.<config>`` configs set statically or dynamically (Kafka lists them beside the others)."""
     dyn = broker.dynamic_config
     names = set(dyn.default) if default_only else set(dyn.default) | set(dyn.per_broker) | {
@@ -182,7 +204,7 @@ def _listener_entries(broker: Broker, keys: Any, synonyms: bool, default_only: b
     return out
 
 
-def _stored_only_entries(broker: Broker, keys: Any, synonyms: bool, default_only: bool) -> list[dict]:
+def _stored_only_entries(broker: ConfigServer, keys: Any, synonyms: bool, default_only: bool) -> list[dict]:
     """Dynamic configs this broker stores without using them (Kafka's that it does not implement, and
     custom ones for plugins). Kafka hides the value of a config whose type it does not know."""
     dyn = broker.dynamic_config
@@ -199,7 +221,7 @@ def _stored_only_entries(broker: Broker, keys: Any, synonyms: bool, default_only
     return out
 
 
-async def handle_describe_configs(ctx: RequestContext, req: KioDescribeConfigsRequest) -> dict:
+async def handle_describe_configs(ctx: RequestContext[ConfigServer], req: KioDescribeConfigsRequest) -> dict:
     broker = ctx.broker
     synonyms = req.include_synonyms
     results = []
@@ -227,7 +249,7 @@ async def handle_describe_configs(ctx: RequestContext, req: KioDescribeConfigsRe
     return {"throttle_time": 0, "results": results}
 
 
-def _apply(broker: Broker, r: ConfigResource, overrides: dict[str, str], validate_only: bool) -> dict:
+def _apply(broker: ConfigServer, r: ConfigResource, overrides: dict[str, str], validate_only: bool) -> dict:
     res = {"error_code": 0, "error_message": None, "resource_type": r.resource_type, "resource_name": r.resource_name}
     try:
         if r.resource_type != TOPIC:
@@ -241,7 +263,7 @@ def _apply(broker: Broker, r: ConfigResource, overrides: dict[str, str], validat
     return res
 
 
-async def _alter_broker(broker: Broker, r: ConfigResource, names: list[str], configs: dict[str, str] | None,
+async def _alter_broker(broker: ConfigServer, r: ConfigResource, names: list[str], configs: dict[str, str] | None,
                         validate_only: bool) -> dict:
     """AlterConfigs on a BROKER resource: ``configs`` replaces the level (None: the level as it is with
     ``names`` checked only, for an incremental request already refused)."""
@@ -259,11 +281,11 @@ async def _alter_broker(broker: Broker, r: ConfigResource, names: list[str], con
     return res
 
 
-def _broker_level(broker: Broker, r: ConfigResource) -> dict[str, str]:
+def _broker_level(broker: ConfigServer, r: ConfigResource) -> dict[str, str]:
     return dict(broker.dynamic_config.level(DEFAULT_ENTITY if r.resource_name == "" else r.resource_name))
 
 
-async def handle_alter_configs(ctx: RequestContext, req: KioAlterConfigsRequest) -> dict:
+async def handle_alter_configs(ctx: RequestContext[ConfigServer], req: KioAlterConfigsRequest) -> dict:
     """Legacy AlterConfigs replaces a topic's whole override set."""
     out = []
     for r in req.resources:
@@ -282,7 +304,7 @@ async def handle_alter_configs(ctx: RequestContext, req: KioAlterConfigsRequest)
     return {"throttle_time": 0, "responses": out}
 
 
-async def handle_incremental_alter_configs(ctx: RequestContext, req: KioIncrementalAlterConfigsRequest) -> dict:
+async def handle_incremental_alter_configs(ctx: RequestContext[ConfigServer], req: KioIncrementalAlterConfigsRequest) -> dict:
     broker = ctx.broker
     out = []
     for r in req.resources:
@@ -334,7 +356,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: KioIncremen
     return {"throttle_time": 0, "responses": out}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[ConfigServer]]:
     return {
         DESCRIBE_CONFIGS: handle_describe_configs,
         ALTER_CONFIGS: handle_alter_configs,

@@ -27,7 +27,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -44,10 +44,13 @@ from tieredlog.coordinator.transaction.coordinator import (
 from tieredlog.errors import TopicAlreadyExistsError
 from tieredlog.log.types import TopicPartition
 from tieredlog.server.consumer_protocol import ConsumerProtocolCodec, subscribed_topics
-from tieredlog.server.txn_markers import ClusterMarkerWriter, LocalMarkerWriter
+from tieredlog.server.txn_markers import ClusterMarkerServer, ClusterMarkerWriter, LocalMarkerWriter
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker import Broker
+    from tieredlog.config import BrokerConfig
+    from tieredlog.server.cluster_node import ClusterNode
+    from tieredlog.server.producer_ids import ProducerIdManager
+    from tieredlog.server.topic_store import TopicMetadata
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +59,48 @@ log = logging.getLogger(__name__)
 _CREATE_RETRY_S = 10.0
 
 
-def _topics_view(broker: Broker) -> Callable[[], dict[str, tuple[uuid.UUID, int]]]:
+class TopicSpecServer(Protocol):
+    """What an internal topic's settings need of the broker: its config."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+
+class LocatorServer(TopicSpecServer, Protocol):
+    """What finding (or, in a cluster, creating) a coordinator's topic needs of the broker."""
+
+    @property
+    def cluster_node(self) -> ClusterNode | None: ...
+
+    def get_topic(self, name: str) -> TopicMetadata | None: ...
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = 1,
+                     configs: dict[str, str] | None = None,
+                     assignment: dict[int, list[int]] | None = None) -> TopicMetadata: ...
+
+    async def topics_durable(self, wait_s: float = 10.0) -> None: ...
+
+
+class CoordinatorsServer(LocatorServer, ClusterMarkerServer, Protocol):
+    """What assembling the coordinators needs of the broker: the host of their topics (the group
+    coordinator's CoordinatorBroker), the producer ids, and the markers' way to the partitions."""
+
+    @property
+    def topics(self) -> Mapping[str, TopicMetadata]: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdManager | None: ...
+
+    def create_internal_topic(self, name: str, partitions: int,
+                              configs: dict[str, str] | None = None) -> TopicMetadata: ...
+
+
+def _topics_view(broker: CoordinatorsServer) -> Callable[[], dict[str, tuple[uuid.UUID, int]]]:
     """What KIP-848 assignment needs of the broker's topics: id and partition count by name."""
     return lambda: {name: (t.topic_id, t.partitions) for name, t in broker.topics.items() if t.topic_id is not None}
 
 
-def create_group_coordinator(broker: Broker) -> GroupCoordinator:
+def create_group_coordinator(broker: CoordinatorsServer) -> GroupCoordinator:
     config = GroupConfig.from_properties(broker.config)
     coordinator = GroupCoordinator(config, LoopScheduler(), LogGroupStore.open(broker, config),
                                    subscriptions=subscribed_topics, protocol=ConsumerProtocolCodec())
@@ -69,7 +108,7 @@ def create_group_coordinator(broker: Broker) -> GroupCoordinator:
     return coordinator
 
 
-def create_cluster_group_coordinator(broker: Broker) -> GroupCoordinator:
+def create_cluster_group_coordinator(broker: CoordinatorsServer) -> GroupCoordinator:
     """The coordinator of a cluster member: it serves the groups of the `__consumer_offsets` partitions
     this broker leads, following the ReplicaManager's leadership changes."""
     config = GroupConfig.from_properties(broker.config)
@@ -109,21 +148,21 @@ class InternalTopicSpec:
     configs: dict[str, str]
 
 
-def offsets_topic_spec(broker: Broker) -> InternalTopicSpec:
+def offsets_topic_spec(broker: TopicSpecServer) -> InternalTopicSpec:
     config = GroupConfig.from_properties(broker.config)
     return InternalTopicSpec(OFFSETS_TOPIC, config.offsets_topic_num_partitions,
                              broker.config["offsets.topic.replication.factor"], "offsets.topic.replication.factor",
                              offsets_topic_configs(config))
 
 
-def transaction_state_topic_spec(broker: Broker) -> InternalTopicSpec:
+def transaction_state_topic_spec(broker: TopicSpecServer) -> InternalTopicSpec:
     c = broker.config
     return InternalTopicSpec(TRANSACTION_STATE_TOPIC, c["transaction.state.log.num.partitions"],
                              c["transaction.state.log.replication.factor"], "transaction.state.log.replication.factor",
                              transaction_state_topic_configs(broker))
 
 
-def transaction_state_topic_configs(broker: Broker) -> dict[str, str]:
+def transaction_state_topic_configs(broker: TopicSpecServer) -> dict[str, str]:
     """Kafka's configs for the transaction log: compacted, unclean election off, its own min ISR."""
     c = broker.config
     return {"cleanup.policy": "compact", "segment.bytes": str(c["transaction.state.log.segment.bytes"]),
@@ -138,7 +177,7 @@ class CoordinatorLocator:
     replicas, never with fewer replicas: until enough brokers are registered, and until the
     partition has a leader, the answer is COORDINATOR_NOT_AVAILABLE."""
 
-    def __init__(self, broker: Broker, spec: InternalTopicSpec) -> None:
+    def __init__(self, broker: LocatorServer, spec: InternalTopicSpec) -> None:
         self._broker = broker
         self._spec = spec
         self._create_started: float | None = None  # time.monotonic() of the last creation attempt
@@ -199,7 +238,7 @@ class CoordinatorLocator:
 # -- the transaction coordinator ------------------------------------------------------------------------
 
 
-def _producer_id_source(broker: Broker):  # noqa: ANN202 - an async () -> int
+def _producer_id_source(broker: CoordinatorsServer):  # noqa: ANN202 - an async () -> int
     async def next_producer_id() -> int:
         producer_ids = broker.producer_ids
         assert producer_ids is not None, "made at start-up, before any coordinator"
@@ -208,7 +247,7 @@ def _producer_id_source(broker: Broker):  # noqa: ANN202 - an async () -> int
     return next_producer_id
 
 
-def create_transaction_coordinator(broker: Broker) -> TransactionCoordinator:
+def create_transaction_coordinator(broker: CoordinatorsServer) -> TransactionCoordinator:
     """A broker alone: `__transaction_state` in its own logs (created with Kafka's configs when
     missing; an existing topic keeps its partition count), every partition loaded at start-up."""
     config = TransactionConfig.from_properties(broker.config)
@@ -221,7 +260,7 @@ def create_transaction_coordinator(broker: Broker) -> TransactionCoordinator:
                                   partition_exists=lambda tp: broker.get_partition_log(*tp) is not None)
 
 
-def create_cluster_transaction_coordinator(broker: Broker) -> TransactionCoordinator:
+def create_cluster_transaction_coordinator(broker: CoordinatorsServer) -> TransactionCoordinator:
     """A cluster member's coordinator: the transactional ids of the `__transaction_state` partitions
     this broker leads, at their leader epoch as coordinator epoch; markers to every partition's leader."""
     config = TransactionConfig.from_properties(broker.config)

@@ -1,4 +1,7 @@
-"""Maps (api key, version) to a handler and turns the handler's answer into response bytes."""
+"""Maps (api key, version) to a handler and turns the handler's answer into response bytes.
+
+Wiring, with main: the one place the Broker meets the handlers, so its table is where the type checker
+holds the Broker to each API module's broker Protocol."""
 
 from __future__ import annotations
 
@@ -50,7 +53,8 @@ class Dispatcher:
         )
 
         self.broker = broker
-        self.handlers: dict[int, Handler] = {API_VERSIONS: self.api_versions}
+        # each module's handlers take a context of its own broker Protocol: here the broker is held to each
+        self.handlers: dict[int, Handler[Broker]] = {API_VERSIONS: self.api_versions}
         for mod in (produce_api, fetch_api, metadata_apis, offset_apis, admin_apis, config_apis, producer_apis,
                     log_dir_apis, acl_apis):
             self.handlers.update(mod.handlers())
@@ -67,13 +71,13 @@ class Dispatcher:
             versions.update(CLUSTER_ADMIN_VERSIONS)
         self.versions: dict[int, tuple[int, int]] = {k: v for k, v in versions.items() if k in self.handlers}
 
-    def handler_for(self, api_key: int, version: int) -> Handler | None:
+    def handler_for(self, api_key: int, version: int) -> Handler[Broker] | None:
         rng = self.versions.get(api_key)
         if rng is None or not rng[0] <= version <= rng[1]:
             return None
         return self.handlers.get(api_key)
 
-    async def run(self, handler: Handler, ctx: RequestContext, body: Any, received: float | None = None) -> Any:
+    async def run(self, handler: Handler[Broker], ctx: RequestContext[Broker], body: Any, received: float | None = None) -> Any:
         if received is not None:  # the request waited this long for the event loop to start it
             ctx.broker.metrics.record_queue_time(ctx.api_key, received)
         # an API's per-request authorization (its cluster operation, group or transactional id): a
@@ -88,7 +92,7 @@ class Dispatcher:
     def api_keys(self) -> list[dict[str, int]]:
         return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(self.versions.items())]
 
-    async def api_versions(self, ctx: RequestContext, req: object) -> dict:
+    async def api_versions(self, ctx: RequestContext[object], req: object) -> dict:
         return {"error_code": ErrorCode.none, "api_keys": self.api_keys(), "throttle_time": 0}
 
     def unsupported_api_versions(self, correlation_id: int) -> bytes:

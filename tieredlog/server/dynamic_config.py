@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol, Sequence
 
 from tieredlog.atomic_file import atomic_write
 from tieredlog.cluster import znodes
@@ -34,7 +34,7 @@ from tieredlog.log.cleaner.log_cleaner import LogCleaner
 from tieredlog.log.types import TopicPartition
 from tieredlog.security.password_encoder import PasswordEncoder, PasswordEncoderError
 from tieredlog.server.config_synonyms import broker_synonym_names
-from tieredlog.server.dynamic_threads import THREAD_DYNAMIC, check_thread_counts, resize_thread_pools
+from tieredlog.server.dynamic_threads import THREAD_DYNAMIC, ThreadPoolServer, check_thread_counts, resize_thread_pools
 from tieredlog.server.dynamic_tls import RECONFIGURABLE_SSL_CONFIGS
 from tieredlog.server.kafka_broker_configs import (
     KAFKA_BROKER_CONFIGS,
@@ -46,8 +46,11 @@ from tieredlog.server.kafka_broker_configs import (
 from tieredlog.server.log_cleaner_config import cleaner_config_of
 
 if TYPE_CHECKING:
+    from tieredlog.cluster.membership import ZkClusterMembership
     from tieredlog.cluster.zk import ZkClient
-    from tieredlog.server.broker import Broker
+    from tieredlog.log.config import LogConfig
+    from tieredlog.log.log_manager import LogManager
+    from tieredlog.server.topic_store import TopicMetadata
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +267,35 @@ def validate_values(dyn: DynamicBrokerConfig, entity: str, configs: Mapping[str,
 
 # ---- the Broker's side (event loop) ------------------------------------------------------------------
 
-def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, str]) -> None:
+class DynamicConfigServer(ThreadPoolServer, Protocol):
+    """What loading, altering and applying dynamic configs needs of the broker: the two configs it
+    replaces, and the parts that take a new config at once."""
+
+    config: BrokerConfig
+    default_log_config: LogConfig
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def log_dirs(self) -> Sequence[Path]: ...
+
+    @property
+    def dynamic_config(self) -> DynamicBrokerConfig: ...
+
+    @property
+    def cluster(self) -> ZkClusterMembership | None: ...
+
+    @property
+    def log_manager(self) -> LogManager | None: ...
+
+    @property
+    def topics(self) -> Mapping[str, TopicMetadata]: ...
+
+    def effective_log_config(self, overrides: dict[str, str]) -> LogConfig: ...
+
+
+def apply(broker: DynamicConfigServer, default: Mapping[str, str], per_broker: Mapping[str, str]) -> None:
     """Make ``default`` and ``per_broker`` the dynamic levels in force: the broker's config, the log
     default, every log whose topic does not override a changed config, and the cleaner's throttle."""
     dyn = broker.dynamic_config
@@ -283,7 +314,7 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
     # (the remote tier's leadership bookkeeping) have nothing to learn
     for t in list(broker.topics.values()):
         try:
-            log_config = broker._effective_log_config(t.configs)
+            log_config = broker.effective_log_config(t.configs)
         except KafkaError as exc:
             log.warning("topic %s keeps its configs: %s", t.name, exc)
             continue
@@ -308,7 +339,7 @@ def apply(broker: Broker, default: Mapping[str, str], per_broker: Mapping[str, s
     resize_thread_pools(broker, cfg)
 
 
-async def load(broker: Broker) -> None:
+async def load(broker: DynamicConfigServer) -> None:
     """Start-up, before the logs load: the stored dynamic levels."""
     loop = asyncio.get_running_loop()
     own = str(broker.node_id)
@@ -328,7 +359,7 @@ async def load(broker: Broker) -> None:
         log.warning("stored dynamic broker configs ignored: %s", exc)
 
 
-def on_change(broker: Broker, loop: asyncio.AbstractEventLoop, entity: str) -> None:
+def on_change(broker: DynamicConfigServer, loop: asyncio.AbstractEventLoop, entity: str) -> None:
     """The config change listener's thread: a brokers/<entity> notification."""
     if entity not in (DEFAULT_ENTITY, str(broker.node_id)) or broker.cluster is None:
         return
@@ -351,7 +382,7 @@ def on_change(broker: Broker, loop: asyncio.AbstractEventLoop, entity: str) -> N
         loop.call_soon_threadsafe(on_loop)
 
 
-def check_cleaner(broker: Broker, new: BrokerConfig) -> None:
+def check_cleaner(broker: DynamicConfigServer, new: BrokerConfig) -> None:
     """Kafka's LogCleaner.validateReconfiguration: INVALID_REQUEST with its message."""
     cleaner = broker.log_manager.cleaner if broker.log_manager is not None else None
     if cleaner is None:
@@ -362,7 +393,7 @@ def check_cleaner(broker: Broker, new: BrokerConfig) -> None:
         raise InvalidRequestError(str(exc)) from None
 
 
-async def alter_broker_configs(broker: Broker, entity: str, configs: Mapping[str, str], validate_only: bool) -> None:
+async def alter_broker_configs(broker: DynamicConfigServer, entity: str, configs: Mapping[str, str], validate_only: bool) -> None:
     """Replace the level ``entity`` with ``configs`` (names already checked): stored (ZooKeeper or the
     file) before it is applied, so an answered change survives a restart."""
     dyn = broker.dynamic_config

@@ -6,14 +6,15 @@ to double of the current one; accepted, it applies at once (tieredlog.rlm.pool, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tieredlog.config import BrokerConfig
 from tieredlog.errors import InvalidConfigError
 from tieredlog.rlm.config import RemoteLogManagerConfig
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker import Broker
+    from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.rlm.manager import RemoteLogManager
 
 THREAD_DYNAMIC = frozenset({
     "num.replica.fetchers",
@@ -24,6 +25,16 @@ THREAD_DYNAMIC = frozenset({
 })
 # -1 (or 0) stands for remote.log.manager.thread.pool.size: no count of its own to compare
 _FALLBACK = frozenset({"remote.log.manager.copier.thread.pool.size", "remote.log.manager.expiration.thread.pool.size"})
+
+
+class ThreadPoolServer(Protocol):
+    """The broker's parts whose pools these configs size."""
+
+    @property
+    def remote_log_manager(self) -> RemoteLogManager | None: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
 
 
 def check_thread_counts(current: BrokerConfig, new: BrokerConfig) -> None:
@@ -42,7 +53,7 @@ def check_thread_counts(current: BrokerConfig, new: BrokerConfig) -> None:
             raise InvalidConfigError(f"{why}, value should not be greater than double the current value {old}")
 
 
-def resize_thread_pools(broker: Broker, cfg: BrokerConfig) -> None:
+def resize_thread_pools(broker: ThreadPoolServer, cfg: BrokerConfig) -> None:
     """Apply the thread counts of ``cfg`` (on the event loop: resizing only starts threads or queues
     stop signals, and moves partitions between fetcher tasks)."""
     rlm = broker.remote_log_manager

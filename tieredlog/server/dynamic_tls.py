@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from tieredlog.config import LISTENER_PREFIX, BrokerConfig, BrokerConfigError
 from tieredlog.errors import InvalidRequestError
 from tieredlog.security.tls import ListenerTls
 from tieredlog.security.tls_config import build_listener_tls, ensure_compatible, store_stamp
-
-if TYPE_CHECKING:
-    from tieredlog.server.dynamic_config import DynamicBrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +36,16 @@ def signature(config: BrokerConfig, listener: str) -> tuple[Any, ...]:
     return tuple(config.listener_value(listener, name) for name in sorted(RECONFIGURABLE_SSL_CONFIGS))
 
 
+class Reconfigurable(Protocol):
+    """Where the dynamic broker configs (tieredlog.server.dynamic_config) call the parts they change."""
+
+    @property
+    def validators(self) -> list[Callable[[BrokerConfig, Mapping[str, str]], Awaitable[None]]]: ...
+
+    @property
+    def reconfigurables(self) -> list[Callable[[BrokerConfig], None]]: ...
+
+
 class DynamicTls:
     """Keeps ``tls`` (the listeners' TLS sides, read by the acceptors at each accept) in step with the
     dynamic broker configs."""
@@ -50,7 +57,7 @@ class DynamicTls:
         self._prepared: dict[str, tuple[tuple[Any, ...], ListenerTls]] = {}
         self._latest = config
 
-    def register(self, dynamic_config: DynamicBrokerConfig) -> None:
+    def register(self, dynamic_config: Reconfigurable) -> None:
         dynamic_config.validators.append(self.validate)
         dynamic_config.reconfigurables.append(self.reconfigure)
 

@@ -20,7 +20,7 @@ from tieredlog.protocol.api import FETCH
 from tieredlog.protocol.fetch_encoder import FetchTopicData, encode_fetch_response
 from tieredlog.replication.data_path import NO_RESPONSE_LIMIT, FetchParams, PartitionRead
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
-from tieredlog.server.authorization import authorize, authorize_cluster
+from tieredlog.server.authorization import AuthorizerServer, authorize, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.fetch_request import TOPIC_IDS_SINCE, FetchRequest, KioFetchRequest, fetch_request
 from tieredlog.server.fetch_session import FetchContext, FetchSessionCache
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 READ_COMMITTED = 1
 
 
-class FetchServer(Protocol):
+class FetchServer(AuthorizerServer, Protocol):
     """What the Fetch handler needs of the broker."""
 
     @property
@@ -73,8 +73,8 @@ def _open_regions(topics: list[FetchTopicData]) -> None:
                 d.records = r.read_bytes()
 
 
-async def handle_fetch(ctx: RequestContext, kio_req: KioFetchRequest) -> RawResponse:
-    server: FetchServer = ctx.broker
+async def handle_fetch(ctx: RequestContext[FetchServer], kio_req: KioFetchRequest) -> RawResponse:
+    server = ctx.broker
     version = ctx.api_version
     req = fetch_request(kio_req, version)
     params = _fetch_params(req)
@@ -106,7 +106,7 @@ def _fetch_params(req: FetchRequest) -> FetchParams:
                        req.max_bytes if req.max_bytes > 0 else NO_RESPONSE_LIMIT, isolation, client_rack)
 
 
-def _partition_reads(ctx: RequestContext, server: FetchServer, fetch_session: FetchContext,
+def _partition_reads(ctx: RequestContext[FetchServer], server: FetchServer, fetch_session: FetchContext,
                      follower: bool) -> tuple[list[FetchTopicData], list[PartitionRead]]:
     """The response's topics, each partition's data to be filled in, and the partitions to read: the
     others already carry their error (unknown topic, not authorized)."""
@@ -161,5 +161,5 @@ def _leader_endpoints(server: FetchServer, topics: list[FetchTopicData],
     return [ep for i in sorted(ids) if (ep := node.client_endpoint(i, listener)) is not None]
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[FetchServer]]:
     return {FETCH: handle_fetch}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import enum
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -36,10 +36,22 @@ from tieredlog.protocol.api import (
     SYNC_GROUP,
 )
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
-from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names, authorized_operations
+from tieredlog.server.authorization import (
+    AuthContext,
+    AuthorizerServer,
+    authorize,
+    authorize_cluster,
+    authorized_names,
+    authorized_operations,
+)
 from tieredlog.server.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED
-from tieredlog.server.context import Handler, RequestContext
-from tieredlog.server.coordinators import CoordinatorLocator, offsets_topic_spec, transaction_state_topic_spec
+from tieredlog.server.context import Handler
+from tieredlog.server.coordinators import (
+    CoordinatorLocator,
+    LocatorServer,
+    offsets_topic_spec,
+    transaction_state_topic_spec,
+)
 from tieredlog.server.group_requests import (
     GROUPS_SINCE,
     MEMBERS_SINCE,
@@ -57,7 +69,8 @@ from tieredlog.server.group_requests import (
 )
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker import Broker
+    from tieredlog.coordinator.group_coordinator import GroupCoordinator
+    from tieredlog.coordinator.transaction.coordinator import TransactionCoordinator
     from tieredlog.server.group_requests import (
         KioConsumerGroupDescribeRequest,
         KioConsumerGroupHeartbeatRequest,
@@ -85,22 +98,35 @@ class CoordinatorType(enum.IntEnum):
     SHARE = 2
 
 
+class GroupServer(LocatorServer, Protocol):
+    """What the group APIs need of the broker (FindCoordinator also answers for transactions)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None: ...
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator | None: ...
+
+
 def _ms(value: Any) -> int:
     if isinstance(value, datetime.timedelta):
         return round(value.total_seconds() * 1000)
     return int(value)
 
 
-def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
+def _partition_exists(broker: GroupServer, topic: str, partition: int) -> bool:
     meta = broker.get_topic(topic)
     return meta is not None and 0 <= partition < meta.partitions
 
 
-def group_handlers(broker: Broker) -> dict[int, Handler]:
+def group_handlers(broker: GroupServer) -> dict[int, Handler[AuthorizerServer]]:
     locators: dict[CoordinatorType, CoordinatorLocator] = {}  # in a cluster, made on first use
 
     # -- FindCoordinator ---------------------------------------------------------------------------------
-    async def coordinator_entry(ctx: RequestContext, key: str, key_type: int) -> dict:
+    async def coordinator_entry(ctx: AuthContext, key: str, key_type: int) -> dict:
         entry = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.none, "error_message": None}
         if key_type == CoordinatorType.GROUP and not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
             entry.update(error_code=ErrorCode.group_authorization_failed, error_message="Group authorization failed.")
@@ -140,7 +166,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             entry.update(node_id=broker.node_id, host=adv.host or "127.0.0.1", port=adv.port)
         return entry
 
-    async def find_coordinator(ctx: RequestContext, kio_req: KioFindCoordinatorRequest) -> dict:
+    async def find_coordinator(ctx: AuthContext, kio_req: KioFindCoordinatorRequest) -> dict:
         req = find_coordinator_request(kio_req, ctx.api_version)
         if ctx.api_version >= 4:
             return {"throttle_time": 0, "coordinators": [await coordinator_entry(ctx, k, req.key_type)
@@ -151,7 +177,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         return entry
 
     # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ----------------------------------------------------
-    async def join_group(ctx: RequestContext, kio_req: KioJoinGroupRequest) -> dict:
+    async def join_group(ctx: AuthContext, kio_req: KioJoinGroupRequest) -> dict:
         v = ctx.api_version
         req = join_group_request(kio_req, v)
         coordinator = broker.group_coordinator
@@ -192,7 +218,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             ],
         }
 
-    async def sync_group(ctx: RequestContext, kio_req: KioSyncGroupRequest) -> dict:
+    async def sync_group(ctx: AuthContext, kio_req: KioSyncGroupRequest) -> dict:
         coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "assignment": b""}
@@ -214,7 +240,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             "assignment": result.assignment,
         }
 
-    async def heartbeat(ctx: RequestContext, kio_req: KioHeartbeatRequest) -> dict:
+    async def heartbeat(ctx: AuthContext, kio_req: KioHeartbeatRequest) -> dict:
         coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
@@ -222,7 +248,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         code = coordinator.heartbeat(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
         return {"throttle_time": 0, "error_code": code}
 
-    async def leave_group(ctx: RequestContext, kio_req: KioLeaveGroupRequest) -> dict:
+    async def leave_group(ctx: AuthContext, kio_req: KioLeaveGroupRequest) -> dict:
         coordinator = broker.group_coordinator
         req = leave_group_request(kio_req, ctx.api_version)
         if coordinator is None:
@@ -242,7 +268,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         }
 
     # -- offsets -------------------------------------------------------------------------------------------
-    async def offset_commit(ctx: RequestContext, kio_req: KioOffsetCommitRequest) -> dict:
+    async def offset_commit(ctx: AuthContext, kio_req: KioOffsetCommitRequest) -> dict:
         req = offset_commit_request(kio_req, ctx.api_version)
         coordinator = broker.group_coordinator
         requested: dict[tuple[str, int], tuple[int, int, str | None]] = {}
@@ -274,7 +300,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             ))
         return {"throttle_time": 0, "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp[tp]})}
 
-    def fetch_group(ctx: RequestContext, group: OffsetFetchGroup, require_stable: bool) -> tuple[int, list[dict]]:
+    def fetch_group(ctx: AuthContext, group: OffsetFetchGroup, require_stable: bool) -> tuple[int, list[dict]]:
         group_id, topics = group.group_id, group.topics
         coordinator = broker.group_coordinator
         if not authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -315,7 +341,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
 
         return ErrorCode.none, _by_topic(order, partition)
 
-    async def offset_fetch(ctx: RequestContext, kio_req: KioOffsetFetchRequest) -> dict:
+    async def offset_fetch(ctx: AuthContext, kio_req: KioOffsetFetchRequest) -> dict:
         req = offset_fetch_request(kio_req, ctx.api_version)
         if ctx.api_version >= GROUPS_SINCE:
             groups = []
@@ -335,7 +361,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             ]
         return {"throttle_time": 0, "topics": topics, "error_code": code}
 
-    async def offset_delete(ctx: RequestContext, req: KioOffsetDeleteRequest) -> dict:
+    async def offset_delete(ctx: AuthContext, req: KioOffsetDeleteRequest) -> dict:
         coordinator = broker.group_coordinator
         order: list[tuple[str, int]] = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
         readable = authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, (t.name for t in req.topics))
@@ -352,7 +378,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                 "topics": _by_topic(order, lambda tp: {"error_code": errors_by_tp.get(tp, ErrorCode.none)})}
 
     # -- admin ---------------------------------------------------------------------------------------------
-    async def describe_groups(ctx: RequestContext, kio_req: KioDescribeGroupsRequest) -> dict:
+    async def describe_groups(ctx: AuthContext, kio_req: KioDescribeGroupsRequest) -> dict:
         coordinator = broker.group_coordinator
         req = describe_groups_request(kio_req, ctx.api_version)
         requested = req.include_authorized_operations
@@ -385,7 +411,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             })
         return {"throttle_time": 0, "groups": groups}
 
-    async def list_groups(ctx: RequestContext, kio_req: KioListGroupsRequest) -> dict:
+    async def list_groups(ctx: AuthContext, kio_req: KioListGroupsRequest) -> dict:
         coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "groups": []}
@@ -410,7 +436,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         return {"throttle_time": 0, "error_code": code, "groups": groups}
 
     # -- KIP-848 -------------------------------------------------------------------------------------------
-    async def consumer_group_heartbeat(ctx: RequestContext, req: KioConsumerGroupHeartbeatRequest) -> dict:
+    async def consumer_group_heartbeat(ctx: AuthContext, req: KioConsumerGroupHeartbeatRequest) -> dict:
         coordinator = broker.group_coordinator
         if coordinator is None:
             return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available, "member_epoch": -1,
@@ -438,7 +464,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
                 "member_id": result.member_id, "member_epoch": result.member_epoch,
                 "heartbeat_interval": result.heartbeat_interval_ms, "assignment": assignment}
 
-    async def consumer_group_describe(ctx: RequestContext, req: KioConsumerGroupDescribeRequest) -> dict:
+    async def consumer_group_describe(ctx: AuthContext, req: KioConsumerGroupDescribeRequest) -> dict:
         coordinator = broker.group_coordinator
         out = []
         for group_id in req.group_ids:
@@ -477,7 +503,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
             })
         return {"throttle_time": 0, "groups": out}
 
-    async def delete_groups(ctx: RequestContext, req: KioDeleteGroupsRequest) -> dict:
+    async def delete_groups(ctx: AuthContext, req: KioDeleteGroupsRequest) -> dict:
         coordinator = broker.group_coordinator
         names: list[str] = list(req.groups_names)
         deletable = authorized_names(ctx, AclOperation.DELETE, ResourceType.GROUP, names)
@@ -490,7 +516,7 @@ def group_handlers(broker: Broker) -> dict[int, Handler]:
         return {"throttle_time": 0,
                 "results": [{"group_id": name, "error_code": results[name]} for name in dict.fromkeys(names)]}
 
-    kip848: dict[int, Handler] = {}
+    kip848: dict[int, Handler[AuthorizerServer]] = {}
     if "consumer" in str(broker.config.get("group.coordinator.rebalance.protocols", "classic,consumer")).lower():
         kip848 = {CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat, CONSUMER_GROUP_DESCRIBE: consumer_group_describe}
     return {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -30,18 +30,46 @@ if TYPE_CHECKING:
     from kio.schema.alter_partition import v2 as ap2
     from kio.schema.alter_partition import v3 as ap3
 
+    from tieredlog.cluster.membership import ZkClusterMembership
+    from tieredlog.controller.controller import KafkaController
     from tieredlog.protocol.inter_broker.controlled_shutdown import ControlledShutdownRequest
     from tieredlog.protocol.inter_broker.leader_and_isr import LeaderAndIsrRequest
     from tieredlog.protocol.inter_broker.stop_replica import StopReplicaRequest
     from tieredlog.protocol.inter_broker.update_metadata import UpdateMetadataRequest
-    from tieredlog.server.broker import Broker
+    from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.server.cluster_node import ClusterNode
 
     KioAlterPartitionRequest: TypeAlias = ap2.AlterPartitionRequest | ap3.AlterPartitionRequest
 
 log = logging.getLogger(__name__)
 
 
-def _fence(broker: Broker, controller_id: int, controller_epoch: int, broker_epoch: int) -> ErrorCode:
+class InterBrokerServer(Protocol):
+    """What the controller's requests need of the broker: its registration, its topic table (a
+    follower learns topics from them) and its replicas; what the brokers' requests need: the controller."""
+
+    @property
+    def cluster(self) -> ZkClusterMembership | None: ...
+
+    @property
+    def cluster_node(self) -> ClusterNode | None: ...
+
+    @property
+    def controller(self) -> KafkaController | None: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+
+    @property
+    def topics(self) -> dict[str, TopicMetadata]: ...
+
+    @property
+    def topics_by_id(self) -> dict[uuid.UUID, TopicMetadata]: ...
+
+    def apply_topic_configs(self, name: str, overrides: dict[str, str]) -> None: ...
+
+
+def _fence(broker: InterBrokerServer, controller_id: int, controller_epoch: int, broker_epoch: int) -> ErrorCode:
     if broker.cluster is None or broker.cluster_node is None:
         return ErrorCode.not_controller  # not part of a cluster: no controller talks to us
     try:
@@ -57,7 +85,7 @@ def _fence(broker: Broker, controller_id: int, controller_epoch: int, broker_epo
     return ErrorCode.none
 
 
-async def _learn_topics(broker: Broker, topics: dict[str, tuple[Any, int]]) -> None:
+async def _learn_topics(broker: InterBrokerServer, topics: dict[str, tuple[Any, int]]) -> None:
     """Topics this broker has not seen get their configs from ZooKeeper before any log of theirs is
     made (a log's segment size, retention and min.insync.replicas come from them)."""
     node = broker.cluster_node
@@ -77,7 +105,7 @@ async def _learn_topics(broker: Broker, topics: dict[str, tuple[Any, int]]) -> N
             t.partitions = partitions
 
 
-async def handle_leader_and_isr(ctx: RequestContext, req: LeaderAndIsrRequest) -> dict:
+async def handle_leader_and_isr(ctx: RequestContext[InterBrokerServer], req: LeaderAndIsrRequest) -> dict:
     broker = ctx.broker
     code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
     if code != ErrorCode.none:
@@ -108,7 +136,7 @@ async def handle_leader_and_isr(ctx: RequestContext, req: LeaderAndIsrRequest) -
             "topics": [{"topic_id": tid, "partition_errors": errs} for tid, errs in by_topic.items()]}
 
 
-async def handle_update_metadata(ctx: RequestContext, req: UpdateMetadataRequest) -> dict:
+async def handle_update_metadata(ctx: RequestContext[InterBrokerServer], req: UpdateMetadataRequest) -> dict:
     broker = ctx.broker
     code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
     if code != ErrorCode.none:
@@ -138,7 +166,7 @@ async def handle_update_metadata(ctx: RequestContext, req: UpdateMetadataRequest
     return {"error_code": ErrorCode.none}
 
 
-async def handle_stop_replica(ctx: RequestContext, req: StopReplicaRequest) -> dict:
+async def handle_stop_replica(ctx: RequestContext[InterBrokerServer], req: StopReplicaRequest) -> dict:
     broker = ctx.broker
     code = _fence(broker, req.controller_id, req.controller_epoch, req.broker_epoch)
     if code != ErrorCode.none:
@@ -153,14 +181,14 @@ async def handle_stop_replica(ctx: RequestContext, req: StopReplicaRequest) -> d
         {"topic_name": tp.topic, "partition_index": tp.partition, "error_code": err} for tp, err in errors.items()]}
 
 
-async def handle_alter_partition(ctx: RequestContext, req: KioAlterPartitionRequest) -> dict:
+async def handle_alter_partition(ctx: RequestContext[InterBrokerServer], req: KioAlterPartitionRequest) -> dict:
     controller = ctx.broker.controller
     if controller is None:
         return {"error_code": ErrorCode.not_controller, "topics": []}
     return await asyncio.wrap_future(controller.alter_partition(req))
 
 
-async def handle_controlled_shutdown(ctx: RequestContext, req: ControlledShutdownRequest) -> dict:
+async def handle_controlled_shutdown(ctx: RequestContext[InterBrokerServer], req: ControlledShutdownRequest) -> dict:
     controller = ctx.broker.controller
     if controller is None:
         return {"error_code": ErrorCode.not_controller, "remaining_partitions": []}
@@ -169,7 +197,7 @@ async def handle_controlled_shutdown(ctx: RequestContext, req: ControlledShutdow
         {"topic_name": tp[0], "partition_index": tp[1]} for tp in remaining]}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[InterBrokerServer]]:
     return {
         LEADER_AND_ISR: handle_leader_and_isr,
         UPDATE_METADATA: handle_update_metadata,

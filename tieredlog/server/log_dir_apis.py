@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -20,8 +20,18 @@ from tieredlog.protocol.api import DESCRIBE_LOG_DIRS
 from tieredlog.server.context import Handler, RequestContext
 
 if TYPE_CHECKING:
+    from tieredlog.log.log_manager import LogManager
     from tieredlog.server.admin_requests import KioDescribeLogDirsRequest
 
+
+class LogDirServer(Protocol):
+    """What DescribeLogDirs needs of the broker."""
+
+    @property
+    def log_dirs(self) -> Sequence[Path]: ...
+
+    @property
+    def log_manager(self) -> LogManager | None: ...
 
 
 def _volume_bytes(log_dirs: list[Path]) -> dict[Path, tuple[int, int] | None]:
@@ -49,7 +59,7 @@ def _requested(req: KioDescribeLogDirsRequest) -> dict[str, set[int]] | None:
     return wanted
 
 
-async def handle_describe_log_dirs(ctx: RequestContext, req: KioDescribeLogDirsRequest) -> dict:
+async def handle_describe_log_dirs(ctx: RequestContext[LogDirServer], req: KioDescribeLogDirsRequest) -> dict:
     broker = ctx.broker
     log_dirs = list(broker.log_dirs)
     # the volume figures are only sent from v4, but statvfs is also how a dir is found unreadable
@@ -89,5 +99,5 @@ async def handle_describe_log_dirs(ctx: RequestContext, req: KioDescribeLogDirsR
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results": results}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[LogDirServer]]:
     return {DESCRIBE_LOG_DIRS: handle_describe_log_dirs}

@@ -8,31 +8,73 @@ replicas and ISRs. Before the first UpdateMetadata, the brokers are those regist
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import KafkaError, TopicAlreadyExistsError
 from tieredlog.protocol.api import DESCRIBE_CLUSTER, METADATA
 from tieredlog.security.authorizer.acl import CLUSTER_NAME, AclOperation, ResourceType
-from tieredlog.server.authorization import authorize, authorize_cluster, authorized_names, authorized_operations
+from tieredlog.server.authorization import (
+    AuthorizerServer,
+    authorize,
+    authorize_cluster,
+    authorized_names,
+    authorized_operations,
+)
 from tieredlog.server.authorized_operations import AUTHORIZED_OPERATIONS_OMITTED
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.metadata_requests import endpoint_type, metadata_request
 from tieredlog.server.topic_store import INTERNAL_TOPICS, TopicMetadata
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker import Broker
+    import uuid
+
+    from tieredlog.cluster.membership import ZkClusterMembership
+    from tieredlog.config import BrokerConfig
+    from tieredlog.server.cluster_node import ClusterNode
     from tieredlog.server.metadata_requests import KioDescribeClusterRequest, KioMetadataRequest
 
 
-def _broker_entry(broker: Broker, listener: str) -> dict:
+class MetadataServer(AuthorizerServer, Protocol):
+    """What Metadata and DescribeCluster need of the broker."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def cluster(self) -> ZkClusterMembership | None: ...
+
+    @property
+    def cluster_node(self) -> ClusterNode | None: ...
+
+    @property
+    def topics(self) -> Mapping[str, TopicMetadata]: ...
+
+    def get_topic(self, name: str) -> TopicMetadata | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None: ...
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = 1,
+                     configs: dict[str, str] | None = None,
+                     assignment: dict[int, list[int]] | None = None) -> TopicMetadata: ...
+
+    async def topics_durable(self, wait_s: float = 10.0) -> None: ...
+
+
+def _broker_entry(broker: MetadataServer, listener: str) -> dict:
     adv = broker.config.advertised_listener(listener) or broker.config.advertised_listeners[0]
     return {"node_id": broker.node_id, "host": adv.host or "127.0.0.1", "port": adv.port,
             "rack": broker.config["broker.rack"]}
 
 
-def _broker_entries(broker: Broker, listener: str) -> list[dict]:
+def _broker_entries(broker: MetadataServer, listener: str) -> list[dict]:
     """This broker, and in a cluster every other registered broker, by their endpoints on the listener
     the request came in on (Kafka's rule: a client is handed the addresses of the listener it uses; a
     broker without that listener is left out)."""
@@ -57,7 +99,7 @@ def _broker_entries(broker: Broker, listener: str) -> list[dict]:
     return sorted(out, key=lambda b: b["node_id"])
 
 
-def _controller_id(broker: Broker) -> int:
+def _controller_id(broker: MetadataServer) -> int:
     """The elected controller in a cluster (-1 while none is known, as Kafka answers); alone, this broker."""
     if broker.cluster is None:
         return broker.node_id
@@ -65,7 +107,7 @@ def _controller_id(broker: Broker) -> int:
     return -1 if cid is None else cid
 
 
-def _cluster_topic_entry(broker: Broker, name: str) -> dict | None:
+def _cluster_topic_entry(broker: MetadataServer, name: str) -> dict | None:
     node = broker.cluster_node
     assert node is not None
     entry = node.metadata.topics.get(name)
@@ -92,7 +134,7 @@ def _cluster_topic_entry(broker: Broker, name: str) -> dict | None:
     }
 
 
-def topic_entry(broker: Broker, t: TopicMetadata) -> dict:
+def topic_entry(broker: MetadataServer, t: TopicMetadata) -> dict:
     if broker.cluster_node is not None:
         found = _cluster_topic_entry(broker, t.name)
         if found is not None:
@@ -124,12 +166,12 @@ def _error_topic(name: str | None, code: int, topic_id: Any = None) -> dict:
     return {"error_code": code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": []}
 
 
-def _may_create(ctx: RequestContext, name: str) -> bool:
+def _may_create(ctx: RequestContext[MetadataServer], name: str) -> bool:
     return authorize_cluster(ctx, AclOperation.CREATE, log_denied=False) \
         or authorize(ctx, AclOperation.CREATE, ResourceType.TOPIC, name)
 
 
-async def handle_metadata(ctx: RequestContext, kio_req: KioMetadataRequest) -> dict:
+async def handle_metadata(ctx: RequestContext[MetadataServer], kio_req: KioMetadataRequest) -> dict:
     broker = ctx.broker
     req = metadata_request(kio_req, ctx.api_version)
     allow_auto = req.allow_auto_topic_creation and broker.config["auto.create.topics.enable"]
@@ -209,14 +251,14 @@ async def handle_metadata(ctx: RequestContext, kio_req: KioMetadataRequest) -> d
     }
 
 
-def _cluster_operations(ctx: RequestContext, requested: bool) -> int:
+def _cluster_operations(ctx: RequestContext[MetadataServer], requested: bool) -> int:
     """Kafka answers 0 to a principal that may not describe the cluster."""
     if requested and not authorize_cluster(ctx, AclOperation.DESCRIBE):
         return 0
     return authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, requested)
 
 
-async def handle_describe_cluster(ctx: RequestContext, req: KioDescribeClusterRequest) -> dict:
+async def handle_describe_cluster(ctx: RequestContext[MetadataServer], req: KioDescribeClusterRequest) -> dict:
     broker = ctx.broker
     return {
         "throttle_time": 0,
@@ -230,5 +272,5 @@ async def handle_describe_cluster(ctx: RequestContext, req: KioDescribeClusterRe
     }
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[MetadataServer]]:
     return {METADATA: handle_metadata, DESCRIBE_CLUSTER: handle_describe_cluster}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -21,18 +21,36 @@ from tieredlog.log.unified_log import (
 from tieredlog.protocol.api import LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
-from tieredlog.server.authorization import authorize_cluster, authorized_names
+from tieredlog.server.authorization import AuthorizerServer, authorize_cluster, authorized_names
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.metadata_requests import ListOffsetsPartition, list_offsets_request
 
 if TYPE_CHECKING:
+    from tieredlog.config import BrokerConfig
     from tieredlog.log.unified_log import UnifiedLog
+    from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.rlm.manager import RemoteLogManager
     from tieredlog.rlm.reader import OffsetAndTimestamp
     from tieredlog.server.metadata_requests import KioListOffsetsRequest, KioOffsetForLeaderEpochRequest
 
 log = logging.getLogger(__name__)
 
 READ_COMMITTED = 1
+
+
+class OffsetServer(AuthorizerServer, Protocol):
+    """What ListOffsets and OffsetForLeaderEpoch need of the broker."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+
+    @property
+    def remote_log_manager(self) -> RemoteLogManager | None: ...
+
+    def get_partition_log(self, topic: str, partition: int) -> UnifiedLog | None: ...
 
 
 def _epoch_for(plog: UnifiedLog, offset: int) -> int:
@@ -51,7 +69,7 @@ def _unpack(found: TimestampAndOffset | OffsetAndTimestamp) -> tuple[int, int, i
     return int(found.offset), int(found.timestamp), -1 if epoch is None else int(epoch)
 
 
-async def _remote_lookup(ctx: RequestContext, fut: Future, tp: TopicPartition) -> Any:
+async def _remote_lookup(ctx: RequestContext[OffsetServer], fut: Future, tp: TopicPartition) -> Any:
     """Wait for a lookup on the RLM's list-offsets pool, at most
     ``remote.list.offsets.request.timeout.ms`` (KIP-1075: the partition then gets REQUEST_TIMED_OUT)."""
     timeout_ms = ctx.broker.config["remote.list.offsets.request.timeout.ms"]
@@ -65,7 +83,7 @@ async def _remote_lookup(ctx: RequestContext, fut: Future, tp: TopicPartition) -
         ) from None
 
 
-async def _offset_for(ctx: RequestContext, plog: UnifiedLog, tp: TopicPartition, ts: int, isolation: int) -> tuple[int, int, int]:
+async def _offset_for(ctx: RequestContext[OffsetServer], plog: UnifiedLog, tp: TopicPartition, ts: int, isolation: int) -> tuple[int, int, int]:
     """(offset, timestamp, leader_epoch) for one ListOffsets partition."""
     if ts == LATEST_TIMESTAMP:
         off = plog.last_stable_offset if isolation == READ_COMMITTED else plog.high_watermark
@@ -105,7 +123,7 @@ async def _offset_for(ctx: RequestContext, plog: UnifiedLog, tp: TopicPartition,
     return off, found_ts, -1 if epoch is None else epoch
 
 
-async def handle_list_offsets(ctx: RequestContext, kio_req: KioListOffsetsRequest) -> dict:
+async def handle_list_offsets(ctx: RequestContext[OffsetServer], kio_req: KioListOffsetsRequest) -> dict:
     broker = ctx.broker
     req = list_offsets_request(kio_req, ctx.api_version)
     isolation = req.isolation_level
@@ -140,7 +158,7 @@ async def handle_list_offsets(ctx: RequestContext, kio_req: KioListOffsetsReques
     return {"throttle_time": 0, "topics": topics}
 
 
-async def handle_offset_for_leader_epoch(ctx: RequestContext, req: KioOffsetForLeaderEpochRequest) -> dict:
+async def handle_offset_for_leader_epoch(ctx: RequestContext[OffsetServer], req: KioOffsetForLeaderEpochRequest) -> dict:
     broker = ctx.broker
     # brokers truncating ask with CLUSTER_ACTION; consumers (KIP-320) with DESCRIBE on the topic
     if authorize_cluster(ctx, AclOperation.CLUSTER_ACTION, log_denied=False):
@@ -172,5 +190,5 @@ async def handle_offset_for_leader_epoch(ctx: RequestContext, req: KioOffsetForL
     return {"throttle_time": 0, "topics": topics}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[OffsetServer]]:
     return {LIST_OFFSETS: handle_list_offsets, OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch}

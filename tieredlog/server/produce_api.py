@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, cast
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -22,12 +21,16 @@ from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import INIT_PRODUCER_ID, PRODUCE
 from tieredlog.replication.data_path import PartitionAppendResult
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
-from tieredlog.server.authorization import authorized_names
+from tieredlog.server.authorization import AuthorizerServer, authorized_names
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
 from tieredlog.server.produce_verification import ProduceVerification, VerificationServer
+from tieredlog.server.txn_apis import TxnCoordinatorServer, init_producer_id
+from tieredlog.server.txn_requests import KioInitProducerIdRequest, init_producer_id_request
 
 if TYPE_CHECKING:
+    from tieredlog.config import BrokerConfig
     from tieredlog.server.cluster_node import ClusterNode
+    from tieredlog.server.producer_ids import ProducerIdManager
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +63,18 @@ class ProduceRequest(Protocol):
     def topic_data(self) -> Sequence[TopicProduceData]: ...
 
 
-class ProduceServer(VerificationServer, Protocol):
+class ProduceServer(VerificationServer, AuthorizerServer, Protocol):
     """What the Produce handler needs of the broker."""
 
     @property
-    def config(self) -> Any: ...
+    def config(self) -> BrokerConfig: ...
 
     @property
     def cluster_node(self) -> ClusterNode | None: ...
 
 
-async def handle_produce(ctx: RequestContext, req: ProduceRequest) -> Any:
-    server: ProduceServer = ctx.broker
+async def handle_produce(ctx: RequestContext[ProduceServer], req: ProduceRequest) -> Any:
+    server = ctx.broker
     rm = server.replica_manager
     assert rm is not None, "the broker serves requests only after start() made its replica manager"
     acks = req.acks
@@ -127,42 +130,21 @@ def _leader_endpoints(server: ProduceServer, responses: list[dict[str, Any]], li
             for (_, h, port, rack) in [ep]]
 
 
-@dataclass(frozen=True, slots=True)
-class InitProducerIdRequest:
-    """InitProducerId v0-5; the producer id and epoch (KIP-360, v3+) are -1 before."""
+class InitProducerIdServer(TxnCoordinatorServer, Protocol):
+    """What InitProducerId needs of the broker."""
 
-    transactional_id: str | None
-    transaction_timeout: datetime.timedelta
-    producer_id: int = -1
-    producer_epoch: int = -1
+    @property
+    def producer_ids(self) -> ProducerIdManager | None: ...
 
 
-class _KioInitProducerId(Protocol):
-    transactional_id: str | None
-    transaction_timeout: datetime.timedelta
+class ProduceApiServer(ProduceServer, InitProducerIdServer, Protocol):
+    """What this module's handlers need of the broker."""
 
 
-class _KioInitProducerIdV3(_KioInitProducerId, Protocol):
-    producer_id: int
-    producer_epoch: int
-
-
-_PRODUCER_ID_SINCE = 3
-
-
-def init_producer_id_request(req: _KioInitProducerId, version: int) -> InitProducerIdRequest:
-    if version >= _PRODUCER_ID_SINCE:
-        v3 = cast(_KioInitProducerIdV3, req)
-        return InitProducerIdRequest(req.transactional_id, req.transaction_timeout, v3.producer_id, v3.producer_epoch)
-    return InitProducerIdRequest(req.transactional_id, req.transaction_timeout)
-
-
-async def handle_init_producer_id(ctx: RequestContext, kio_req: _KioInitProducerId) -> dict:
+async def handle_init_producer_id(ctx: RequestContext[InitProducerIdServer], kio_req: KioInitProducerIdRequest) -> dict:
     req = init_producer_id_request(kio_req, ctx.api_version)
     if req.transactional_id is not None:
-        from tieredlog.server import txn_apis  # txn_apis reads this module's request view
-
-        return await txn_apis.init_producer_id(ctx, req)
+        return await init_producer_id(ctx, req)
     pid, epoch = req.producer_id, req.producer_epoch
     if pid >= 0 and 0 <= epoch < 32766:
         # KIP-360: an idempotent producer bumps its own epoch after a fatal sequence error
@@ -178,5 +160,5 @@ async def handle_init_producer_id(ctx: RequestContext, kio_req: _KioInitProducer
     return {"error_code": 0, "producer_id": pid, "producer_epoch": 0, "throttle_time": 0}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[ProduceApiServer]]:
     return {PRODUCE: handle_produce, INIT_PRODUCER_ID: handle_init_producer_id}

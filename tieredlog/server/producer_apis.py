@@ -10,7 +10,7 @@ the partition exists but has no replica here, UNKNOWN_TOPIC_OR_PARTITION when it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -18,7 +18,7 @@ from tieredlog.errors import InvalidTopicError
 from tieredlog.log.types import TopicPartition
 from tieredlog.protocol.api import DESCRIBE_PRODUCERS
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
-from tieredlog.server.authorization import authorize
+from tieredlog.server.authorization import AuthorizerServer, authorize
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import validate_topic_name
 
@@ -26,12 +26,26 @@ if TYPE_CHECKING:
     from kio.schema.describe_producers.v0 import DescribeProducersRequest
 
     from tieredlog.log.unified_log import UnifiedLog
-    from tieredlog.server.broker import Broker
+    from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.server.cluster_node import ClusterNode
+    from tieredlog.server.topic_store import TopicMetadata
+
+class ProducerStateServer(AuthorizerServer, Protocol):
+    """What DescribeProducers needs of the broker."""
+
+    @property
+    def cluster_node(self) -> ClusterNode | None: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+
+    def get_topic(self, name: str) -> TopicMetadata | None: ...
+
 
 NO_TXN_START_OFFSET = -1
 
 
-def _topic_known(broker: Broker, topic: str) -> bool:
+def _topic_known(broker: ProducerStateServer, topic: str) -> bool:
     """Kafka's metadataCache.contains(topic): in a cluster what the controller announced, alone the
     topics this broker created."""
     node = broker.cluster_node
@@ -40,7 +54,7 @@ def _topic_known(broker: Broker, topic: str) -> bool:
     return broker.get_topic(topic) is not None
 
 
-def _partition_known(broker: Broker, tp: TopicPartition) -> bool:
+def _partition_known(broker: ProducerStateServer, tp: TopicPartition) -> bool:
     node = broker.cluster_node
     if node is not None:
         entry = node.metadata.topics.get(tp.topic)
@@ -69,7 +83,7 @@ def active_producers(plog: UnifiedLog) -> list[dict[str, Any]]:
         ]
 
 
-def _partition_answer(broker: Broker, tp: TopicPartition) -> dict[str, Any]:
+def _partition_answer(broker: ProducerStateServer, tp: TopicPartition) -> dict[str, Any]:
     out: dict[str, Any] = {"partition_index": tp.partition, "error_code": ErrorCode.none, "error_message": None,
                            "active_producers": []}
     rm = broker.replica_manager
@@ -83,7 +97,7 @@ def _partition_answer(broker: Broker, tp: TopicPartition) -> dict[str, Any]:
     return out
 
 
-async def handle_describe_producers(ctx: RequestContext, req: DescribeProducersRequest) -> dict:
+async def handle_describe_producers(ctx: RequestContext[ProducerStateServer], req: DescribeProducersRequest) -> dict:
     broker = ctx.broker
     topics = []
     for t in req.topics:
@@ -109,5 +123,5 @@ async def handle_describe_producers(ctx: RequestContext, req: DescribeProducersR
     return {"throttle_time": 0, "topics": topics}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[ProducerStateServer]]:
     return {DESCRIBE_PRODUCERS: handle_describe_producers}

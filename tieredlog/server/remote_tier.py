@@ -33,7 +33,7 @@ import asyncio
 import logging
 import ssl
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from tieredlog.clients.node_clients import ListenerSecurity
 from tieredlog.config import BrokerConfig, BrokerConfigError
@@ -54,12 +54,52 @@ from tieredlog.rsm.registry import load_remote_storage_manager
 from tieredlog.server.produce_api import INTERNAL_TOPICS_CLIENT_ID
 
 if TYPE_CHECKING:
+    from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.rlm.contracts import LogProvider
+    from tieredlog.rlm.partition_remover import RemotePartitionRemover
     from tieredlog.security.sasl.client import SaslClientCredentials
-    from tieredlog.server.broker import Broker
+    from tieredlog.server.cluster_node import ClusterNode
+    from tieredlog.server.topic_store import TopicMetadata
 
 log = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__remote_log_metadata"
+
+
+class RemoteTierServer(Protocol):
+    """What assembling the remote tier needs of the broker: its config and identity, its logs and
+    replicas, its topic table (the metadata topic is one of them), and the hooks it registers."""
+
+    remote_partition_remover: RemotePartitionRemover | None
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def cluster_node(self) -> ClusterNode | None: ...
+
+    @property
+    def log_manager(self) -> LogProvider: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+
+    @property
+    def topic_config_listeners(self) -> list[Callable[[str], None]]: ...
+
+    def get_topic(self, name: str) -> TopicMetadata | None: ...
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = 1,
+                     configs: dict[str, str] | None = None,
+                     assignment: dict[int, list[int]] | None = None) -> TopicMetadata: ...
+
+    def create_internal_topic(self, name: str, partitions: int,
+                              configs: dict[str, str] | None = None) -> TopicMetadata: ...
+
+    async def topics_durable(self, wait_s: float = 10.0) -> None: ...
 
 
 def build_rsm(cfg: RemoteLogManagerConfig) -> RemoteStorageManager:
@@ -71,7 +111,7 @@ def build_rsm(cfg: RemoteLogManagerConfig) -> RemoteStorageManager:
     return load_remote_storage_manager(name or "local", cfg.rsm_class_path, configs)
 
 
-def rlmm_configs_for(broker: Broker, cfg: RemoteLogManagerConfig) -> dict[str, Any]:
+def rlmm_configs_for(broker: RemoteTierServer, cfg: RemoteLogManagerConfig) -> dict[str, Any]:
     """What the RLMM's ``configure()`` receives, as Kafka hands it (``tieredlog.rlmm.registry.rlmm_configs``):
     the metadata clients' listener as ``remote.log.metadata.common.client.bootstrap.servers`` and
     ``.security.protocol``, the ``rlmm.config.*`` properties, ``broker.id``, ``log.dir``, ``cluster.id``."""
@@ -83,7 +123,7 @@ def rlmm_configs_for(broker: Broker, cfg: RemoteLogManagerConfig) -> dict[str, A
                         security_protocol=endpoint.security_protocol)
 
 
-def plugin_rlmm(broker: Broker, configs: dict[str, Any]) -> RemoteLogMetadataManager | None:
+def plugin_rlmm(broker: RemoteTierServer, configs: dict[str, Any]) -> RemoteLogMetadataManager | None:
     """The configured RLMM when it is not the topic-based one (which needs the broker's metadata topic
     and is built by the callers); PluginLoadError, one line, when it cannot be loaded or configured."""
     name = str(broker.config.get(RLMM_CLASS_NAME_CONFIG) or "")
@@ -95,7 +135,7 @@ def plugin_rlmm(broker: Broker, configs: dict[str, Any]) -> RemoteLogMetadataMan
     return rlmm
 
 
-def stage_metadata_topic(broker: Broker, cfg: RemoteLogManagerConfig | None = None) -> None:
+def stage_metadata_topic(broker: RemoteTierServer, cfg: RemoteLogManagerConfig | None = None) -> None:
     """Alone, with the topic-based RLMM: create ``__remote_log_metadata`` when missing. Its logs exist
     once the caller awaited ``broker.topics_durable()``."""
     cfg = cfg or RemoteLogManagerConfig.from_broker_config(broker.config)
@@ -106,7 +146,7 @@ def stage_metadata_topic(broker: Broker, cfg: RemoteLogManagerConfig | None = No
     broker.create_internal_topic(METADATA_TOPIC, rcfg.num_partitions, topic_configs)
 
 
-def build_rlmm(broker: Broker, cfg: RemoteLogManagerConfig) -> RemoteLogMetadataManager:
+def build_rlmm(broker: RemoteTierServer, cfg: RemoteLogManagerConfig) -> RemoteLogMetadataManager:
     configs = rlmm_configs_for(broker, cfg)
     plugin = plugin_rlmm(broker, configs)
     if plugin is not None:
@@ -124,7 +164,7 @@ def build_rlmm(broker: Broker, cfg: RemoteLogManagerConfig) -> RemoteLogMetadata
     return TopicBasedRemoteLogMetadataManager(topic, configs)
 
 
-def create_remote_log_manager(broker: Broker) -> RemoteLogManager | None:
+def create_remote_log_manager(broker: RemoteTierServer) -> RemoteLogManager | None:
     """The broker's RLM, started and leading its tiered partitions; None if tiering is disabled."""
     cfg = RemoteLogManagerConfig.from_broker_config(broker.config)
     if not cfg.system_enable:
@@ -173,7 +213,7 @@ class BrokerMetadataTopicRouting:
     """``MetadataTopicRouting`` over a cluster member: leaders from its metadata cache, the topic
     created through ZooKeeper on the broker's event loop."""
 
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, replication_factor: int,
+    def __init__(self, broker: RemoteTierServer, loop: asyncio.AbstractEventLoop, replication_factor: int,
                  timeout_s: float, listener: str | None = None) -> None:
         self._broker = broker
         self._loop = loop
@@ -221,7 +261,7 @@ class BrokerMetadataTopicRouting:
         return len(node.metadata.topics[METADATA_TOPIC].partitions)
 
 
-def cluster_topic_based_rlmm(broker: Broker, configs: dict[str, Any]) -> TopicBasedRemoteLogMetadataManager:
+def cluster_topic_based_rlmm(broker: RemoteTierServer, configs: dict[str, Any]) -> TopicBasedRemoteLogMetadataManager:
     """The topic-based RLMM of a cluster member: a Kafka client of the leaders of __remote_log_metadata
     on the metadata listener, with that listener's TLS / SASL; ``request.timeout.ms`` of the merged
     ``remote.log.metadata.common.client.*`` / ``.producer.*`` properties, else the broker's."""
@@ -238,7 +278,7 @@ def cluster_topic_based_rlmm(broker: Broker, configs: dict[str, Any]) -> TopicBa
     return TopicBasedRemoteLogMetadataManager(topic, configs)
 
 
-def create_cluster_remote_log_manager(broker: Broker) -> RemoteLogManager | None:
+def create_cluster_remote_log_manager(broker: RemoteTierServer) -> RemoteLogManager | None:
     """The RLM of a cluster member, following its replica manager; None if tiering is disabled."""
     cfg = RemoteLogManagerConfig.from_broker_config(broker.config)
     if not cfg.system_enable:

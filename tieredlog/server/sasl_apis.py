@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import threading
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -39,16 +39,19 @@ from tieredlog.security.sasl.authenticator import SaslServerAuthenticator
 from tieredlog.security.sasl.config import ListenerSasl, is_sasl, sasl_listeners
 from tieredlog.security.scram import ScramCredential
 from tieredlog.security.scram_store import FileScramCredentialStore, ScramCredentialStore, ZkScramCredentialStore
-from tieredlog.server.authorization import REQUEST_RULES, authorize_cluster
+from tieredlog.server.authorization import REQUEST_RULES, AuthContext, AuthorizerServer, authorize_cluster
 from tieredlog.server.context import Handler, RequestContext
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kio.schema.alter_user_scram_credentials.v0 import AlterUserScramCredentialsRequest
     from kio.schema.describe_user_scram_credentials.v0 import DescribeUserScramCredentialsRequest
 
     from tieredlog.cluster.config_changes import ConfigChangeListener
-    from tieredlog.server.broker import Broker
-    from tieredlog.server.network import KafkaServer
+    from tieredlog.cluster.membership import ZkClusterMembership
+    from tieredlog.config import BrokerConfig
+    from tieredlog.controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +66,75 @@ NOT_CONTROLLER_MESSAGE = "This is not the correct controller for this cluster."
 CLUSTER_AUTHORIZATION_FAILED_MESSAGE = "Cluster authorization failed."
 
 
+class SaslSetupServer(Protocol):
+    """What reading the SASL listeners' settings needs of the broker: it keeps them."""
+
+    sasl_listeners: dict[str, ListenerSasl]
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+
+class ScramStoreServer(Protocol):
+    """What opening the SCRAM credential store needs of the broker: it keeps the store."""
+
+    scram_credentials: ScramCredentialStore | None
+
+    @property
+    def cluster(self) -> ZkClusterMembership | None: ...
+
+    @property
+    def log_dirs(self) -> Sequence[Path]: ...
+
+
+class SaslListenerServer(Protocol):
+    """What a connection's authenticator reads of the broker."""
+
+    @property
+    def sasl_listeners(self) -> Mapping[str, ListenerSasl]: ...
+
+    @property
+    def scram_credentials(self) -> ScramCredentialStore | None: ...
+
+
+class ApiVersionsTable(Protocol):
+    """The dispatcher's served versions by API key (a SASL client is told ApiVersions' highest)."""
+
+    @property
+    def versions(self) -> Mapping[int, tuple[int, int]]: ...
+
+
+class SaslConnectionServer(Protocol):
+    """What a new connection's authenticator needs of the network server."""
+
+    @property
+    def broker(self) -> SaslListenerServer: ...
+
+    @property
+    def dispatcher(self) -> ApiVersionsTable: ...
+
+
+class ScramApiServer(AuthorizerServer, Protocol):
+    """What the SCRAM credential APIs need of the broker."""
+
+    @property
+    def scram_credentials(self) -> ScramCredentialStore | None: ...
+
+    @property
+    def cluster(self) -> ZkClusterMembership | None: ...
+
+    @property
+    def controller(self) -> KafkaController | None: ...
+
+
 # ---- wiring ------------------------------------------------------------------------------------------
 
-def configure_sasl(broker: Broker) -> None:
+def configure_sasl(broker: SaslSetupServer) -> None:
     """Read every SASL listener's settings; BrokerConfigError when one is wrong (start-up stops)."""
     broker.sasl_listeners = sasl_listeners(broker.config)
 
 
-async def open_scram_store(broker: Broker, config_changes: ConfigChangeListener | None) -> None:
+async def open_scram_store(broker: ScramStoreServer, config_changes: ConfigChangeListener | None) -> None:
     """Open the SCRAM credential store: ZooKeeper in a cluster (``broker.cluster`` is connected, and
     ``config_changes`` keeps the cache current), else a file in the first log dir. Before any request
     is served; the reads run on an executor."""
@@ -91,7 +155,7 @@ async def open_scram_store(broker: Broker, config_changes: ConfigChangeListener 
     broker.scram_credentials = file_store
 
 
-def connection_authenticator(server: KafkaServer, listener_name: str, security_protocol: str
+def connection_authenticator(server: SaslConnectionServer, listener_name: str, security_protocol: str
                              ) -> SaslServerAuthenticator | None:
     """The authenticator of a new connection on a SASL listener; None on any other listener."""
     if not is_sasl(security_protocol):
@@ -114,11 +178,11 @@ def connection_authenticator(server: KafkaServer, listener_name: str, security_p
 
 # ---- SaslHandshake / SaslAuthenticate outside the authenticator ---------------------------------------
 
-async def handle_sasl_handshake(ctx: RequestContext, req: object) -> dict:
+async def handle_sasl_handshake(ctx: RequestContext[object], req: object) -> dict:
     return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
 
 
-async def handle_sasl_authenticate(ctx: RequestContext, req: object) -> dict:
+async def handle_sasl_authenticate(ctx: RequestContext[object], req: object) -> dict:
     return {"error_code": ErrorCode.illegal_sasl_state,
             "error_message": "SaslAuthenticate request received after successful authentication",
             "auth_bytes": b"", "session_lifetime": 0}
@@ -181,7 +245,7 @@ def describe_credentials(store: ScramCredentialStore, users: list[str] | None) -
     return {"error_code": ErrorCode.none, "error_message": None, "results": [results[u] for u in ordered]}
 
 
-async def handle_describe_user_scram_credentials(ctx: RequestContext, req: DescribeUserScramCredentialsRequest
+async def handle_describe_user_scram_credentials(ctx: RequestContext[ScramApiServer], req: DescribeUserScramCredentialsRequest
                                                  ) -> dict:
     if not authorize_cluster(ctx, AclOperation.DESCRIBE):
         # Kafka's getErrorResponse: the error at the top and once per user asked for, without its name
@@ -287,7 +351,7 @@ def _alter(store: ScramCredentialStore, upsertions: list[Any], deletions: list[A
 
 
 
-async def handle_alter_user_scram_credentials(ctx: RequestContext, req: AlterUserScramCredentialsRequest) -> dict:
+async def handle_alter_user_scram_credentials(ctx: RequestContext[ScramApiServer], req: AlterUserScramCredentialsRequest) -> dict:
     broker = ctx.broker
     upsertions, deletions = list(req.upsertions), list(req.deletions)
     users = sorted({x.name for x in upsertions} | {x.name for x in deletions})
@@ -308,7 +372,7 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, req: AlterUse
     return {"throttle_time": 0, "results": results}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[ScramApiServer]]:
     return {
         SASL_HANDSHAKE: handle_sasl_handshake,
         SASL_AUTHENTICATE: handle_sasl_authenticate,
@@ -329,7 +393,7 @@ def authenticator_answer(sasl: SaslServerAuthenticator, api_key: int, api_versio
     return encode_response(api_key, api_version, correlation_id, reply.body), reply.failure
 
 
-def illegal_sasl_state_answer(ctx: RequestContext, body: Any) -> bytes | None:
+def illegal_sasl_state_answer(ctx: AuthContext, body: Any) -> bytes | None:
     """The response Kafka's SaslServerAuthenticator sends to a request other than SaslAuthenticate
     while a mechanism runs: the request's own error response (its ``getErrorResponse``) carrying
     ILLEGAL_SASL_STATE. Built for the APIs whose error response is known here (those the authorizer

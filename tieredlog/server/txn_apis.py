@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -33,15 +33,20 @@ from tieredlog.protocol.api import (
 from tieredlog.records.record import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
 from tieredlog.replication.data_path import error_code_of
 from tieredlog.security.authorizer.acl import AclOperation, ResourceType
-from tieredlog.server.authorization import authorize, authorized_names
+from tieredlog.server.authorization import AuthorizerServer, authorize, authorized_names
 from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.topic_store import INTERNAL_TOPICS
 from tieredlog.server.txn_requests import FIRST_BROKER_VERSION, list_transactions_request, txn_offset_commit_request
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker import Broker
-    from tieredlog.server.produce_api import InitProducerIdRequest
+    from tieredlog.config import BrokerConfig
+    from tieredlog.coordinator.group_coordinator import GroupCoordinator
+    from tieredlog.log.unified_log import UnifiedLog
+    from tieredlog.replication.delayed_fetch import PartitionWatchers
+    from tieredlog.replication.replica_manager import ReplicaManager
+    from tieredlog.server.topic_store import TopicMetadata
     from tieredlog.server.txn_requests import (
+        InitProducerIdRequest,
         KioAddOffsetsToTxnRequest,
         KioAddPartitionsToTxnRequest,
         KioAddPartitionsToTxnRequestV0To3,
@@ -63,22 +68,62 @@ INIT_PRODUCER_ID_FENCED_SINCE = 4
 TRANSACTION_ABORTABLE_SINCE = 5
 
 
+class TxnCoordinatorServer(Protocol):
+    """What InitProducerId with a transactional id needs of the broker."""
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator | None: ...
+
+
+class MarkerGuards(Protocol):
+    """The produce verifications a marker voids (tieredlog.server.txn_verification.VerificationGuards)."""
+
+    def marker_written(self, tp: TopicPartition, producer_id: int) -> None: ...
+
+
+class MarkerServer(Protocol):
+    """What writing transaction markers here needs of the broker."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager | None: ...
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None: ...
+
+    @property
+    def append_watchers(self) -> PartitionWatchers: ...
+
+    @property
+    def txn_guards(self) -> MarkerGuards: ...
+
+    def get_partition_log(self, topic: str, partition: int) -> UnifiedLog | None: ...
+
+
+class TxnServer(TxnCoordinatorServer, MarkerServer, AuthorizerServer, Protocol):
+    """What the transaction APIs need of the broker."""
+
+    def get_topic(self, name: str) -> TopicMetadata | None: ...
+
+
 def for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
     if code == ErrorCode.producer_fenced and version < _PRODUCER_FENCED_SINCE.get(api_key, INIT_PRODUCER_ID_FENCED_SINCE):
         return ErrorCode.invalid_producer_epoch
     return code
 
 
-def _coordinator(broker: Broker) -> TransactionCoordinator | None:
+def _coordinator(broker: TxnCoordinatorServer) -> TransactionCoordinator | None:
     return broker.transaction_coordinator
 
 
-def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
+def _partition_exists(broker: TxnServer, topic: str, partition: int) -> bool:
     meta = broker.get_topic(topic)
     return meta is not None and 0 <= partition < meta.partitions
 
 
-async def init_producer_id(ctx: RequestContext, req: InitProducerIdRequest) -> dict:
+async def init_producer_id(ctx: RequestContext[TxnCoordinatorServer], req: InitProducerIdRequest) -> dict:
     """InitProducerId with a transactional id."""
     out = {"producer_id": -1, "producer_epoch": -1, "throttle_time": 0}
     coordinator = _coordinator(ctx.broker)
@@ -90,7 +135,7 @@ async def init_producer_id(ctx: RequestContext, req: InitProducerIdRequest) -> d
     return {**out, "error_code": for_version(code, 22, ctx.api_version), "producer_id": pid, "producer_epoch": epoch}
 
 
-async def add_partitions_to_txn(ctx: RequestContext, kio_req: KioAddPartitionsToTxnRequest) -> dict:
+async def add_partitions_to_txn(ctx: RequestContext[TxnServer], kio_req: KioAddPartitionsToTxnRequest) -> dict:
     if ctx.api_version >= FIRST_BROKER_VERSION:
         return await _add_partitions_batched(ctx, cast("KioAddPartitionsToTxnRequestV4", kio_req))
     req = cast("KioAddPartitionsToTxnRequestV0To3", kio_req)
@@ -123,7 +168,7 @@ async def add_partitions_to_txn(ctx: RequestContext, kio_req: KioAddPartitionsTo
         for name, parts in topics]}
 
 
-async def _add_partitions_batched(ctx: RequestContext, req: KioAddPartitionsToTxnRequestV4) -> dict:
+async def _add_partitions_batched(ctx: RequestContext[TxnServer], req: KioAddPartitionsToTxnRequestV4) -> dict:
     """v4+: brokers' form, several transactions at once (CLUSTER_ACTION, checked before the handler,
     stands for the WRITE checks a client's request gets); `verify_only` asks whether the partitions
     are in the transaction (KIP-890 part 1) without adding them."""
@@ -156,7 +201,7 @@ async def _add_partitions_batched(ctx: RequestContext, req: KioAddPartitionsToTx
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": list(results)}
 
 
-async def add_offsets_to_txn(ctx: RequestContext, req: KioAddOffsetsToTxnRequest) -> dict:
+async def add_offsets_to_txn(ctx: RequestContext[TxnServer], req: KioAddOffsetsToTxnRequest) -> dict:
     broker = ctx.broker
     coordinator = _coordinator(broker)
     offsets = broker.get_topic(OFFSETS_TOPIC)
@@ -167,7 +212,7 @@ async def add_offsets_to_txn(ctx: RequestContext, req: KioAddOffsetsToTxnRequest
     return {"throttle_time": 0, "error_code": for_version(code, ADD_OFFSETS_TO_TXN, ctx.api_version)}
 
 
-async def end_txn(ctx: RequestContext, req: KioEndTxnRequest) -> dict:
+async def end_txn(ctx: RequestContext[TxnServer], req: KioEndTxnRequest) -> dict:
     coordinator = _coordinator(ctx.broker)
     if coordinator is None:
         return {"throttle_time": 0, "error_code": ErrorCode.coordinator_not_available}
@@ -175,7 +220,7 @@ async def end_txn(ctx: RequestContext, req: KioEndTxnRequest) -> dict:
     return {"throttle_time": 0, "error_code": for_version(code, END_TXN, ctx.api_version)}
 
 
-async def txn_offset_commit(ctx: RequestContext, kio_req: KioTxnOffsetCommitRequest) -> dict:
+async def txn_offset_commit(ctx: RequestContext[TxnServer], kio_req: KioTxnOffsetCommitRequest) -> dict:
     req = txn_offset_commit_request(kio_req, ctx.api_version)
     broker = ctx.broker
     order: list[tuple[str, int]] = []
@@ -206,7 +251,7 @@ async def txn_offset_commit(ctx: RequestContext, kio_req: KioTxnOffsetCommitRequ
     return {"throttle_time": 0, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
 
 
-async def write_markers_locally(broker: Broker, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+async def write_markers_locally(broker: MarkerServer, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                 committed: bool, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
     """Append a marker to each partition this broker leads and wait until its ISR has it (Kafka's
     appendRecords with acks=-1 from the coordinator); the group coordinator then settles the
@@ -229,7 +274,7 @@ async def write_markers_locally(broker: Broker, producer_id: int, producer_epoch
                 log.exception("writing a transaction marker to %s-%d failed", *tp)
             continue
         broker.append_watchers.notify(tp)
-        broker.txn_guards.marker_written(tp, producer_id)
+        broker.txn_guards.marker_written(TopicPartition(*tp), producer_id)
         waits.append((tp, info.last_offset + 1))
     if waits:
         assert rm is not None
@@ -245,7 +290,7 @@ async def write_markers_locally(broker: Broker, producer_id: int, producer_epoch
     return result
 
 
-async def write_txn_markers(ctx: RequestContext, req: KioWriteTxnMarkersRequest) -> dict:
+async def write_txn_markers(ctx: RequestContext[TxnServer], req: KioWriteTxnMarkersRequest) -> dict:
     out = []
     for m in req.markers:
         partitions: set[tuple[str, int]] = {(t.name, p) for t in m.topics for p in t.partition_indexes}
@@ -259,7 +304,7 @@ async def write_txn_markers(ctx: RequestContext, req: KioWriteTxnMarkersRequest)
     return {"markers": out}
 
 
-async def describe_transactions(ctx: RequestContext, req: KioDescribeTransactionsRequest) -> dict:
+async def describe_transactions(ctx: RequestContext[TxnServer], req: KioDescribeTransactionsRequest) -> dict:
     coordinator = _coordinator(ctx.broker)
     states = []
     for tid in req.transactional_ids:
@@ -287,7 +332,7 @@ async def describe_transactions(ctx: RequestContext, req: KioDescribeTransaction
     return {"throttle_time": 0, "transaction_states": states}
 
 
-async def list_transactions(ctx: RequestContext, kio_req: KioListTransactionsRequest) -> dict:
+async def list_transactions(ctx: RequestContext[TxnServer], kio_req: KioListTransactionsRequest) -> dict:
     req = list_transactions_request(kio_req, ctx.api_version)
     coordinator = _coordinator(ctx.broker)
     if coordinator is None:
@@ -303,7 +348,7 @@ async def list_transactions(ctx: RequestContext, kio_req: KioListTransactionsReq
         {"transactional_id": tid, "producer_id": pid, "transaction_state": state} for tid, pid, state in found]}
 
 
-def handlers() -> dict[int, Handler]:
+def handlers() -> dict[int, Handler[TxnServer]]:
     return {
         ADD_PARTITIONS_TO_TXN: add_partitions_to_txn,
         ADD_OFFSETS_TO_TXN: add_offsets_to_txn,

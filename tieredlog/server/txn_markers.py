@@ -11,24 +11,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from tieredlog.clients.node_clients import ConnectSettings, NodeConnections
 from tieredlog.protocol.api import WRITE_TXN_MARKERS
-from tieredlog.server.txn_apis import write_markers_locally
+from tieredlog.server.txn_apis import MarkerServer, write_markers_locally
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker import Broker
+    from tieredlog.config import BrokerConfig
+    from tieredlog.server.cluster_node import ClusterNode
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
 
+class PeerServer(Protocol):
+    """What connecting to the other brokers needs of this one."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def cluster_node(self) -> ClusterNode | None: ...
+
+
+class ClusterMarkerServer(MarkerServer, PeerServer, Protocol):
+    """What writing markers in a cluster needs of the broker."""
+
+
 class LocalMarkerWriter:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: MarkerServer) -> None:
         self._broker = broker
 
     async def write_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, committed: bool,
@@ -40,7 +58,7 @@ class LocalMarkerWriter:
         pass
 
 
-def broker_connections(broker: Broker, purpose: str) -> NodeConnections[int]:
+def broker_connections(broker: PeerServer, purpose: str) -> NodeConnections[int]:
     """One connection per other broker on the inter-broker listener, opened on first use and dropped
     when it fails (the coordinator's marker channel, the partition leaders' verification requests)."""
 
@@ -59,7 +77,7 @@ def broker_connections(broker: Broker, purpose: str) -> NodeConnections[int]:
 
 
 class ClusterMarkerWriter:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ClusterMarkerServer) -> None:
         self._broker = broker
         self._connections = broker_connections(broker, "txn-markers")
 

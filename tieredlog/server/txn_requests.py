@@ -8,8 +8,9 @@ of its handler reads its own union.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
 if TYPE_CHECKING:
     from kio.schema.add_offsets_to_txn import v0 as ao0
@@ -122,3 +123,33 @@ def list_transactions_request(req: KioListTransactionsRequest, version: int) -> 
     if version >= _DURATION_FILTER_SINCE:
         duration = cast("_KioListTransactionsRequestV1", req).duration_filter
     return ListTransactionsRequest(tuple(req.state_filters), tuple(req.producer_id_filters), duration)
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdRequest:
+    """InitProducerId v0-5; the producer id and epoch (KIP-360, v3+) are -1 before."""
+
+    transactional_id: str | None
+    transaction_timeout: datetime.timedelta
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class KioInitProducerIdRequest(Protocol):
+    transactional_id: str | None
+    transaction_timeout: datetime.timedelta
+
+
+class KioInitProducerIdRequestV3(KioInitProducerIdRequest, Protocol):
+    producer_id: int
+    producer_epoch: int
+
+
+_PRODUCER_ID_SINCE = 3
+
+
+def init_producer_id_request(req: KioInitProducerIdRequest, version: int) -> InitProducerIdRequest:
+    if version >= _PRODUCER_ID_SINCE:
+        v3 = cast(KioInitProducerIdRequestV3, req)
+        return InitProducerIdRequest(req.transactional_id, req.transaction_timeout, v3.producer_id, v3.producer_epoch)
+    return InitProducerIdRequest(req.transactional_id, req.transaction_timeout)

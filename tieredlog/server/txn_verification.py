@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -29,11 +29,12 @@ from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.coordinator.schema import partition_for
 from tieredlog.coordinator.transaction.coordinator import TRANSACTION_STATE_TOPIC
 from tieredlog.protocol.api import ADD_PARTITIONS_TO_TXN
-from tieredlog.server.txn_markers import broker_connections
+from tieredlog.server.txn_markers import PeerServer, broker_connections
 from tieredlog.server.txn_requests import FIRST_BROKER_VERSION
 
 if TYPE_CHECKING:
-    from tieredlog.server.broker import Broker
+    from tieredlog.coordinator.transaction.coordinator import TransactionCoordinator
+    from tieredlog.server.topic_store import TopicMetadata
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,17 @@ def _fail(v: _Verification, code: ErrorCode) -> None:
             fut.set_result({tp: code for tp in v.partitions})
 
 
+class VerificationManagerServer(PeerServer, Protocol):
+    """What asking a transaction's coordinator needs of the broker."""
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator | None: ...
+
+    def get_topic(self, name: str) -> TopicMetadata | None: ...
+
+
 class AddPartitionsToTxnManager:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: VerificationManagerServer) -> None:
         self._broker = broker
         self._connections = broker_connections(broker, "txn-verification")
         self._queued: dict[int, dict[str, _Verification]] = {}  # coordinator's broker -> transactional id -> ...
