@@ -26,6 +26,7 @@ from tieredlog.rlm.pool import TaskContext
 from tieredlog.rlm.remote_cleaner import RemoteCleaner, RLMRemoteCleaningTask, plan_remote_clean, served_segments
 from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tieredlog.rsm.api import (
+    RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemoteStorageException,
@@ -146,6 +147,17 @@ def tiered(tmp_path: Path) -> Iterator[tuple[UnifiedLog, RemoteLogManager, Parti
         rlm.shutdown()
 
 
+def covers_as_coarser(after: list[RemoteLogSegmentMetadata], before: list[RemoteLogSegmentMetadata]) -> bool:
+    """``after`` covers exactly ``before``'s offsets, without gap or overlap, each of its segments a run of
+    whole segments of ``before`` (a merge never splits a segment)."""
+    bounds = {(m.start_offset, m.end_offset) for m in before}
+    starts, ends = {s for s, _ in bounds}, {e for _, e in bounds}
+    ranges = [(m.start_offset, m.end_offset) for m in after]
+    return (ranges[0][0] == before[0].start_offset and ranges[-1][1] == before[-1].end_offset
+            and all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))
+            and all(s in starts and e in ends for s, e in ranges))
+
+
 def remote_bytes(rlm: RemoteLogManager, state: PartitionState) -> int:
     return sum(m.segment_size_in_bytes for m in rlm.lifecycle.segments(state.tip))
 
@@ -163,8 +175,10 @@ def test_remote_cleaning_keeps_the_committed_view_and_shrinks_the_remote_tier(ti
     assert stats.segments_replaced > 0 and stats.end_offset == served[-1].end_offset + 1
 
     after = served_segments(rlm.lifecycle, plog, state)
-    # the same offset ranges, one copy each, and every retired copy gone from the metadata and the store
-    assert [(m.start_offset, m.end_offset) for m in after] == [(m.start_offset, m.end_offset) for m in served]
+    # the same offsets, one copy each, the small cleaned segments merged within segment.bytes, and every
+    # retired copy gone from the metadata and the store
+    assert covers_as_coarser(after, served) and len(after) < len(served) and stats.segments_written == len(after)
+    assert all(m.segment_size_in_bytes <= plog.config.segment_bytes for m in after)
     listed = rlm.lifecycle.segments(state.tip)
     assert all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed) and len(listed) == len(after)
     assert remote_bytes(rlm, state) < before / 2
@@ -199,27 +213,33 @@ def test_a_crash_mid_round_leaves_one_copy_per_offset_and_expiration_removes_the
         tiered, tmp_path: Path, crash_at: RemoteLogSegmentState) -> None:
     plog, rlm, state, whole = tiered
     expected, _, _ = committed_view(whole)
+    # replacements of a kilobyte at most: several of them, each merging a few cleaned segments
+    plog.config = dataclasses.replace(plog.config, segment_bytes=1024)
     served = served_segments(rlm.lifecycle, plog, state)
     rlmm = rlm.lifecycle.rlmm
     assert isinstance(rlmm, CrashingRLMM)
-    rlmm.crash_at, rlmm.after = crash_at, 2  # the third replacement
+    # the second replacement's FINISHED, or the third retirement of an old copy (inside a merge's)
+    rlmm.crash_at, rlmm.after = crash_at, 1 if crash_at == RemoteLogSegmentState.COPY_SEGMENT_FINISHED else 2
     cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128)
     plan = plan_remote_clean(served, 0, 0, 1 << 62, 0.5, T0)
     assert plan is not None
     with pytest.raises(Crash):
         cleaner.clean(state, plog, plan, lambda: False)
     rlmm.crash_at = None
-    leftovers = len(rlm.lifecycle.segments(state.tip)) - len(served)
-    assert leftovers == 1  # the replacement that never finished, or the old copy not yet deleted
+    now_served = served_segments(rlm.lifecycle, plog, state)
+    leftovers = {m.remote_log_segment_id for m in rlm.lifecycle.segments(state.tip)} - \
+        {m.remote_log_segment_id for m in now_served}
+    # the replacement that never finished, or old copies not yet deleted (superseded, not served)
+    assert leftovers and len(now_served) < len(served)
     # every offset is served from exactly one copy, and what is read is the same committed view
-    assert [(m.start_offset, m.end_offset) for m in served_segments(rlm.lifecycle, plog, state)] == \
-        [(m.start_offset, m.end_offset) for m in served]
+    assert covers_as_coarser(now_served, served)
     assert committed_view(read_all(rlm, plog))[0] == expected
     rlm.expiration_task(state).run(TaskContext())
     listed = rlm.lifecycle.segments(state.tip)
-    assert len(listed) == len(served) and all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed)
+    assert [m.remote_log_segment_id for m in listed] == [m.remote_log_segment_id for m in now_served]
+    assert all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed)
     stored = {p.name.split(".")[0] for p in (tmp_path / "remote").rglob("*.log")}
-    assert len(stored) == len(served)  # the orphan's objects are gone from the store too
+    assert len(stored) == len(now_served)  # the orphans' objects are gone from the store too
     assert committed_view(read_all(rlm, plog))[0] == expected
 
 
@@ -237,9 +257,10 @@ def test_the_task_cleans_when_due_and_then_waits_for_new_dirty_bytes(tiered, tmp
     used = {op: n - before.get(op, 0) for op, n in rlm.metrics.object_store.snapshot()[topic].items()}
     # a log GET per segment, a txn index GET where there is one, a snapshot and an epoch index per
     # replacement; five or six objects put per replacement and deleted per retired copy
-    assert used["GET"] >= stats.segments_read + 2 * stats.segments_replaced
+    assert stats.segments_replaced > stats.segments_written  # merged
+    assert used["GET"] >= stats.segments_read + 2 * stats.segments_written
     # and one PUT of the cleaner offset kept beside the tier (after one GET of it: none was kept)
-    assert 5 * stats.segments_replaced <= used["PUT"] - 1 <= 6 * stats.segments_replaced
+    assert 5 * stats.segments_written <= used["PUT"] - 1 <= 6 * stats.segments_written
     assert 5 * stats.segments_replaced <= used["DELETE"] <= 6 * stats.segments_replaced
     clean_end = served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
     assert state.remote_clean_offset == clean_end == rlm.lifecycle.read_cleaner_offset(state.tip)
