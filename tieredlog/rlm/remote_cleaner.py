@@ -489,9 +489,10 @@ class RLMRemoteCleaningTask:
             return None
         self.state.remote_clean_offset = max(clean_offset, stats.end_offset)
         c = stats.cleaner
-        log.info("%s: cleaned the remote tier from offset %d up to offset %d: %d segment(s) read, %d replaced, "
+        log.info("%s: cleaned the remote tier from offset %d up to offset %d: %d segment(s) read, %d replaced by %d, "
                  "%.1f MB read, %.1f MB written, %.0f%% of the records kept", self.state.tip, plan.first_dirty_offset,
-                 stats.end_offset, stats.segments_read, stats.segments_replaced, stats.bytes_read / 1e6,
+                 stats.end_offset, stats.segments_read, stats.segments_replaced, stats.segments_written,
+                 stats.bytes_read / 1e6,
                  stats.bytes_written / 1e6, 100.0 * c.filter.messages_retained / max(c.filter.messages_read, 1))
         self._publish_clean_offset()
         return stats
