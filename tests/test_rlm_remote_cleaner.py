@@ -9,7 +9,7 @@ import random
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import pytest
 
@@ -26,13 +26,20 @@ from tieredlog.rlm.pool import TaskContext
 from tieredlog.rlm.remote_cleaner import RemoteCleaner, RLMRemoteCleaningTask, plan_remote_clean, served_segments
 from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tieredlog.rsm.api import (
+    CustomMetadata,
+    IndexType,
+    LogSegmentData,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemoteStorageException,
+    RemoteStorageManager,
     TopicIdPartition,
 )
+from tieredlog.rsm.cleaner_offset import RemoteCleanerOffsetStore
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 from tieredlog.rsm.local import LocalTieredStorage
+from tieredlog.rsm.testing import RemoteCleanerOffsetStoreConformance
 
 T0 = time.time_ns() // 1_000_000
 ABORT, COMMIT = 0, 1
@@ -327,3 +334,71 @@ def test_total_retention_applies_to_compact_delete_only(tiered) -> None:
     plog.config = dataclasses.replace(plog.config, cleanup_policy="compact,delete")
     doomed, log_start = expiration.plan(plog, now_ms=old)
     assert doomed and log_start is not None
+
+
+class OwnLayoutStorage(RemoteStorageManager, RemoteCleanerOffsetStore):
+    """A plugin without the listing contract (as one with a key layout of its own would be) that keeps the
+    remote clean offset: segments through a LocalTieredStorage, the offset in a file named its own way."""
+
+    def __init__(self, root: Path, segments: RemoteStorageManager | None = None) -> None:
+        self.root = root
+        if segments is None:
+            segments = LocalTieredStorage(root / "segments")
+            segments.configure({"broker.id": 0})
+        self.segments = segments
+
+    def copy_log_segment_data(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
+                              log_segment_data: LogSegmentData) -> CustomMetadata | None:
+        return self.segments.copy_log_segment_data(remote_log_segment_metadata, log_segment_data)
+
+    def fetch_log_segment(self, remote_log_segment_metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> BinaryIO:
+        return self.segments.fetch_log_segment(remote_log_segment_metadata, start_position, end_position)
+
+    def fetch_index(self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        return self.segments.fetch_index(remote_log_segment_metadata, index_type)
+
+    def delete_log_segment_data(self, remote_log_segment_metadata: RemoteLogSegmentMetadata) -> None:
+        self.segments.delete_log_segment_data(remote_log_segment_metadata)
+
+    def _offset_file(self, tp: TopicIdPartition) -> Path:
+        return self.root / "clean-offsets" / f"{tp.topic_id.hex}.{tp.partition}"
+
+    def write_cleaner_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        path = self._offset_file(topic_id_partition)
+        if offset is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(str(offset))
+
+    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        path = self._offset_file(topic_id_partition)
+        return int(path.read_text()) if path.exists() else None
+
+
+class TestOwnLayoutStorage(RemoteCleanerOffsetStoreConformance):
+    def make_rsm(self, tmp_path: Path) -> RemoteStorageManager:
+        return OwnLayoutStorage(tmp_path / "own")
+
+
+def test_without_listing_a_new_leader_goes_on_from_the_kept_cleaner_offset(tiered, tmp_path: Path) -> None:
+    """The clean offset's write and read are a contract of their own: a new leader of a partition tiered by
+    an RSM that cannot list maps from where the last one left the tier clean, not from 0."""
+    plog, rlm, state, whole = tiered
+    own = OwnLayoutStorage(tmp_path / "own", rlm.lifecycle.rsm)  # over the segments already tiered
+    rlm.lifecycle.rsm = own
+    assert not isinstance(own, ListableRemoteStorageManager)
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+
+    def task(leader: PartitionState) -> RLMRemoteCleaningTask:
+        return RLMRemoteCleaningTask(leader, lambda: plog, rlm.lifecycle,
+                                     RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128),
+                                     lambda: False)
+
+    stats = task(state).run(TaskContext())
+    end = served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    assert stats is not None and stats.end_offset == end and own.read_cleaner_offset(state.tip) == end
+    fresh = PartitionState(state.tp, state.tip)  # a new leader
+    assert task(fresh).run(TaskContext()) is None and fresh.remote_clean_offset == end
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
