@@ -15,6 +15,7 @@ import pytest
 
 from tests.helpers import Logs
 from tieredlog.log.cleaner.cleaner import Cleaner
+from tieredlog.log.cleaner.throttler import Throttler
 from tieredlog.log.config import LogConfig
 from tieredlog.log.unified_log import AppendOrigin, UnifiedLog
 from tieredlog.records.batch import iter_headers
@@ -402,3 +403,64 @@ def test_without_listing_a_new_leader_goes_on_from_the_kept_cleaner_offset(tiere
     fresh = PartitionState(state.tp, state.tip)  # a new leader
     assert task(fresh).run(TaskContext()) is None and fresh.remote_clean_offset == end
     assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+
+
+class _ManualClock:
+    """A throttle clock that moves only when told (the waits the pool would make): every byte charged
+    between two moves is owed."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_throttled_round_waits_between_segments_off_its_thread(tiered, tmp_path: Path) -> None:
+    """log.cleaner.io.max.bytes.per.second: the round stops after a segment while it owes the throttle, the
+    run returns (its pool thread free) asking to run again when the wait is over, and goes on then; another
+    partition's round meanwhile waits for the cleaner, as it would for a running round."""
+    plog, rlm, state, whole = tiered
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+    clock = _ManualClock()
+    throttler = Throttler(10_000, clock=clock, sleep=lambda s: pytest.fail("slept on its thread"),
+                          defer_s=float("inf"))
+    cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20, throttler=throttler), tmp_path / "scratch", 0, 128)
+    task = RLMRemoteCleaningTask(state, lambda: plog, rlm.lifecycle, cleaner, lambda: False)
+    ctx = TaskContext()
+    waits = []
+    while (stats := task.run(ctx)) is None:
+        assert ctx.run_again_in_s is not None and ctx.run_again_in_s >= 0.1
+        waits.append(ctx.run_again_in_s)
+        clock.now += ctx.run_again_in_s  # the pool runs the task again once the wait is over
+        ctx.run_again_in_s = None
+        other = PartitionState(state.tp, state.tip)
+        assert cleaner.try_clean(other, plog, plan_remote_clean(served_segments(rlm.lifecycle, plog, state), 0, 0,
+                                                                 1 << 62, 0.0, T0), lambda: False) is None
+        assert len(waits) < 200
+    assert len(waits) > 3 and stats.segments_written > 0
+    assert throttler.throttled_s == pytest.approx(sum(waits))  # every wait off the thread
+    assert state.remote_clean_offset == served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+    assert not any((tmp_path / "scratch").iterdir())
+
+
+def test_a_round_waiting_for_the_throttle_is_dropped_once_its_leadership_is_gone(tiered, tmp_path: Path) -> None:
+    plog, rlm, state, whole = tiered
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+    clock = _ManualClock()
+    throttler = Throttler(100_000, clock=clock, defer_s=float("inf"))
+    cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20, throttler=throttler), tmp_path / "scratch", 0, 128)
+    ctx = TaskContext()
+    task = RLMRemoteCleaningTask(state, lambda: plog, rlm.lifecycle, cleaner, lambda: False)
+    assert task.run(ctx) is None and ctx.run_again_in_s
+    assert any((tmp_path / "scratch").iterdir())  # the round's fetched segments wait with it
+    ctx.cancelled = True  # the partition's task is cancelled (leadership moved): it never resumes the round
+    clock.now += 3600
+    throttler.rate = 1e12
+    fresh = PartitionState(state.tp, state.tip)  # led again later, or another partition: the cleaner is free
+    again = RLMRemoteCleaningTask(fresh, lambda: plog, rlm.lifecycle, cleaner, lambda: False)
+    stats = again.run(TaskContext())
+    assert stats is not None and stats.end_offset == served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+    assert not any((tmp_path / "scratch").iterdir())

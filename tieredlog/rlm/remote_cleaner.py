@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Generator, Iterator
 
 from tieredlog.formats.checkpoints import parse_leader_epoch_checkpoint
 from tieredlog.formats.errors import CorruptRecordError
@@ -43,6 +43,7 @@ from tieredlog.rsm.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
+    TopicIdPartition,
 )
 from tieredlog.rsm.listing import MalformedPartitionObjectError
 
@@ -129,6 +130,7 @@ class RemoteCleanStats:
     segments_replaced: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    start_offset: int = 0  # where the round's key map started
     segments_written: int = 0  # replacements uploaded; segments_replaced counts the old copies they retired
     end_offset: int = 0  # the first offset the round did not clean: the next round's clean offset
 
@@ -165,7 +167,11 @@ class RemoteCleaner:
         self._broker_id = broker_id
         self._custom_metadata_max_bytes = custom_metadata_max_bytes
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
-        self._busy = threading.Lock()  # one round at a time: the cleaner's offset map is not shared
+        # one round at a time: the cleaner's offset map is not shared. Held while a round waits for the
+        # throttle off its thread too, and then released by whichever thread ends that round.
+        self._busy = threading.Lock()
+        self._guard = threading.Lock()  # guards _suspended
+        self._suspended: _Suspended | None = None
 
     def update_io_rate(self, bytes_per_second: float) -> None:
         """``log.cleaner.io.max.bytes.per.second`` changed live (AlterConfigs on the broker, as Kafka's
@@ -173,8 +179,12 @@ class RemoteCleaner:
         self._cleaner.throttler.rate = bytes_per_second
 
     def try_clean(self, state: PartitionState, plog: TieredLog, plan: RemoteCleanPlan,
-                  cancelled: Callable[[], bool]) -> RemoteCleanStats | None:
-        """``clean``, unless another partition's round is running (None: the task tries next interval)."""
+                  cancelled: Callable[[], bool]) -> RemoteCleanStats | float | None:
+        """Start a round: its figures once it ran to its end, or the seconds to wait before :meth:`resume`
+        when it stopped between segments to wait for the throttle (``log.cleaner.io.max.bytes.per.second``)
+        off this thread; None while another partition's round holds the cleaner (the task tries next
+        interval)."""
+        self._drop_abandoned()
         if not self._busy.acquire(blocking=False):
             return None
         try:
@@ -182,9 +192,49 @@ class RemoteCleaner:
             if self._scratch_root.is_dir():
                 for stale in self._scratch_root.iterdir():
                     shutil.rmtree(stale, ignore_errors=True)
-            return self.clean(state, plog, plan, cancelled)
-        finally:
+        except BaseException:
             self._busy.release()
+            raise
+        return self._advance(_Suspended(state.tip, self._steps(state, plog, plan, cancelled), cancelled))
+
+    def resume(self, tip: TopicIdPartition) -> RemoteCleanStats | float | None:
+        """Go on with ``tip``'s round stopped for the throttle, as :meth:`try_clean` answers; None when it
+        has none."""
+        self._drop_abandoned()  # a round of an earlier leadership of the partition is not this one's
+        with self._guard:
+            s = self._suspended
+            if s is None or s.tip != tip:
+                return None
+            self._suspended = None
+        return self._advance(s)
+
+    def _advance(self, s: _Suspended) -> RemoteCleanStats | float:
+        try:
+            wait = next(s.steps)
+        except StopIteration as done:
+            self._busy.release()
+            return done.value
+        except BaseException:
+            self._busy.release()
+            raise
+        with self._guard:
+            self._suspended = s
+        return wait
+
+    def _drop_abandoned(self, everything: bool = False) -> None:
+        """A round stopped for the throttle whose partition this broker no longer leads (its task was
+        cancelled and will not resume it) gives the cleaner back; its scratch files go."""
+        with self._guard:
+            s = self._suspended
+            if s is None or not (everything or s.cancelled()):
+                return
+            self._suspended = None
+        s.steps.close()
+        self._busy.release()
+
+    def close(self) -> None:
+        """The broker stops: a round stopped for the throttle is dropped (the old segments stay served)."""
+        self._drop_abandoned(everything=True)
 
     # ---- object store reads -----------------------------------------------------------------------
     def _get(self, md: RemoteLogSegmentMetadata, kind: IndexType | None, dest: Path) -> Path:
@@ -218,16 +268,45 @@ class RemoteCleaner:
     # ---- a round ----------------------------------------------------------------------------------
     def clean(self, state: PartitionState, plog: TieredLog, plan: RemoteCleanPlan,
               cancelled: Callable[[], bool]) -> RemoteCleanStats:
-        """Clean the remote tier per ``plan``; returns the round's figures (``end_offset`` is where
-        the next round's dirty part begins). Stops between segments when ``cancelled``."""
-        stats = RemoteCleanStats()
+        """Clean the remote tier per ``plan`` on this thread, throttle waits included; returns the round's
+        figures (``end_offset`` is where the next round's dirty part begins). Stops between segments when
+        ``cancelled``."""
+        steps = self._steps(state, plog, plan, cancelled)
+        while True:
+            try:
+                wait = next(steps)
+            except StopIteration as done:
+                return done.value
+            time.sleep(wait)
+
+    def _pause(self) -> Iterator[float]:
+        """Between two steps of a round: the throttle's debt, to be waited out off this thread when long."""
+        wait = self._cleaner.throttler.take_debt()
+        if wait >= MIN_YIELD_S:
+            yield wait
+        elif wait > 0:
+            time.sleep(wait)
+
+    def _steps(self, state: PartitionState, plog: TieredLog, plan: RemoteCleanPlan,
+               cancelled: Callable[[], bool]) -> Generator[float, None, RemoteCleanStats]:
+        """A round, stopping after each segment fetched or cleaned while the throttle is owed time (it
+        yields the seconds to wait); returns its figures."""
+        stats = RemoteCleanStats(start_offset=plan.first_dirty_offset)
         self._scratch_root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="remote-clean-", dir=self._scratch_root) as tmp:
             scratch = Path(tmp)
             now = self._clock()
             aborted = self._aborted(plog, plan.segments, scratch)
             dirty_end = plan.dirty[-1].end_offset + 1
-            fetched = {md.start_offset: self._fetch(md, scratch / "fetched") for md in plan.dirty}
+            fetched: dict[int, LogSegment] = {}
+            try:
+                for md in plan.dirty:
+                    fetched[md.start_offset] = self._fetch(md, scratch / "fetched")
+                    yield from self._pause()
+            except BaseException:
+                for seg in fetched.values():
+                    seg.close()
+                raise
             stats.segments_read += len(fetched)
             source = _FetchedSegments(plog.topic_partition, dirty_end, aborted)
             dirty_segs = [fetched[m.start_offset] for m in plan.dirty]
@@ -239,7 +318,7 @@ class RemoteCleaner:
                        plog.last_records_of_active_producers(), now, end_offset, stats)
             stats.end_offset = plan.segments[0].start_offset
             try:
-                self._clean_groups(r, plan, fetched, cancelled)
+                yield from self._clean_groups(r, plan, fetched, cancelled)
             finally:
                 for part in r.group:  # a round that failed half-way: whatever it had not written yet
                     part.seg.close()
@@ -249,7 +328,7 @@ class RemoteCleaner:
         return stats
 
     def _clean_groups(self, r: _Round, plan: RemoteCleanPlan, fetched: dict[int, LogSegment],
-                      cancelled: Callable[[], bool]) -> None:
+                      cancelled: Callable[[], bool]) -> Iterator[float]:
         """Clean each segment up to the map's end into a part, and write each run of parts that fits one
         segment (``joins_group``) as one replacement."""
         cfg = r.plog.config
@@ -268,6 +347,7 @@ class RemoteCleaner:
                                            cfg.segment_index_bytes):
                 self._write_group(r)
             r.group.append(part)
+            yield from self._pause()
         if r.group and not cancelled():  # cancelled: a group not yet written is dropped, the old copies stay
             self._write_group(r)
 
@@ -410,6 +490,20 @@ class RemoteCleaner:
 
 
 MERGE_CHUNK = 1 << 20  # a merged replacement is written from its parts this much at a time
+# A round owing the throttle less than this sleeps it on its thread; more, and it frees the thread.
+MIN_YIELD_S = 0.1
+# What the remote cleaner's throttle leaves owed (not slept where the bytes are charged) for a round
+# to wait out between segments off its thread (Throttler's defer_s).
+THROTTLE_DEFER_S = 2.0
+
+
+@dataclass(slots=True)
+class _Suspended:
+    """A round stopped between segments to wait for the throttle, and the partition it cleans."""
+
+    tip: TopicIdPartition
+    steps: Generator[float, None, RemoteCleanStats]
+    cancelled: Callable[[], bool]
 
 
 @dataclass(slots=True)
@@ -470,6 +564,11 @@ class RLMRemoteCleaningTask:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
 
     def run(self, ctx: TaskContext) -> RemoteCleanStats | None:
+        """A round's figures when one ended in this run; a round stopped for the throttle asks for the next
+        run when its wait is over (``ctx.run_again_in_s``) and goes on then."""
+        resumed = self._cleaner.resume(self.state.tip)
+        if resumed is not None:
+            return self._round_over(ctx, resumed)
         plog = self._log()
         if (plog is None or not plog.config.compact or not plog.config.remote_storage_enable
                 or not self._lifecycle.ready(self.state.tip)):
@@ -484,16 +583,21 @@ class RLMRemoteCleaningTask:
                                  cfg.max_compaction_lag_ms, cfg.min_cleanable_dirty_ratio, self._clock())
         if plan is None:
             return None
-        stats = self._cleaner.try_clean(self.state, plog, plan, lambda: ctx.cancelled or self._closing())
-        if stats is None:
+        started = self._cleaner.try_clean(self.state, plog, plan, lambda: ctx.cancelled or self._closing())
+        return None if started is None else self._round_over(ctx, started)
+
+    def _round_over(self, ctx: TaskContext, outcome: RemoteCleanStats | float) -> RemoteCleanStats | None:
+        if not isinstance(outcome, RemoteCleanStats):
+            ctx.run_again_in_s = outcome  # waiting for the throttle, its thread free meanwhile
             return None
-        self.state.remote_clean_offset = max(clean_offset, stats.end_offset)
+        stats = outcome
+        self.state.remote_clean_offset = max(self.state.remote_clean_offset or 0, stats.end_offset)
         c = stats.cleaner
         log.info("%s: cleaned the remote tier from offset %d up to offset %d: %d segment(s) read, %d replaced by %d, "
-                 "%.1f MB read, %.1f MB written, %.0f%% of the records kept", self.state.tip, plan.first_dirty_offset,
+                 "%.1f MB read, %.1f MB written, %.0f%% of the records kept", self.state.tip, stats.start_offset,
                  stats.end_offset, stats.segments_read, stats.segments_replaced, stats.segments_written,
-                 stats.bytes_read / 1e6,
-                 stats.bytes_written / 1e6, 100.0 * c.filter.messages_retained / max(c.filter.messages_read, 1))
+                 stats.bytes_read / 1e6, stats.bytes_written / 1e6,
+                 100.0 * c.filter.messages_retained / max(c.filter.messages_read, 1))
         self._publish_clean_offset()
         return stats
 
