@@ -295,32 +295,27 @@ class RemoteCleaner:
         self._scratch_root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="remote-clean-", dir=self._scratch_root) as tmp:
             scratch = Path(tmp)
-            now = self._clock()
-            aborted = self._aborted(plog, plan.segments, scratch)
-            dirty_end = plan.dirty[-1].end_offset + 1
             fetched: dict[int, LogSegment] = {}
+            group: list[_CleanedPart] = []  # cleaned, not yet written
             try:
+                now = self._clock()
+                aborted = self._aborted(plog, plan.segments, scratch)
                 for md in plan.dirty:
                     fetched[md.start_offset] = self._fetch(md, scratch / "fetched")
+                    stats.segments_read += 1
                     yield from self._pause()
-            except BaseException:
-                for seg in fetched.values():
-                    seg.close()
-                raise
-            stats.segments_read += len(fetched)
-            source = _FetchedSegments(plog.topic_partition, dirty_end, aborted)
-            dirty_segs = [fetched[m.start_offset] for m in plan.dirty]
-            offset_map = self._cleaner.build_offset_map(source, dirty_segs, plan.first_dirty_offset, dirty_end,
-                                                        stats.cleaner)
-            end_offset = offset_map.latest_offset + 1
-            record_filter = RecordFilter(offset_map, now, plog.config.delete_retention_ms, stats.cleaner.filter)
-            r = _Round(state, plog, scratch, source, record_filter, CleanedTransactionMetadata(),
-                       plog.last_records_of_active_producers(), now, end_offset, stats)
-            stats.end_offset = plan.segments[0].start_offset
-            try:
+                dirty_end = plan.dirty[-1].end_offset + 1
+                source = _FetchedSegments(plog.topic_partition, dirty_end, aborted)
+                dirty_segs = [fetched[m.start_offset] for m in plan.dirty]
+                offset_map = self._cleaner.build_offset_map(source, dirty_segs, plan.first_dirty_offset, dirty_end,
+                                                            stats.cleaner)
+                record_filter = RecordFilter(offset_map, now, plog.config.delete_retention_ms, stats.cleaner.filter)
+                r = _Round(state, plog, scratch, source, record_filter, CleanedTransactionMetadata(),
+                           plog.last_records_of_active_producers(), now, offset_map.latest_offset + 1, stats, group)
+                stats.end_offset = plan.segments[0].start_offset
                 yield from self._clean_groups(r, plan, fetched, cancelled)
-            finally:
-                for part in r.group:  # a round that failed half-way: whatever it had not written yet
+            finally:  # also a round that failed half-way, or was dropped while it waited
+                for part in group:
                     part.seg.close()
                 for seg in fetched.values():
                     seg.close()
