@@ -5,7 +5,8 @@ A compacted partition of ``REMOTE_CLEANER_BENCH_KEYS`` keys (default 20,000) upd
 ``REMOTE_CLEANER_BENCH_SEGMENT_BYTES`` segments (default 1 MiB), is written twice: once cleaned by one
 round of the local Cleaner, once copied by the copy task into a LocalTieredStorage (a folder on the
 same disk: no network), its local segments deleted, and cleaned by one remote cleaning round (fetch,
-map, rewrite, upload of the replacements, deletion of the old copies), its reads and writes, downloads
+map, rewrite, merge of adjacent cleaned segments within segment.bytes, upload of the replacements,
+deletion of the old copies), its reads and writes, downloads
 included, held to ``REMOTE_CLEANER_BENCH_IO_BYTES_PER_SECOND`` (log.cleaner.io.max.bytes.per.second,
 default no limit). Printed: MB of log cleaned per second for each, and the remote round's object-store
 requests per GiB of remote segments cleaned.
@@ -113,11 +114,13 @@ def remote_round(d: Path) -> None:
         stats = cleaner.clean(state, plog, plan, lambda: False)
         took = time.perf_counter() - t0
         used = {op: n - before.get(op, 0) for op, n in rlm.metrics.object_store.snapshot()[topic].items()}
-        remote_after = sum(m.segment_size_in_bytes for m in served_segments(rlm.lifecycle, plog, state))
+        after = served_segments(rlm.lifecycle, plog, state)
+        remote_after = sum(m.segment_size_in_bytes for m in after)
         gib = stats.bytes_read / (1 << 30)
         print(f"remote: {stats.bytes_read / 1e6:7.1f} MB in {stats.segments_read} segments -> "
-              f"{remote_after / 1e6:.1f} MB (from {remote_before / 1e6:.1f}); {stats.bytes_read / 1e6 / took:6.1f} MB/s "
-              f"({took:.2f} s, {stats.segments_replaced} replaced, {throttler.throttled_s:.2f} s throttled)")
+              f"{remote_after / 1e6:.1f} MB in {len(after)} (from {remote_before / 1e6:.1f}); "
+              f"{stats.bytes_read / 1e6 / took:6.1f} MB/s ({took:.2f} s, {stats.segments_replaced} replaced by "
+              f"{stats.segments_written}, {throttler.throttled_s:.2f} s throttled)")
         print("        requests per cleaned GiB: " + ", ".join(
             f"{op} {n / gib:,.0f}" for op, n in sorted(used.items()) if not op.startswith("bytes_")))
     finally:

@@ -74,3 +74,25 @@ def test_a_download_is_paced_chunk_by_chunk() -> None:
     # whole at the rate but for the last period's bytes
     assert len(t.slept) >= 9
     assert (len(data) - 30 * DOWNLOAD_CHUNK) / 1e6 <= t.now <= len(data) / 1e6
+
+
+def test_a_deferred_wait_is_owed_and_taken_between_steps() -> None:
+    """defer_s: a wait up to it is left owed where the bytes are charged; take_debt hands it to the caller
+    (to wait out off its thread) and counts it as waited; beyond defer_s it is slept as usual."""
+    t = FakeTime()
+    th = Throttler(1_000_000, clock=t.clock, sleep=t.sleep, defer_s=2.0)
+    for _ in range(100):  # 2 MB in 1 s of work at 1 MB/s: a second ahead of the rate
+        t.now += 0.01
+        th.maybe_throttle(20_000)  # 2 MB in all
+    assert t.slept == []
+    owed = th.take_debt()
+    assert abs(owed - 1.0) < 1e-9 and th.throttled_s == owed and th.take_debt() == 0.0
+    t.now += owed  # waited out elsewhere: charging goes on at the rate without a sleep
+    for _ in range(100):
+        t.now += 0.01
+        th.maybe_throttle(10_000)
+    assert t.slept == [] and th.take_debt() < 1e-9
+    for _ in range(100):  # 50 MB in 1 s: 49 s owed, past defer_s: slept where charged
+        t.now += 0.01
+        th.maybe_throttle(500_000)
+    assert t.slept and sum(t.slept) + th.take_debt() >= 48.0

@@ -6,14 +6,16 @@ and aborting) and a confluent-kafka consumer reading from offset 0, through the 
   replay of everything acknowledged (aborted transactions left out), offsets strictly increase, and the
   remote tier holds far fewer bytes than were written; the cleaners' throttle, set low at start-up, is
   raised live through IncrementalAlterConfigs and the remote cleaner takes it.
-- SIGKILL of the broker while remote cleaning runs (slowed by log.cleaner.io.max.bytes.per.second):
-  after the restart the same map is read, and once the round is over every remote segment listed in
-  the store is one the broker serves (the orphan went through expiration).
+- SIGKILL of the broker while remote cleaning runs (slowed by log.cleaner.io.max.bytes.per.second),
+  once it has merged segments: after the restart the same map is read, and once the round is over
+  the segments in the store hold each offset once (the orphans went through expiration).
 - SIGKILL of the broker after its rounds: the restarted broker goes on from the cleaner offset kept
   in the tier, neither mapping nor rewriting what was clean.
 - Three idempotent producers at once, on keys of their own and keys they share, into a tier on a
   real S3 server (moto): the same map from offset 0, each producer's records in its own order, and
   the remote bytes within 1.5x of the live keys' key and value bytes.
+- Small records (30-byte values) over many small segments: the cleaned segments are merged, so the
+  remote bytes stay within 1.5x of the live keys' bytes too (one empty batch per old segment would not).
 """
 
 from __future__ import annotations
@@ -128,13 +130,24 @@ def consume(b: BrokerProcess) -> tuple[dict[bytes, bytes | None], list[int]]:
         c.close()
 
 
-def copies_per_start_offset(remote: Path) -> dict[int, int]:
-    """How many segments the store holds for each start offset (object names start with it)."""
-    out: dict[int, int] = {}
-    for p in remote.rglob("*.log"):
-        start = int(p.name.split("-")[0])
-        out[start] = out.get(start, 0) + 1
-    return out
+def stored_ranges(remote: Path) -> list[tuple[int, int]]:
+    """The (start, end) offsets of every committed segment in the store, by their manifests, sorted."""
+    ranges = []
+    for p in remote.rglob("*.manifest"):
+        body = json.loads(p.read_bytes())
+        ranges.append((int(body["start_offset"]), int(body["end_offset"])))
+    return sorted(ranges)
+
+
+def one_copy_per_offset(remote: Path) -> bool:
+    """Whether the segments the store holds (by their manifests, and by their data objects for uploads that
+    never committed) each hold offsets no other one holds: no orphan, neither an unfinished replacement nor
+    a retired copy (a merged replacement's old segments start elsewhere than it)."""
+    try:
+        ranges = stored_ranges(remote)
+    except FileNotFoundError:
+        return False  # deleted since it was listed: still cleaning up
+    return len(ranges) == len(list(remote.rglob("*.log"))) and all(a[1] < b[0] for a, b in zip(ranges, ranges[1:]))
 
 
 def remote_log_bytes(remote: Path) -> int:
@@ -180,9 +193,10 @@ def test_a_kill_9_mid_remote_cleaning_leaves_a_consistent_view(broker_factory, t
     scratch = b.data_dir / "remote-log-cleaner"
 
     def mid_round() -> bool:
-        """A throttled round has replaced a segment and is still running (its scratch files are there)."""
+        """A throttled round has merged segments into a replacement and is still running (its scratch files
+        are there): the kill comes while it cleans the next ones."""
         text = b.log_text()
-        last = text.rfind("compacted remote segment")
+        last = text.rfind("compacted remote segments (")
         return last > text.rfind("cleaned the remote tier") and scratch.is_dir() and any(scratch.iterdir())
 
     wait_for(mid_round, "no remote cleaning round in progress", WAIT_S, interval_s=0.01)
@@ -193,7 +207,7 @@ def test_a_kill_9_mid_remote_cleaning_leaves_a_consistent_view(broker_factory, t
     view, offsets = consume(b)  # at once: whatever the crash left is one consistent view
     assert view == expected and offsets == sorted(set(offsets))
     wait_for(lambda: "cleaned the remote tier" in b.log_text()[mark:], "no remote cleaning after the restart", WAIT_S)
-    wait_for(lambda: max(copies_per_start_offset(remote).values()) == 1, "an orphaned copy is left", WAIT_S)
+    wait_for(lambda: one_copy_per_offset(remote), "an orphaned copy is left", WAIT_S)
     wait_for(lambda: not any(scratch.iterdir()), "the killed round's scratch files are left", WAIT_S)
     view, offsets = consume(b)
     assert view == expected and offsets == sorted(set(offsets))
@@ -236,9 +250,16 @@ def test_a_restarted_broker_goes_on_from_the_cleaner_offset_kept_in_the_tier(bro
     first = ROUND.search(b.log_text()[mark:])
     assert first is not None
     # the first round of the new incarnation maps from the kept offset on (without it: from 0), and
-    # rewrites none of the segments that were clean before the kill
-    assert int(first.group(1)) == kept and int(first.group(3)) == 0, first.group(0)
-    assert clean_objects <= {p.name for p in remote.rglob("*.log")}
+    # rewrites none of the segments that were clean before the kill, but to merge the last of them with
+    # the first new records when they fit one segment together
+    assert int(first.group(1)) == kept, first.group(0)
+    wait_for(lambda: one_copy_per_offset(remote), "the round's retired copies are left", WAIT_S)
+    gone = clean_objects - {p.name for p in remote.rglob("*.log")}
+    ranges = stored_ranges(remote)
+    assert len(gone) <= 1, (gone, ranges)
+    for name in gone:
+        start = int(name.split("-")[0])
+        assert [end for s, end in ranges if s <= start <= end] > [kept - 1], (name, ranges)
     view, offsets = consume(b)
     assert view == expected and offsets == sorted(set(offsets))
     assert not [line for line in b.log_text()[mark:].splitlines() if " ERROR " in line]
@@ -321,4 +342,36 @@ def test_concurrent_producers_into_a_compacted_tier_on_s3(broker_factory, moto_s
     assert view == expected and offsets == sorted(set(offsets))
     # docs/compaction.md's bound: the remote tier within 1.5x of the key and value bytes of the live keys
     assert remote_bytes <= 1.5 * live_bytes, (remote_bytes, live_bytes)
+    assert not [line for line in b.log_text().splitlines() if " ERROR " in line]
+
+
+def test_small_records_over_many_segments_are_merged_within_the_space_bound(broker_factory, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    b = broker_factory(broker_overrides(remote))
+    create_topic(b, segment_bytes=4096)
+    keys, sweeps = 200, 20
+    rnd = random.Random(5)
+    acked: list[tuple[int, bytes, bytes | None]] = []
+    errors: list[KafkaError] = []
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True,
+                  "batch.size": 1024, "linger.ms": 5})
+    for sweep in range(sweeps):  # every key updated once a sweep, in an order of its own, some deleted between
+        for k in rnd.sample(range(keys), keys):
+            value = None if sweep < sweeps - 1 and rnd.random() < 0.05 else (b"s%02d-%03d|" % (sweep, k)).ljust(30, b"v")
+            p.produce(TOPIC, key=b"k%03d" % k, value=value, partition=0, on_delivery=lambda err, msg: errors.append(
+                err) if err is not None else acked.append((msg.offset(), msg.key(), msg.value())))
+            p.poll(0)
+    assert p.flush(60) == 0 and not errors, errors[:3]
+    expected: dict[bytes, bytes | None] = {}
+    for _, key, value in sorted(acked):
+        expected[key] = value
+    live_bytes = sum(len(k) + len(v or b"") for k, v in expected.items())  # as the S3 test counts them
+    end = keys * sweeps
+    wait_for(lambda: local_log_start(b) == end and kept_cleaner_offset(remote) == end,
+             "the remote tier was not cleaned up to the local log", WAIT_S)
+    assert "merged" in b.log_text()
+    view, offsets = consume(b)
+    assert view == expected and offsets == sorted(set(offsets))
+    remote_bytes = remote_log_bytes(remote)
+    assert remote_bytes <= 1.5 * live_bytes, (remote_bytes, live_bytes, len(list(remote.rglob("*.log"))))
     assert not [line for line in b.log_text().splitlines() if " ERROR " in line]

@@ -9,12 +9,13 @@ import random
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import pytest
 from helpers import Logs
 
 from tieredlog.log.cleaner.cleaner import Cleaner
+from tieredlog.log.cleaner.throttler import Throttler
 from tieredlog.log.config import LogConfig
 from tieredlog.log.unified_log import AppendOrigin, UnifiedLog
 from tieredlog.records.batch import iter_headers
@@ -26,12 +27,20 @@ from tieredlog.rlm.pool import TaskContext
 from tieredlog.rlm.remote_cleaner import RemoteCleaner, RLMRemoteCleaningTask, plan_remote_clean, served_segments
 from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
 from tieredlog.rsm.api import (
+    CustomMetadata,
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemoteStorageException,
+    RemoteStorageManager,
     TopicIdPartition,
 )
+from tieredlog.rsm.cleaner_offset import RemoteCleanerOffsetStore
+from tieredlog.rsm.listing import ListableRemoteStorageManager
 from tieredlog.rsm.local import LocalTieredStorage
+from tieredlog.rsm.testing import RemoteCleanerOffsetStoreConformance
 
 T0 = time.time_ns() // 1_000_000
 ABORT, COMMIT = 0, 1
@@ -146,6 +155,17 @@ def tiered(tmp_path: Path) -> Iterator[tuple[UnifiedLog, RemoteLogManager, Parti
         rlm.shutdown()
 
 
+def covers_as_coarser(after: list[RemoteLogSegmentMetadata], before: list[RemoteLogSegmentMetadata]) -> bool:
+    """``after`` covers exactly ``before``'s offsets, without gap or overlap, each of its segments a run of
+    whole segments of ``before`` (a merge never splits a segment)."""
+    bounds = {(m.start_offset, m.end_offset) for m in before}
+    starts, ends = {s for s, _ in bounds}, {e for _, e in bounds}
+    ranges = [(m.start_offset, m.end_offset) for m in after]
+    return (ranges[0][0] == before[0].start_offset and ranges[-1][1] == before[-1].end_offset
+            and all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))
+            and all(s in starts and e in ends for s, e in ranges))
+
+
 def remote_bytes(rlm: RemoteLogManager, state: PartitionState) -> int:
     return sum(m.segment_size_in_bytes for m in rlm.lifecycle.segments(state.tip))
 
@@ -163,8 +183,10 @@ def test_remote_cleaning_keeps_the_committed_view_and_shrinks_the_remote_tier(ti
     assert stats.segments_replaced > 0 and stats.end_offset == served[-1].end_offset + 1
 
     after = served_segments(rlm.lifecycle, plog, state)
-    # the same offset ranges, one copy each, and every retired copy gone from the metadata and the store
-    assert [(m.start_offset, m.end_offset) for m in after] == [(m.start_offset, m.end_offset) for m in served]
+    # the same offsets, one copy each, the small cleaned segments merged within segment.bytes, and every
+    # retired copy gone from the metadata and the store
+    assert covers_as_coarser(after, served) and len(after) < len(served) and stats.segments_written == len(after)
+    assert all(m.segment_size_in_bytes <= plog.config.segment_bytes for m in after)
     listed = rlm.lifecycle.segments(state.tip)
     assert all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed) and len(listed) == len(after)
     assert remote_bytes(rlm, state) < before / 2
@@ -199,27 +221,33 @@ def test_a_crash_mid_round_leaves_one_copy_per_offset_and_expiration_removes_the
         tiered, tmp_path: Path, crash_at: RemoteLogSegmentState) -> None:
     plog, rlm, state, whole = tiered
     expected, _, _ = committed_view(whole)
+    # replacements of a kilobyte at most: several of them, each merging a few cleaned segments
+    plog.config = dataclasses.replace(plog.config, segment_bytes=1024)
     served = served_segments(rlm.lifecycle, plog, state)
     rlmm = rlm.lifecycle.rlmm
     assert isinstance(rlmm, CrashingRLMM)
-    rlmm.crash_at, rlmm.after = crash_at, 2  # the third replacement
+    # the second replacement's FINISHED, or the third retirement of an old copy (inside a merge's)
+    rlmm.crash_at, rlmm.after = crash_at, 1 if crash_at == RemoteLogSegmentState.COPY_SEGMENT_FINISHED else 2
     cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128)
     plan = plan_remote_clean(served, 0, 0, 1 << 62, 0.5, T0)
     assert plan is not None
     with pytest.raises(Crash):
         cleaner.clean(state, plog, plan, lambda: False)
     rlmm.crash_at = None
-    leftovers = len(rlm.lifecycle.segments(state.tip)) - len(served)
-    assert leftovers == 1  # the replacement that never finished, or the old copy not yet deleted
+    now_served = served_segments(rlm.lifecycle, plog, state)
+    leftovers = {m.remote_log_segment_id for m in rlm.lifecycle.segments(state.tip)} - \
+        {m.remote_log_segment_id for m in now_served}
+    # the replacement that never finished, or old copies not yet deleted (superseded, not served)
+    assert leftovers and len(now_served) < len(served)
     # every offset is served from exactly one copy, and what is read is the same committed view
-    assert [(m.start_offset, m.end_offset) for m in served_segments(rlm.lifecycle, plog, state)] == \
-        [(m.start_offset, m.end_offset) for m in served]
+    assert covers_as_coarser(now_served, served)
     assert committed_view(read_all(rlm, plog))[0] == expected
     rlm.expiration_task(state).run(TaskContext())
     listed = rlm.lifecycle.segments(state.tip)
-    assert len(listed) == len(served) and all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed)
+    assert [m.remote_log_segment_id for m in listed] == [m.remote_log_segment_id for m in now_served]
+    assert all(m.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in listed)
     stored = {p.name.split(".")[0] for p in (tmp_path / "remote").rglob("*.log")}
-    assert len(stored) == len(served)  # the orphan's objects are gone from the store too
+    assert len(stored) == len(now_served)  # the orphans' objects are gone from the store too
     assert committed_view(read_all(rlm, plog))[0] == expected
 
 
@@ -237,9 +265,10 @@ def test_the_task_cleans_when_due_and_then_waits_for_new_dirty_bytes(tiered, tmp
     used = {op: n - before.get(op, 0) for op, n in rlm.metrics.object_store.snapshot()[topic].items()}
     # a log GET per segment, a txn index GET where there is one, a snapshot and an epoch index per
     # replacement; five or six objects put per replacement and deleted per retired copy
-    assert used["GET"] >= stats.segments_read + 2 * stats.segments_replaced
+    assert stats.segments_replaced > stats.segments_written  # merged
+    assert used["GET"] >= stats.segments_read + 2 * stats.segments_written
     # and one PUT of the cleaner offset kept beside the tier (after one GET of it: none was kept)
-    assert 5 * stats.segments_replaced <= used["PUT"] - 1 <= 6 * stats.segments_replaced
+    assert 5 * stats.segments_written <= used["PUT"] - 1 <= 6 * stats.segments_written
     assert 5 * stats.segments_replaced <= used["DELETE"] <= 6 * stats.segments_replaced
     clean_end = served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
     assert state.remote_clean_offset == clean_end == rlm.lifecycle.read_cleaner_offset(state.tip)
@@ -306,3 +335,132 @@ def test_total_retention_applies_to_compact_delete_only(tiered) -> None:
     plog.config = dataclasses.replace(plog.config, cleanup_policy="compact,delete")
     doomed, log_start = expiration.plan(plog, now_ms=old)
     assert doomed and log_start is not None
+
+
+class OwnLayoutStorage(RemoteStorageManager, RemoteCleanerOffsetStore):
+    """A plugin without the listing contract (as one with a key layout of its own would be) that keeps the
+    remote clean offset: segments through a LocalTieredStorage, the offset in a file named its own way."""
+
+    def __init__(self, root: Path, segments: RemoteStorageManager | None = None) -> None:
+        self.root = root
+        if segments is None:
+            segments = LocalTieredStorage(root / "segments")
+            segments.configure({"broker.id": 0})
+        self.segments = segments
+
+    def copy_log_segment_data(self, remote_log_segment_metadata: RemoteLogSegmentMetadata,
+                              log_segment_data: LogSegmentData) -> CustomMetadata | None:
+        return self.segments.copy_log_segment_data(remote_log_segment_metadata, log_segment_data)
+
+    def fetch_log_segment(self, remote_log_segment_metadata: RemoteLogSegmentMetadata, start_position: int,
+                          end_position: int | None = None) -> BinaryIO:
+        return self.segments.fetch_log_segment(remote_log_segment_metadata, start_position, end_position)
+
+    def fetch_index(self, remote_log_segment_metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        return self.segments.fetch_index(remote_log_segment_metadata, index_type)
+
+    def delete_log_segment_data(self, remote_log_segment_metadata: RemoteLogSegmentMetadata) -> None:
+        self.segments.delete_log_segment_data(remote_log_segment_metadata)
+
+    def _offset_file(self, tp: TopicIdPartition) -> Path:
+        return self.root / "clean-offsets" / f"{tp.topic_id.hex}.{tp.partition}"
+
+    def write_cleaner_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
+        path = self._offset_file(topic_id_partition)
+        if offset is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(str(offset))
+
+    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
+        path = self._offset_file(topic_id_partition)
+        return int(path.read_text()) if path.exists() else None
+
+
+class TestOwnLayoutStorage(RemoteCleanerOffsetStoreConformance):
+    def make_rsm(self, tmp_path: Path) -> RemoteStorageManager:
+        return OwnLayoutStorage(tmp_path / "own")
+
+
+def test_without_listing_a_new_leader_goes_on_from_the_kept_cleaner_offset(tiered, tmp_path: Path) -> None:
+    """The clean offset's write and read are a contract of their own: a new leader of a partition tiered by
+    an RSM that cannot list maps from where the last one left the tier clean, not from 0."""
+    plog, rlm, state, whole = tiered
+    own = OwnLayoutStorage(tmp_path / "own", rlm.lifecycle.rsm)  # over the segments already tiered
+    rlm.lifecycle.rsm = own
+    assert not isinstance(own, ListableRemoteStorageManager)
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+
+    def task(leader: PartitionState) -> RLMRemoteCleaningTask:
+        return RLMRemoteCleaningTask(leader, lambda: plog, rlm.lifecycle,
+                                     RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20), tmp_path / "scratch", 0, 128),
+                                     lambda: False)
+
+    stats = task(state).run(TaskContext())
+    end = served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    assert stats is not None and stats.end_offset == end and own.read_cleaner_offset(state.tip) == end
+    fresh = PartitionState(state.tp, state.tip)  # a new leader
+    assert task(fresh).run(TaskContext()) is None and fresh.remote_clean_offset == end
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+
+
+class _ManualClock:
+    """A throttle clock that moves only when told (the waits the pool would make): every byte charged
+    between two moves is owed."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_throttled_round_waits_between_segments_off_its_thread(tiered, tmp_path: Path) -> None:
+    """log.cleaner.io.max.bytes.per.second: the round stops after a segment while it owes the throttle, the
+    run returns (its pool thread free) asking to run again when the wait is over, and goes on then; another
+    partition's round meanwhile waits for the cleaner, as it would for a running round."""
+    plog, rlm, state, whole = tiered
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+    clock = _ManualClock()
+    throttler = Throttler(10_000, clock=clock, sleep=lambda s: pytest.fail("slept on its thread"),
+                          defer_s=float("inf"))
+    cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20, throttler=throttler), tmp_path / "scratch", 0, 128)
+    task = RLMRemoteCleaningTask(state, lambda: plog, rlm.lifecycle, cleaner, lambda: False)
+    ctx = TaskContext()
+    waits = []
+    while (stats := task.run(ctx)) is None:
+        assert ctx.run_again_in_s is not None and ctx.run_again_in_s >= 0.1
+        waits.append(ctx.run_again_in_s)
+        clock.now += ctx.run_again_in_s  # the pool runs the task again once the wait is over
+        ctx.run_again_in_s = None
+        other = PartitionState(state.tp, state.tip)
+        assert cleaner.try_clean(other, plog, plan_remote_clean(served_segments(rlm.lifecycle, plog, state), 0, 0,
+                                                                 1 << 62, 0.0, T0), lambda: False) is None
+        assert len(waits) < 200
+    assert len(waits) > 3 and stats.segments_written > 0
+    assert throttler.throttled_s == pytest.approx(sum(waits))  # every wait off the thread
+    assert state.remote_clean_offset == served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+    assert not any((tmp_path / "scratch").iterdir())
+
+
+def test_a_round_waiting_for_the_throttle_is_dropped_once_its_leadership_is_gone(tiered, tmp_path: Path) -> None:
+    plog, rlm, state, whole = tiered
+    plog.config = dataclasses.replace(plog.config, cleanup_policy="compact")
+    clock = _ManualClock()
+    throttler = Throttler(100_000, clock=clock, defer_s=float("inf"))
+    cleaner = RemoteCleaner(rlm.lifecycle, Cleaner(0, 1 << 20, throttler=throttler), tmp_path / "scratch", 0, 128)
+    ctx = TaskContext()
+    task = RLMRemoteCleaningTask(state, lambda: plog, rlm.lifecycle, cleaner, lambda: False)
+    assert task.run(ctx) is None and ctx.run_again_in_s
+    assert any((tmp_path / "scratch").iterdir())  # the round's fetched segments wait with it
+    ctx.cancelled = True  # the partition's task is cancelled (leadership moved): it never resumes the round
+    clock.now += 3600
+    throttler.rate = 1e12
+    fresh = PartitionState(state.tp, state.tip)  # led again later, or another partition: the cleaner is free
+    again = RLMRemoteCleaningTask(fresh, lambda: plog, rlm.lifecycle, cleaner, lambda: False)
+    stats = again.run(TaskContext())
+    assert stats is not None and stats.end_offset == served_segments(rlm.lifecycle, plog, state)[-1].end_offset + 1
+    assert committed_view(read_all(rlm, plog))[0] == committed_view(whole)[0]
+    assert not any((tmp_path / "scratch").iterdir())

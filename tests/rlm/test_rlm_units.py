@@ -150,6 +150,29 @@ def test_scheduler_runs_with_fixed_delay_and_backs_off_on_failure():
         sched.shutdown()
 
 
+def test_a_run_can_ask_to_run_again_before_its_interval_and_frees_its_thread_meanwhile():
+    """A run that stopped half way (the remote cleaner waiting for its throttle) returns with
+    ``run_again_in_s``: it runs again then, not an interval later, and the one thread serves another task."""
+    sched = FixedDelayScheduler("t", 1)
+    try:
+        runs: list[str] = []
+        done = threading.Event()
+
+        def stepping(ctx):
+            runs.append("step")
+            if runs.count("step") < 3:
+                ctx.run_again_in_s = 0.05
+            else:
+                done.set()
+
+        sched.schedule("other", lambda ctx: runs.append("other"), interval_ms=60_000)
+        sched.schedule("k", stepping, interval_ms=60_000)
+        assert done.wait(5)  # three runs, well before the 60 s interval
+        assert runs.count("step") == 3 and "other" in runs
+    finally:
+        sched.shutdown()
+
+
 def test_scheduler_never_runs_a_task_twice_at_once():
     sched = FixedDelayScheduler("t", 4)
     try:

@@ -85,3 +85,54 @@ def test_crash_before_finish_keeps_the_old_copy_served() -> None:
     apply(cache, event(old, S.COPY_SEGMENT_FINISHED))
     apply(cache, seg(0, 99, {0: 0}))  # the replacement's STARTED; its upload never finishes
     assert cache.remote_log_segment_metadata(0, 50) == cache.segment(old.remote_log_segment_id)
+
+
+@pytest.mark.parametrize("merged", [(0, 2), (1, 3), (0, 3)])
+def test_a_replacement_merging_segments_supersedes_them_all_in_one_event(merged: tuple[int, int]) -> None:
+    """The remote cleaner's merge: one new segment covers several consecutive old ones (across epochs), and
+    its COPY_SEGMENT_FINISHED alone moves every offset of theirs to it; readable_segments never overlap."""
+    cache = RemoteLogMetadataCache()
+    cache.mark_initialized()
+    olds = [seg(*s) for s in SEGMENTS]
+    for md in olds:
+        apply(cache, md)
+        apply(cache, event(md, S.COPY_SEGMENT_FINISHED))
+    retired = olds[merged[0]:merged[1]]
+    epochs: dict[int, int] = {}
+    for md in retired:
+        for e, s in md.segment_leader_epochs.items():
+            epochs.setdefault(e, s)
+    new = seg(retired[0].start_offset, retired[-1].end_offset, epochs)
+    steps = [new, event(new, S.COPY_SEGMENT_FINISHED)]
+    steps += [event(md, S.DELETE_SEGMENT_STARTED) for md in retired]
+    steps += [event(md, S.DELETE_SEGMENT_FINISHED) for md in retired]
+    before = served(cache, LINEAGE, 299)
+    for i, step in enumerate(steps):
+        apply(cache, step)
+        now = served(cache, LINEAGE, 299)
+        for offset, sid in now.items():
+            covered = new.start_offset <= offset <= new.end_offset
+            assert sid == (new.remote_log_segment_id.id if covered and i >= 1 else before[offset]), (i, offset)
+        ranges = [(m.start_offset, m.end_offset) for m in cache.readable_segments()]
+        assert [r for a, b in zip(ranges, ranges[1:]) for r in (a, b) if a[1] >= b[0]] == []  # no overlap
+        assert sum(e - s + 1 for s, e in ranges) == 300  # and no hole
+    assert [m.remote_log_segment_id for m in cache.list_remote_log_segments()] == \
+        [m.remote_log_segment_id for m in [*olds[:merged[0]], new, *olds[merged[1]:]]]
+    assert cache.highest_offset_for_epoch(2) == 299
+
+
+def test_a_copy_reaching_past_a_mapped_segment_leaves_it_mapped() -> None:
+    """Only segments a new copy covers whole are superseded by it: one reaching further keeps its offsets."""
+    cache = RemoteLogMetadataCache()
+    cache.mark_initialized()
+    olds = [seg(0, 99, {0: 0}), seg(100, 199, {0: 100}), seg(200, 299, {0: 200})]
+    for md in olds:
+        apply(cache, md)
+        apply(cache, event(md, S.COPY_SEGMENT_FINISHED))
+    partial = seg(0, 149, {0: 0})
+    apply(cache, partial)
+    apply(cache, event(partial, S.COPY_SEGMENT_FINISHED))
+    now = served(cache, {0: 0}, 299)
+    assert {now[o] for o in range(100)} == {partial.remote_log_segment_id.id}
+    assert {now[o] for o in range(100, 200)} == {olds[1].remote_log_segment_id.id}  # still whole, still served
+    assert {now[o] for o in range(200, 300)} == {olds[2].remote_log_segment_id.id}

@@ -32,6 +32,7 @@ from tieredlog.rsm.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tieredlog.rsm.cleaner_offset import RemoteCleanerOffsetStore
 from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 log = logging.getLogger(__name__)
@@ -172,8 +173,9 @@ class RemoteSegmentLifecycle:
 
     def publish_cleaner_offset(self, tip: TopicIdPartition, offset: int | None) -> bool:
         """Keep where the remote tier is clean up to beside it, for whichever broker leads next (None: the
-        partition is gone); False when the RSM cannot hold it (a new leader then cleans from the start)."""
-        if not isinstance(self.rsm, ListableRemoteStorageManager):
+        partition is gone); False when the RSM cannot hold it (a new leader then cleans from the start).
+        Any RSM that implements the clean offset's write and read holds it, with or without listing."""
+        if not isinstance(self.rsm, RemoteCleanerOffsetStore):
             return False
         self.rsm.write_cleaner_offset(tip, offset)
         self.metrics.object_store.record(tip.topic, "DELETE" if offset is None else "PUT", 1)
@@ -181,7 +183,7 @@ class RemoteSegmentLifecycle:
 
     def read_cleaner_offset(self, tip: TopicIdPartition) -> int | None:
         """The offset :meth:`publish_cleaner_offset` last kept; None when there is none."""
-        if not isinstance(self.rsm, ListableRemoteStorageManager):
+        if not isinstance(self.rsm, RemoteCleanerOffsetStore):
             return None
         offset = self.rsm.read_cleaner_offset(tip)
         self.metrics.object_store.record(tip.topic, "GET", 1)

@@ -59,6 +59,7 @@ from tieredlog.rlm.pool import FixedDelayScheduler, RemoteReaderPool, TaskContex
 from tieredlog.rlm.quota import RLMQuotaManager
 from tieredlog.rlm.reader import RemoteReadPath, RemoteRecords
 from tieredlog.rlm.remote_cleaner import DIR_NAME as REMOTE_CLEANER_DIR
+from tieredlog.rlm.remote_cleaner import THROTTLE_DEFER_S as REMOTE_CLEANER_THROTTLE_DEFER_S
 from tieredlog.rlm.remote_cleaner import RemoteCleaner, RLMRemoteCleaningTask
 from tieredlog.rlmm.api import RemoteLogMetadataManager
 from tieredlog.rsm.api import (
@@ -143,7 +144,8 @@ class RemoteLogManager:
         self.aborted_txns = RemoteAbortedTxns(self.lifecycle, self.index_cache)
         self.remote_cleaner = RemoteCleaner(
             self.lifecycle,
-            Cleaner(-1, c.cleaner_dedupe_buffer_size, throttler=Throttler(c.cleaner_io_max_bytes_per_second)),
+            Cleaner(-1, c.cleaner_dedupe_buffer_size,
+                    throttler=Throttler(c.cleaner_io_max_bytes_per_second, defer_s=REMOTE_CLEANER_THROTTLE_DEFER_S)),
             Path(c.first_log_dir) / REMOTE_CLEANER_DIR, c.broker_id, c.custom_metadata_max_bytes,
         )
 
@@ -172,6 +174,7 @@ class RemoteLogManager:
         self.closing = True
         for sched in (self.copier, self.expirer):
             sched.shutdown(timeout=2.0)
+        self.remote_cleaner.close()
         for pool in (self.reader_pool, self.list_offsets_pool):
             pool.shutdown(timeout=2.0)
         self.index_cache.close()

@@ -173,10 +173,12 @@ def describe_task(key: Any) -> str:
 
 
 class TaskContext:
-    """Handed to a scheduled task: lets long work notice cancellation."""
+    """Handed to a scheduled task: lets long work notice cancellation, and a run that stopped half way
+    (to free its thread while it waits) ask to run again sooner than its interval."""
 
     def __init__(self) -> None:
         self.cancelled = False
+        self.run_again_in_s: float | None = None  # read (and cleared) once the run returns
 
 
 class _Scheduled:
@@ -326,10 +328,11 @@ class FixedDelayScheduler:
                 cancelled = task.ctx.cancelled or self._stopped
                 if failure is None:
                     task.failures = 0
-                    delay = task.interval_s
+                    delay = task.interval_s if task.ctx.run_again_in_s is None else task.ctx.run_again_in_s
                 else:
                     task.failures += 1
                     delay = self.backoff_s(task.failures, task.interval_s)
+                task.ctx.run_again_in_s = None
                 if not cancelled:
                     self._push(task, time.monotonic() + delay)
             self._report(task, failure, delay, cancelled)

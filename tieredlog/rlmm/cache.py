@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import logging
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from tieredlog.rsm.api import (
     RemoteLogSegmentId,
@@ -92,7 +92,9 @@ class LeaderEpochState:
     def on_copy_started(self, sid: RemoteLogSegmentId) -> None:
         self.unreferenced.add(sid)
 
-    def on_copy_finished(self, start: int, sid: RemoteLogSegmentId, epoch_end: int) -> None:
+    def on_copy_finished(self, start: int, sid: RemoteLogSegmentId, epoch_end: int,
+                         end_of: Callable[[RemoteLogSegmentId], int]) -> None:
+        """``end_of``: the last offset of this epoch in a mapped segment."""
         # A new leader may re-upload a superset of what the previous leader uploaded: every mapped
         # segment starting at or after this one is superseded and becomes unreferenced (left for
         # retention to delete), so reads go to the newest copy.
@@ -105,6 +107,18 @@ class LeaderEpochState:
             last = self.offsets[-1]
             self.unreferenced.add(self.offset_to_id[last])
             self._remove(last)
+        # A copy covering several mapped segments whole (the remote cleaner's merge of adjacent cleaned
+        # segments): each of them is superseded by it, as the one starting with it is below. A segment
+        # reaching past this copy's end keeps its entry, so every offset still has exactly one copy.
+        i = bisect.bisect_right(self.offsets, start)
+        covered = []
+        while i < len(self.offsets) and self.offsets[i] <= epoch_end:
+            covered.append(self.offsets[i])
+            i += 1
+        for inner in covered:
+            if end_of(self.offset_to_id[inner]) <= epoch_end:
+                self.unreferenced.add(self.offset_to_id[inner])
+                self._remove(inner)
         replaced = self.offset_to_id.get(start)
         if replaced is not None and replaced != sid:
             # another copy of the epoch from the same offset (the other side of an unclean election):
@@ -231,8 +245,7 @@ class RemoteLogMetadataCache:
         if update.state == S.COPY_SEGMENT_FINISHED:
             for epoch, start in md.segment_leader_epochs.items():
                 self.epochs.setdefault(epoch, LeaderEpochState()).on_copy_finished(
-                    start, sid, epoch_end_offset(md, epoch)
-                )
+                    start, sid, epoch_end_offset(md, epoch), self._epoch_end_of(epoch))
             self.id_to_metadata[sid] = md
         elif update.state == S.DELETE_SEGMENT_STARTED:
             for epoch, start in md.segment_leader_epochs.items():
@@ -243,6 +256,9 @@ class RemoteLogMetadataCache:
                 self.epochs.setdefault(epoch, LeaderEpochState()).on_delete_finished(sid)
             del self.id_to_metadata[sid]
         return True
+
+    def _epoch_end_of(self, epoch: int) -> Callable[[RemoteLogSegmentId], int]:
+        return lambda sid: epoch_end_offset(self.id_to_metadata[sid], epoch)
 
     @staticmethod
     def _check(old: RemoteLogSegmentState | None, new: RemoteLogSegmentState, sid: RemoteLogSegmentId) -> bool:

@@ -19,6 +19,7 @@ from tieredlog.rsm.api import (
     TopicIdPartition,
     check_positions,
 )
+from tieredlog.rsm.cleaner_offset import RemoteCleanerOffsetStore
 from tieredlog.rsm.config import ConfigReader, RemoteStorageConfigError
 from tieredlog.rsm.keys import SegmentObjectKey
 from tieredlog.rsm.listing import ListableRemoteStorageManager
@@ -31,6 +32,7 @@ __all__ = [
     "ListableRemoteStorageManager",
     "LogSegmentData",
     "PluginLoadError",
+    "RemoteCleanerOffsetStore",
     "RemoteLogSegmentId",
     "RemoteLogSegmentMetadata",
     "RemoteLogSegmentMetadataUpdate",

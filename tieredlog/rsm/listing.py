@@ -9,14 +9,16 @@ import json
 from typing import Any
 
 from tieredlog.rsm.api import RemoteStorageException, RemoteStorageManager, TopicIdPartition
+from tieredlog.rsm.cleaner_offset import RemoteCleanerOffsetStore
 from tieredlog.rsm.keys import SegmentObjectKey
 
 
-class ListableRemoteStorageManager(RemoteStorageManager):
+class ListableRemoteStorageManager(RemoteStorageManager, RemoteCleanerOffsetStore):
     """A RemoteStorageManager that can also say what it holds, for readers without a broker (the Spark
     reader, ``tieredlog remote``). Objects are named as :mod:`tieredlog.rsm.keys` lays them out, and a
     segment is committed once its manifest (:mod:`tieredlog.formats.manifest`, written last) exists.
-    Keys that do not parse are skipped, never trusted."""
+    Keys that do not parse are skipped, never trusted. It keeps the remote clean offset beside the
+    partition's segments too (:class:`~tieredlog.rsm.cleaner_offset.RemoteCleanerOffsetStore`)."""
 
     @abc.abstractmethod
     def list_segment_objects(self, topic_id_partition: TopicIdPartition | None = None) -> list[SegmentObjectKey]:
@@ -42,15 +44,6 @@ class ListableRemoteStorageManager(RemoteStorageManager):
     def read_log_start_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
         """The offset last published by :meth:`write_log_start_offset`; None when there is none."""
 
-    @abc.abstractmethod
-    def write_cleaner_offset(self, topic_id_partition: TopicIdPartition, offset: int | None) -> None:
-        """Publish where the remote tier of a compacted partition is clean up to (the remote cleaner's
-        ``cleaner-offset-checkpoint``) beside its segments, replacing the last one, so that the next
-        leader, on any broker, does not clean the tier again from its start; ``None`` removes it."""
-
-    @abc.abstractmethod
-    def read_cleaner_offset(self, topic_id_partition: TopicIdPartition) -> int | None:
-        """The offset last published by :meth:`write_cleaner_offset`; None when there is none."""
 
 
 # Each object is a few dozen bytes; a reader refuses anything this big.

@@ -18,7 +18,10 @@ or never-written segment, concurrent readers, and a large segment (``large_segme
 default: configure small multipart or chunk sizes in ``make_rsm`` so it crosses them).
 
 A backend that can also list what it holds (:class:`~tieredlog.rsm.listing.ListableRemoteStorageManager`,
-which readers without a broker need) subclasses :class:`ListableRemoteStorageManagerConformance` instead.
+which readers without a broker need) subclasses :class:`ListableRemoteStorageManagerConformance` instead;
+one that keeps a compacted partition's remote clean offset without listing
+(:class:`~tieredlog.rsm.cleaner_offset.RemoteCleanerOffsetStore`) subclasses
+:class:`RemoteCleanerOffsetStoreConformance`.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from tieredlog.rsm.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tieredlog.rsm.cleaner_offset import RemoteCleanerOffsetStore
 from tieredlog.rsm.listing import ListableRemoteStorageManager
 
 MIB = 1024 * 1024
@@ -304,7 +308,27 @@ class RemoteStorageManagerConformance:
             read_all(rsm.fetch_log_segment(big.metadata, 0, 10))
 
 
-class ListableRemoteStorageManagerConformance(RemoteStorageManagerConformance):
+class RemoteCleanerOffsetStoreConformance(RemoteStorageManagerConformance):
+    """The checks of an RSM that keeps a compacted partition's remote clean offset
+    (:class:`~tieredlog.rsm.cleaner_offset.RemoteCleanerOffsetStore`), with or without listing: it reads
+    back as last written, per partition, and removing it (twice) leaves none, the segments untouched."""
+
+    def test_the_cleaner_offset_reads_back_as_last_written(self, rsm: RemoteStorageManager,
+                                                          copied: SegmentFixture) -> None:
+        assert isinstance(rsm, RemoteCleanerOffsetStore), f"{type(rsm).__name__} keeps no cleaner offset"
+        tp = copied.metadata.topic_id_partition
+        other = TopicIdPartition(tp.topic_id, tp.topic, tp.partition + 1)
+        assert rsm.read_cleaner_offset(tp) is None
+        rsm.write_cleaner_offset(tp, 40)
+        rsm.write_cleaner_offset(tp, 70)  # replaces it
+        assert (rsm.read_cleaner_offset(tp), rsm.read_cleaner_offset(other)) == (70, None)
+        rsm.write_cleaner_offset(tp, None)
+        rsm.write_cleaner_offset(tp, None)  # gone already: not an error
+        assert rsm.read_cleaner_offset(tp) is None
+        assert read_all(rsm.fetch_log_segment(copied.metadata, 0)) == copied.log
+
+
+class ListableRemoteStorageManagerConformance(RemoteCleanerOffsetStoreConformance):
     """The checks a reader without a broker needs of a :class:`ListableRemoteStorageManager`, on top of
     the contract's: what was copied is listed under its partition, with its manifest, whose body
     describes the segment; a copy that fails leaves no manifest (so the manifest is written last and a

@@ -271,13 +271,16 @@ class Cleaner:
 
     def clean_segment(self, source: CleanSource, seg: LogSegment, upper: int, dest: LogSegment,
                       record_filter: RecordFilter, txns: CleanedTransactionMetadata,
-                      last_records: dict[int, tuple[int, int]]) -> None:
+                      last_records: dict[int, tuple[int, int]], *, keep_end: bool = True) -> None:
         """Write what stays of ``seg`` (offsets up to ``upper`` - 1) into ``dest``, a segment of its own
         covering the same offsets (the remote tier's replacements): its last batch stays, empty if none
-        of its records does, so ``dest`` ends where ``seg`` did. ``dest`` is flushed, indexes trimmed."""
+        of its records does, so ``dest`` ends where ``seg`` did; without ``keep_end`` that batch goes as
+        any other (the caller ends the replacement ``dest`` becomes part of). ``dest`` is flushed,
+        indexes trimmed."""
         txns.cleaned_index = dest.txn_index
         txns.add_aborted(source.collect_aborted_transactions(seg.base_offset, upper))
-        self._clean_into(source, seg, dest, record_filter, txns, last_records, upper, lambda _: True)
+        self._clean_into(source, seg, dest, record_filter, txns, last_records, upper if keep_end else -1,
+                         lambda _: keep_end)
         dest.on_become_inactive()
         dest.flush()
 

@@ -13,9 +13,13 @@ _CHECK_INTERVAL_S = 0.3
 
 
 class Throttler:
+    """``defer_s``: a wait up to this long is not slept where the bytes are charged but left owed, for the
+    caller to take between its steps (:meth:`take_debt`) and wait out off its thread."""
+
     def __init__(self, bytes_per_second: float, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, defer_s: float = 0.0) -> None:
         self.rate = bytes_per_second
+        self.defer_s = defer_s
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -32,6 +36,8 @@ class Throttler:
             if elapsed < _CHECK_INTERVAL_S:
                 return
             wait = self._observed / self.rate - elapsed
+            if 0 < wait <= self.defer_s:
+                return  # owed: the caller takes it between its steps
             self._period_start = self._clock()
             self._observed = 0.0
         if wait > 0:
@@ -39,3 +45,19 @@ class Throttler:
             self._sleep(wait)
             with self._lock:
                 self._period_start = self._clock()
+
+    def take_debt(self) -> float:
+        """How long the bytes charged so far are ahead of the rate, counted as waited from now on: the
+        caller waits it out elsewhere (a task that runs again after it) before charging more."""
+        if self.rate >= UNLIMITED:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            # a period starting later is a debt handed out before: what was charged since comes after it
+            wait = self._observed / self.rate - max(0.0, now - self._period_start)
+            if wait <= 0:
+                return 0.0
+            self._period_start = max(now, self._period_start) + wait
+            self._observed = 0.0
+        self.throttled_s += wait
+        return wait
