@@ -35,6 +35,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from helpers import wait_for
 from s3servers import S3Endpoint, moto_s3, unique_prefix  # noqa: F401  (the fixture)
 
+from spark_readers import read_topic
+
 pytestmark = pytest.mark.integration
 
 TOPIC = "changelog"
@@ -188,6 +190,11 @@ def test_the_compacted_view_read_through_the_remote_tier_equals_a_replay(broker_
     view, offsets = consume(b)
     assert view == expected
     assert offsets == sorted(set(offsets))
+    # the Spark reader's planner and decoder (read_topic) straight from the compacted tier, the part
+    # not tiered yet from the broker: the same view, the same offsets
+    rows = read_topic(TOPIC, {"path": remote.as_uri(), "kafka.bootstrap.servers": b.bootstrap}).read_all()
+    assert rows.column("offset").to_pylist() == offsets
+    assert dict(zip(rows.column("key").to_pylist(), rows.column("value").to_pylist())) == expected
     assert not [line for line in b.log_text().splitlines() if " ERROR " in line]
 
 
