@@ -18,15 +18,19 @@ from typing import Callable, Iterator
 
 import pytest
 
-# Every folder of tests/ is on sys.path, so a harness (tests/harness/) or a test module another one borrows
-# from is imported by its file name, `from broker_harness import BrokerProcess`, wherever the importer
-# lives; pytest imports the test modules themselves the same way (its default "prepend" mode), which is
-# why file names are unique across the folders.
+# Every folder of tests/ is on sys.path, so a harness (tests/harness/) is imported by its file name,
+# `from broker_harness import BrokerProcess`, wherever the importer lives; pytest imports the test modules
+# themselves the same way (its default "prepend" mode), which is why file names are unique across the
+# folders. A test module imports harnesses, never another test module (tests/docs/test_import_arrows.py).
 TESTS = Path(__file__).resolve().parent
 for _folder in sorted((p for p in TESTS.iterdir() if p.is_dir() and p.name.isidentifier() and p.name[0] != "_"),
                       reverse=True):
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
+
+# Helpers the test modules share live in tests/harness/; their asserts are rewritten as a test module's are,
+# so a failing one shows its values.
+pytest.register_assert_rewrite(*sorted(p.stem for p in (TESTS / "harness").glob("*.py") if not p.stem.startswith("test_")))
 
 from broker_harness import BrokerProcess  # noqa: E402
 from hypothesis import settings  # noqa: E402

@@ -6,96 +6,19 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from typing import Any, Awaitable, Callable
 
 import pytest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.response import MetadataResponse
+from scripted_broker import Peer, ScriptedBroker, metadata_request, run
 
 from tieredlog.clients.connection import AsyncKafkaConnection, InvalidReceive
 from tieredlog.clients.errors import KafkaProtocolError
 from tieredlog.protocol.api import API_VERSIONS, CORE_VERSIONS, LEADER_AND_ISR, METADATA
-from tieredlog.protocol.codec import RequestHeader, decode_request, encode_response
-
-Handler = Callable[["Peer"], Awaitable[None]]
-
-
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, 60)  # a hang guard, never a performance bound
-
-    return asyncio.run(guarded())
-
-
-class Peer:
-    """One accepted connection of a scripted broker: reads request frames, writes raw frames."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    async def read_request(self) -> tuple[RequestHeader, Any]:
-        (size,) = struct.unpack(">i", await self.reader.readexactly(4))
-        return decode_request(await self.reader.readexactly(size))
-
-    async def answer(self, header: RequestHeader, body: dict) -> None:
-        self.writer.write(encode_response(header.api_key, header.api_version, header.correlation_id, body))
-        await self.writer.drain()
-
-    async def handshake(self, versions: dict[int, tuple[int, int]] | None = None) -> None:
-        header, _ = await self.read_request()
-        assert header.api_key == API_VERSIONS
-        keys = versions if versions is not None else {API_VERSIONS: (0, 3), METADATA: (0, 12)}
-        await self.answer(header, {"error_code": 0, "throttle_time": 0, "api_keys": [
-            {"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in keys.items()]})
-
-    async def closed_by_client(self) -> bool:
-        return await self.reader.read(1) == b""
-
-
-class ScriptedBroker:
-    """A listener on 127.0.0.1 (a free port the kernel picks) that runs ``script`` per connection."""
-
-    def __init__(self, script: Handler) -> None:
-        self.script = script
-        self.done: asyncio.Future[None] | None = None
-        self.server: asyncio.Server | None = None
-        self.port = 0
-
-    async def __aenter__(self) -> ScriptedBroker:
-        self.done = asyncio.get_running_loop().create_future()
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        assert self.done is not None
-        try:
-            await self.script(Peer(reader, writer))
-            if not self.done.done():
-                self.done.set_result(None)
-        except BaseException as exc:  # surfaced to the test through ``done``
-            if not self.done.done():
-                self.done.set_exception(exc)
-        finally:
-            writer.close()
-
-    async def open(self, **kw: Any) -> AsyncKafkaConnection:
-        return await AsyncKafkaConnection.open("127.0.0.1", self.port, client_id="test", timeout_s=kw.pop("timeout_s", 10),
-                                               **kw)
-
+from tieredlog.protocol.codec import RequestHeader
 
 SOFTWARE = {"client_software_name": "tieredlog-tests", "client_software_version": "1"}
-
-
-def _metadata(topic: str) -> dict:
-    return {"topics": [{"name": topic}], "allow_auto_topic_creation": False}
 
 
 def _nodelay(conn: AsyncKafkaConnection) -> bool:
@@ -115,7 +38,7 @@ def test_pipelined_metadata_and_api_versions_against_a_broker(broker):
             topics = [f"absent-{i}" for i in range(12)]
             calls = []
             for i, t in enumerate(topics):
-                calls.append(conn.request(METADATA, _metadata(t)))
+                calls.append(conn.request(METADATA, metadata_request(t)))
                 if i % 3 == 0:
                     calls.append(conn.request(API_VERSIONS, SOFTWARE, version=3))
             answers = await asyncio.gather(*calls)
@@ -134,7 +57,7 @@ def test_pipelined_metadata_and_api_versions_against_a_broker(broker):
             await conn.close()
         assert conn.closed
         with pytest.raises(ConnectionError):
-            await conn.request(METADATA, _metadata("x"))
+            await conn.request(METADATA, metadata_request("x"))
 
     run(main())
 
@@ -152,7 +75,7 @@ def test_requests_are_pipelined_and_matched_by_correlation_id():
     async def main() -> None:
         async with ScriptedBroker(script) as sb:
             conn = await sb.open()
-            answers = await asyncio.gather(*(conn.request(METADATA, _metadata(f"t{i}"), version=12) for i in range(5)))
+            answers = await asyncio.gather(*(conn.request(METADATA, metadata_request(f"t{i}"), version=12) for i in range(5)))
             assert [a.topics[0].name for a in answers] == [f"t{i}" for i in range(5)]
             await conn.close()
             await sb.done
@@ -182,12 +105,12 @@ def test_a_dropped_connection_fails_every_pending_request():
     async def main() -> None:
         async with ScriptedBroker(script) as sb:
             conn = await sb.open()
-            results = await asyncio.gather(*(conn.request(METADATA, _metadata(f"t{i}")) for i in range(3)),
+            results = await asyncio.gather(*(conn.request(METADATA, metadata_request(f"t{i}")) for i in range(3)),
                                            return_exceptions=True)
             assert all(isinstance(r, ConnectionError) for r in results), results
             assert conn.closed
             with pytest.raises(ConnectionError):
-                await conn.request(METADATA, _metadata("after"))
+                await conn.request(METADATA, metadata_request("after"))
             await conn.close()  # closing twice is harmless
             await sb.done
 
@@ -206,7 +129,7 @@ def test_a_frame_over_the_bound_fails_every_pending_request():
     async def main() -> None:
         async with ScriptedBroker(script) as sb:
             conn = await sb.open(max_frame_bytes=64 * 1024)
-            results = await asyncio.gather(conn.request(METADATA, _metadata("a")), conn.request(METADATA, _metadata("b")),
+            results = await asyncio.gather(conn.request(METADATA, metadata_request("a")), conn.request(METADATA, metadata_request("b")),
                                            return_exceptions=True)
             assert all(isinstance(r, InvalidReceive) for r in results), results
             assert "1073741824" in str(results[0])
@@ -228,7 +151,7 @@ def test_a_response_to_no_request_closes_the_connection():
         async with ScriptedBroker(script) as sb:
             conn = await sb.open()
             with pytest.raises(InvalidReceive, match="correlation id"):
-                await conn.request(METADATA, _metadata("a"))
+                await conn.request(METADATA, metadata_request("a"))
             assert conn.closed
             await sb.done
 
@@ -245,9 +168,9 @@ def test_a_timeout_raises_closes_and_fails_the_others():
     async def main() -> None:
         async with ScriptedBroker(script) as sb:
             conn = await sb.open()
-            slow = asyncio.ensure_future(conn.request(METADATA, _metadata("slow"), timeout_s=30))
+            slow = asyncio.ensure_future(conn.request(METADATA, metadata_request("slow"), timeout_s=30))
             with pytest.raises(asyncio.TimeoutError):
-                await conn.request(METADATA, _metadata("fast"), timeout_s=0.3)
+                await conn.request(METADATA, metadata_request("fast"), timeout_s=0.3)
             assert conn.closed
             with pytest.raises(ConnectionError):
                 await slow
@@ -272,13 +195,13 @@ def test_an_undecodable_response_fails_only_its_request():
     async def main() -> None:
         async with ScriptedBroker(script) as sb:
             conn = await sb.open()
-            bad, good = await asyncio.gather(conn.request(METADATA, _metadata("a"), version=12),
-                                             conn.request(METADATA, _metadata("b"), version=12),
+            bad, good = await asyncio.gather(conn.request(METADATA, metadata_request("a"), version=12),
+                                             conn.request(METADATA, metadata_request("b"), version=12),
                                              return_exceptions=True)
             assert isinstance(bad, KafkaProtocolError), bad
             assert good.topics[0].name == "b"
             assert not conn.closed
-            assert (await conn.request(METADATA, _metadata("c"), version=12)).topics == ()
+            assert (await conn.request(METADATA, metadata_request("c"), version=12)).topics == ()
             await conn.close()
             await sb.done
 
@@ -298,10 +221,10 @@ def test_a_cancelled_request_leaves_the_connection_in_sync():
     async def main() -> None:
         async with ScriptedBroker(script) as sb:
             conn = await sb.open()
-            first = asyncio.ensure_future(conn.request(METADATA, _metadata("first")))
+            first = asyncio.ensure_future(conn.request(METADATA, metadata_request("first")))
             await asyncio.sleep(0.05)
             first.cancel()
-            answer = await conn.request(METADATA, _metadata("second"))
+            answer = await conn.request(METADATA, metadata_request("second"))
             assert first.cancelled()
             assert answer.topics[0].name == "second"
             assert not conn.closed

@@ -7,7 +7,7 @@ import asyncio
 import threading
 
 import pytest
-from test_async_client import Peer, ScriptedBroker, _metadata, run
+from scripted_broker import Peer, ScriptedBroker, metadata_request, run
 
 from tieredlog.clients.node_clients import BlockingNodeConnection, ConnectSettings, NodeConnections
 from tieredlog.clients.retry import ExponentialBackoff, retry_until
@@ -32,8 +32,8 @@ def test_a_failed_connection_is_dropped_and_the_next_request_opens_another() -> 
                 lambda n: ("127.0.0.1", broker.port) if n == 1 else None,
                 lambda: ConnectSettings("test", 10.0), describe=lambda n: f"broker {n}")
             with pytest.raises(ConnectionError):
-                await nodes.request(1, METADATA, _metadata("t"), version=12)
-            answer = await nodes.request(1, METADATA, _metadata("t"), version=12)
+                await nodes.request(1, METADATA, metadata_request("t"), version=12)
+            answer = await nodes.request(1, METADATA, metadata_request("t"), version=12)
             assert list(answer.brokers) == [] and accepted == 2
             with pytest.raises(ConnectionError, match="broker 7 has no known endpoint"):
                 await nodes.get(7)
@@ -71,11 +71,11 @@ def test_close_from_another_thread_fails_a_blocking_request_in_flight() -> None:
         closer.start()
         # the timeout is far away: the error comes from the close, not from waiting it out
         with pytest.raises(OSError) as failed:
-            conn.request(METADATA, _metadata("t"), 12, timeout_s=120)
+            conn.request(METADATA, metadata_request("t"), 12, timeout_s=120)
         assert not isinstance(failed.value, TimeoutError)
         closer.join()
         with pytest.raises(ConnectionError, match="is closed"):
-            conn.request(METADATA, _metadata("t"), 12, timeout_s=5)
+            conn.request(METADATA, metadata_request("t"), 12, timeout_s=5)
     finally:
         if stop:
             loop.call_soon_threadsafe(stop[0].set_result, None)

@@ -10,8 +10,8 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from test_cluster_replication import bootstrap, partition_state
-from test_compaction_tiered_broker import TOPIC, WAIT_S, consume, kept_cleaner_offset, local_log_start, produce
+from cluster_harness import bootstrap, partition_state
+from compaction_harness import TOPIC, WAIT_S, consume, kept_cleaner_offset, local_log_start, produce
 from tiered_cluster import create_metadata_topic, create_topic_in_zk, tiered_member, wait_metadata_isr
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 

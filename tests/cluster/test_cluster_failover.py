@@ -9,8 +9,8 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import bootstrap, partition_state, start_cluster
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from test_cluster_replication import bootstrap, partition_state, start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient

@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import consume_all, member, partition_state
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster_replication import consume_all, member, partition_state
 from zk_harness import wait_until, zookeeper_factory  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient

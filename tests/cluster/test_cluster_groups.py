@@ -10,22 +10,20 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from confluent_kafka import Consumer, KafkaException, Producer
+from cluster_harness import bootstrap, member, partition_state, start_cluster
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster_replication import bootstrap, member, partition_state, start_cluster
+from group_harness import TOPIC, consume_until, find_coordinator, produce
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
-from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.coordinator.schema import partition_for
-from tieredlog.protocol.api import FIND_COORDINATOR
 
 pytestmark = pytest.mark.integration
 
 OFFSETS_PARTITIONS = 3
 COORDINATOR_NOT_AVAILABLE = 15
 GROUP = "orders-readers"
-TOPIC = "orders"
 
 
 # a small __consumer_offsets, on every broker of the cluster
@@ -33,38 +31,10 @@ GROUP_OVERRIDES = {"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS), "off
                    "group.initial.rebalance.delay.ms": "1000"}
 
 
-def find_coordinator(b: BrokerProcess, group: str) -> tuple[int, int]:
-    """(error code, node id) of FindCoordinator v3 for ``group``, asked of ``b``."""
-    with KafkaClient(b.bootstrap, timeout=10) as c:
-        r = c.request(FIND_COORDINATOR, {"key": group, "key_type": 0}, version=3)
-    return r.error_code, r.node_id
-
-
 def group_consumer(servers: str) -> Consumer:
     return Consumer({"bootstrap.servers": servers, "group.id": GROUP, "enable.auto.commit": False,
                      "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
                      "heartbeat.interval.ms": 500, "topic.metadata.refresh.interval.ms": 1000})
-
-
-def produce(servers: str, values: range) -> None:
-    p = Producer({"bootstrap.servers": servers, "acks": "all", "linger.ms": 2})
-    for i in values:
-        p.produce(TOPIC, value=b"%d" % i, partition=i % 3)
-    assert p.flush(60) == 0
-
-
-def consume_until(consumers: list[Consumer], got: dict[tuple[int, int], bytes], expected: set[bytes],
-                  timeout: float) -> None:
-    """Poll every consumer (a group needs all of its members polling to rebalance) until the values
-    received include ``expected``; ``got`` maps (partition, offset) to the value."""
-    def step() -> bool:
-        for c in consumers:
-            for m in c.consume(num_messages=500, timeout=0.2):
-                if m.error() is None:
-                    got[(m.partition(), m.offset())] = m.value()
-        return expected <= set(got.values())
-
-    wait_until(step, timeout=timeout, message=f"{len(expected)} records consumed")
 
 
 def commit(c: Consumer) -> bool:

@@ -14,14 +14,11 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from test_cluster_replication import bootstrap, start_cluster
+from cluster_harness import ClientRouting, bootstrap, start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
-from tieredlog.clients.blocking import KafkaClient
-from tieredlog.protocol.api import CREATE_TOPICS, METADATA
 from tieredlog.replication.metadata_topic_client import ReplicatedMetadataTopic
 from tieredlog.rlmm.partitioner import metadata_partition
-from tieredlog.rlmm.topic import METADATA_TOPIC
 from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager
 from tieredlog.rsm import (
     RemoteLogSegmentId,
@@ -35,87 +32,6 @@ from tieredlog.server.produce_api import INTERNAL_TOPICS_CLIENT_ID
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
-TOPIC_ALREADY_EXISTS = 36
-NOT_CONTROLLER = 41
-
-
-class ClientRouting:
-    """``MetadataTopicRouting`` as an admin client does it: leaders from Metadata requests (refreshed
-    by a thread every 100 ms, so ``leader_endpoint`` never blocks), the topic made with CreateTopics
-    sent to the controller."""
-
-    def __init__(self, brokers: dict[int, BrokerProcess], replication_factor: int = 3) -> None:
-        self._brokers = brokers
-        self._replication_factor = replication_factor
-        self._leaders: dict[int, tuple[str, int]] = {}
-        self.leader_ids: dict[int, int] = {}
-        self.partition_count = 0
-        self._controller: tuple[str, int] | None = None
-        self._stop = threading.Event()
-        self.refresh()
-        self._thread = threading.Thread(target=self._run, name="test-routing", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            self.refresh()
-
-    def refresh(self) -> None:
-        for b in list(self._brokers.values()):
-            if not b.alive():
-                continue
-            try:
-                with KafkaClient(b.bootstrap, timeout=5) as c:
-                    r = c.request(METADATA, {"topics": [{"name": METADATA_TOPIC}], "allow_auto_topic_creation": False})
-            except OSError:
-                continue
-            endpoints = {n.node_id: (n.host, n.port) for n in r.brokers}
-            leaders: dict[int, tuple[str, int]] = {}
-            leader_ids: dict[int, int] = {}
-            count = 0
-            for t in r.topics:
-                if t.name == METADATA_TOPIC and t.error_code == 0:
-                    count = len(t.partitions)
-                    for p in t.partitions:
-                        if p.leader_id in endpoints:
-                            leaders[p.partition_index] = endpoints[p.leader_id]
-                            leader_ids[p.partition_index] = p.leader_id
-            self._leaders, self.leader_ids, self.partition_count = leaders, leader_ids, count
-            self._controller = endpoints.get(r.controller_id)
-            return
-
-    def leader_endpoint(self, partition: int) -> tuple[str, int] | None:
-        return self._leaders.get(partition)
-
-    def create_topic(self, num_partitions: int, configs: dict[str, str]) -> int:
-        deadline = time.monotonic() + 30
-        while True:
-            self.refresh()
-            if self._controller is not None:
-                host, port = self._controller
-                with KafkaClient(f"{host}:{port}", timeout=10) as c:
-                    r = c.request(CREATE_TOPICS, {"topics": [{
-                        "name": METADATA_TOPIC, "num_partitions": num_partitions,
-                        "replication_factor": self._replication_factor,
-                        "configs": [{"name": k, "value": v} for k, v in configs.items()]}], "timeout": 10000},
-                        version=5)
-                code = r.topics[0].error_code.value
-                if code in (0, TOPIC_ALREADY_EXISTS):
-                    break
-                assert code == NOT_CONTROLLER, r.topics[0]
-            assert time.monotonic() < deadline, "no controller took CreateTopics"
-            time.sleep(0.1)
-
-        def led() -> bool:
-            self.refresh()
-            return self.partition_count > 0 and len(self._leaders) == self.partition_count
-
-        wait_until(led, timeout=30, message=f"a leader for every partition of {METADATA_TOPIC}")
-        return self.partition_count
 
 
 def segment(tp: TopicIdPartition) -> RemoteLogSegmentMetadata:

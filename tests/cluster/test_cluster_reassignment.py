@@ -10,21 +10,16 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import consume_all, controller_of, member, partition_state
 from confluent_kafka import Producer
-from test_cluster_replication import consume_all, member, partition_state
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
-from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, METADATA
+from tieredlog.protocol.api import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS
 
 pytestmark = pytest.mark.integration
-
-
-def controller_of(b: BrokerProcess) -> int:
-    with KafkaClient(b.bootstrap, timeout=10) as c:
-        return int(c.request(METADATA, {"topics": [], "allow_auto_topic_creation": False}).controller_id)
 
 
 def test_a_partition_with_data_moves_from_1_2_to_2_3(broker_factory: Callable[..., BrokerProcess],

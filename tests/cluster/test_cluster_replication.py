@@ -12,38 +12,15 @@ from typing import Any, Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
+from cluster_harness import bootstrap, consume_all, partition_state, start_cluster
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient
-from tieredlog.cluster.zk import ZkClient
 from tieredlog.protocol.api import METADATA
 
 pytestmark = pytest.mark.integration
-
-
-def member(connect: str, broker_id: int, overrides: dict[str, str] | None = None) -> dict[str, str]:
-    return {**_member(connect, broker_id), **(overrides or {})}
-
-
-def _member(connect: str, broker_id: int) -> dict[str, str]:
-    return {"zookeeper.connect": connect, "broker.id": str(broker_id), "zookeeper.session.timeout.ms": "6000",
-            "replica.lag.time.max.ms": "4000", "replica.fetch.backoff.ms": "200",
-            "leader.imbalance.check.interval.seconds": "5",
-            "remote.log.storage.system.enable": "false"}
-
-
-def partition_state(b: BrokerProcess, topic: str) -> list[tuple[int, int, list[int], list[int]]]:
-    """(leader, leader epoch, replicas, isr) per partition, from one broker's Metadata."""
-    with KafkaClient(b.bootstrap, timeout=10) as c:
-        r = c.request(METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
-    (t,) = r.topics
-    if t.error_code != 0:
-        return []
-    return [(p.leader_id, p.leader_epoch, sorted(p.replica_nodes), sorted(p.isr_nodes))
-            for p in sorted(t.partitions, key=lambda p: p.partition_index)]
 
 
 def preferred_and_leader(b: BrokerProcess, topic: str) -> tuple[int, int] | None:
@@ -53,35 +30,6 @@ def preferred_and_leader(b: BrokerProcess, topic: str) -> tuple[int, int] | None
     (t,) = r.topics
     p = next((p for p in t.partitions if p.partition_index == 0), None)
     return None if p is None or not p.replica_nodes else (p.replica_nodes[0], p.leader_id)
-
-
-def start_cluster(broker_factory: Callable[..., BrokerProcess], connect: str, n: int = 3,
-                  overrides: dict[str, str] | None = None) -> dict[int, BrokerProcess]:
-    brokers = {i: broker_factory(member(connect, i, overrides)) for i in range(1, n + 1)}
-    with ZkClient(connect) as zk:
-        wait_until(lambda: zk.get_all_broker_ids() == list(brokers), message="every broker registered")
-        wait_until(lambda: zk.get_controller_id() is not None, message="a controller elected")
-    return brokers
-
-
-def bootstrap(brokers: dict[int, BrokerProcess]) -> str:
-    return ",".join(b.bootstrap for b in brokers.values() if b.alive())
-
-
-def consume_all(servers: str, topic: str, expected: int, timeout_s: float = 60) -> list[Any]:
-    c = Consumer({"bootstrap.servers": servers, "group.id": "unused", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest"})
-    c.assign([CkTopicPartition(topic, 0, 0)])
-    out: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(out) < expected and time.monotonic() < deadline:
-            for m in c.consume(num_messages=1000, timeout=0.5):
-                if m.error() is None:
-                    out.append(m)
-    finally:
-        c.close()
-    return out
 
 
 def wait_for_progress(acked: list[int], more: int, timeout: float, message: str) -> None:

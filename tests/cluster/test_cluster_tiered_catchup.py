@@ -32,8 +32,8 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import bootstrap, consume_all, partition_state
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
-from test_cluster_replication import bootstrap, consume_all, partition_state
 from tiered_cluster import (
     BATCH_SIZE,
     EARLIEST,
@@ -44,6 +44,7 @@ from tiered_cluster import (
     epoch_checkpoint,
     list_offset,
     local_base_offsets,
+    local_records,
     produce_values,
     remote_segments,
     segment_bytes_for,
@@ -89,16 +90,6 @@ def wait_unregistered(connect: str, *broker_ids: int) -> None:
 def wait_controller(connect: str, broker_id: int) -> None:
     with ZkClient(connect) as zk:
         wait_until(lambda: zk.get_controller_id() == broker_id, timeout=30, message=f"broker {broker_id} is the controller")
-
-
-def local_records(b: BrokerProcess, topic: str) -> list[tuple[int, bytes, int]]:
-    """(offset, value, leader epoch) of every record in the broker's local segments of partition 0."""
-    out = []
-    for base in local_base_offsets(b, topic):
-        data = (b.data_dir / f"{topic}-0" / f"{base:020d}.log").read_bytes()
-        for header, records in iter_batches_records(data, stop_at_partial=True):
-            out += [(r.offset, r.value or b"", header.partition_leader_epoch) for r in records]
-    return out
 
 
 def remote_epoch_indexes(remote_dir: Path, topic: str) -> list[list[tuple[int, int]]]:

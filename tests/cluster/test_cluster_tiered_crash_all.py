@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from test_cluster_replication import consume_all, partition_state
+from cluster_harness import consume_all, partition_state
 from tiered_cluster import (
     EARLIEST_LOCAL,
     METADATA_TOPIC,

@@ -10,8 +10,8 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import bootstrap, partition_state
 from confluent_kafka.admin import AdminClient
-from test_cluster_replication import bootstrap, partition_state
 from tiered_cluster import (
     METADATA_PARTITIONS,
     METADATA_TOPIC,

@@ -17,7 +17,7 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from test_cluster_replication import bootstrap, consume_all, partition_state
+from cluster_harness import bootstrap, consume_all, partition_state
 from tiered_cluster import (
     BATCH_SIZE,
     EARLIEST,

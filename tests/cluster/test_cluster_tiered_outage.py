@@ -26,9 +26,9 @@ from typing import Callable, Iterator
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import bootstrap, partition_state
 from helpers import free_port
 from s3servers import BUCKET, FaultyS3Proxy, S3Endpoint, SeenRequest, moto_s3, unique_prefix  # noqa: F401
-from test_cluster_replication import bootstrap, partition_state
 from tiered_cluster import (
     BATCH_SIZE,
     EARLIEST_LOCAL,

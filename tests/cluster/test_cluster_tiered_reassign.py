@@ -20,8 +20,7 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from test_cluster_reassignment import controller_of
-from test_cluster_replication import bootstrap, consume_all, partition_state
+from cluster_harness import bootstrap, consume_all, controller_of, partition_state
 from tiered_cluster import (
     BATCH_SIZE,
     create_metadata_topic,

@@ -15,7 +15,7 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from test_cluster_replication import consume_all
+from cluster_harness import consume_all
 from tiered_cluster import (
     BATCH_SIZE,
     EARLIEST,

@@ -38,8 +38,8 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import consume_all, partition_state
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster_replication import consume_all, partition_state
 from tiered_cluster import (
     BATCH_SIZE,
     EARLIEST,

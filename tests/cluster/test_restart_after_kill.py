@@ -11,8 +11,8 @@ from typing import Callable
 
 import pytest
 from broker_harness import REPO, BrokerProcess
+from cluster_harness import consume_all, partition_state, start_cluster
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster_replication import consume_all, partition_state, start_cluster
 from tiered_cluster import produce_values
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 

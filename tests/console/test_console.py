@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from helpers import free_port, wait_for
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from test_tiered_integration import FAST, create, list_offset, produce
+from tiered_broker_harness import FAST, create, list_offset, produce
 
 pytestmark = pytest.mark.integration
 

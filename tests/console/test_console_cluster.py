@@ -12,8 +12,8 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import bootstrap, partition_state
 from helpers import free_port, wait_for
-from test_cluster_replication import bootstrap, partition_state
 from tiered_cluster import (
     EARLIEST,
     EARLIEST_LOCAL,

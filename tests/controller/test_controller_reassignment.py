@@ -10,9 +10,9 @@ import threading
 from typing import Any, Iterator
 
 import pytest
+from controller_harness import Cluster, alter_partition, partition_answer, partitions_of
 from helpers import wait_for
 from kio.schema.errors import ErrorCode
-from test_controller_zk import Cluster, alter_partition, partition_answer, partitions_of
 from zk_harness import zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.cluster import znodes

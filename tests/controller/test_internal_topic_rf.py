@@ -12,8 +12,8 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import partition_state
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster_replication import partition_state
 from tiered_cluster import create_topic_in_zk, tiered_member
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 

@@ -9,10 +9,10 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import bootstrap, partition_state, start_cluster
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster_groups import consume_until, find_coordinator, produce
-from test_cluster_replication import bootstrap, partition_state, start_cluster
+from group_harness import consume_until, find_coordinator, produce
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.coordinator.schema import partition_for

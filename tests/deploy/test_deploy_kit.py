@@ -21,7 +21,7 @@ import yaml
 from broker_harness import BrokerProcess
 from confluent_kafka import Consumer, TopicPartition
 from helpers import free_port, wait_for
-from test_tiered_integration import FAST, PLUGINS, create, list_offset, produce
+from tiered_broker_harness import FAST, PLUGINS, create, list_offset, produce
 
 pytestmark = pytest.mark.integration
 

@@ -45,6 +45,21 @@ def test_only_the_wiring_names_the_broker() -> None:
     assert importers <= {"tieredlog.server.main", "tieredlog.server.dispatcher"}
 
 
+def test_no_test_module_is_imported_by_another_module() -> None:
+    """What test modules share lives in tests/harness/, so each test module stands alone: it can be moved,
+    split or deleted without breaking another one."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.rglob("test_*.py")}
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] in test_modules]
+    assert found == []
+
+
 def test_an_import_against_the_map_fails(module_map) -> None:
     graph = {"tieredlog.log.segment": {"tieredlog.server.broker": 12}, "tieredlog.server.broker": {}}
     report = arrows.check(module_map, graph, {}, {})

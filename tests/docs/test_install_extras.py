@@ -25,7 +25,7 @@ from typing import Iterator
 
 import pyarrow.parquet as pq
 import pytest
-from test_spark_core import TOPIC, write_segment
+from spark_harness import TOPIC, write_segment
 
 from tieredlog.rsm.api import TopicIdPartition
 from tieredlog.rsm.local import LocalTieredStorage

@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from broker_harness import BrokerProcess
+from cluster_harness import member, partition_state
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from s3servers import ACCESS_KEY, REGION, SECRET_KEY
-from test_cluster_replication import member, partition_state
 from zk_harness import wait_until
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.cluster.zk import ZkClient
 from tieredlog.cluster.znodes import TopicAssignment
 from tieredlog.protocol.api import LIST_OFFSETS, METADATA
-from tieredlog.records.record import build_batch
+from tieredlog.records.record import build_batch, iter_batches_records
 from tieredlog.rsm.api import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate
 from tieredlog.rsm.keys import uuid_to_base64
 from tieredlog.tools.remote import iter_metadata_records
@@ -114,6 +114,16 @@ def epoch_checkpoint(b: BrokerProcess, topic: str) -> list[tuple[int, int]]:
 
 def local_base_offsets(b: BrokerProcess, topic: str) -> list[int]:
     return sorted(int(p.stem) for p in (b.data_dir / f"{topic}-0").glob("*.log"))
+
+
+def local_records(b: BrokerProcess, topic: str) -> list[tuple[int, bytes, int]]:
+    """(offset, value, leader epoch) of every record in the broker's local segments of partition 0."""
+    out = []
+    for base in local_base_offsets(b, topic):
+        data = (b.data_dir / f"{topic}-0" / f"{base:020d}.log").read_bytes()
+        for header, records in iter_batches_records(data, stop_at_partial=True):
+            out += [(r.offset, r.value or b"", header.partition_leader_epoch) for r in records]
+    return out
 
 
 def wait_tiered_up_to(leader: BrokerProcess, topic: str, offset: int, timeout: float = 30) -> None:

@@ -23,10 +23,9 @@ from typing import Any, Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import consume_all, member, partition_state
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster_replication import consume_all, member, partition_state
-from test_cluster_tiered_catchup import local_records
-from tiered_cluster import epoch_checkpoint, produce_values
+from tiered_cluster import epoch_checkpoint, local_records, produce_values
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient

@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import ClientRouting
 from helpers import free_port
-from test_cluster_metadata_topic import ClientRouting
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import DELETE_RECORDS, PRODUCE

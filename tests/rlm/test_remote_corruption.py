@@ -14,7 +14,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from test_rlm_units import _catch_up, tiered_log  # noqa: F401 - the fixture, shared
+from rlm_harness import catch_up, tiered_log  # noqa: F401 - the fixture, shared
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.errors import KafkaStorageError, UnknownServerError

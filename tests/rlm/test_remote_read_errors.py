@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from helpers import wait_for
+from remote_read_harness import FAST, create_tiered_topic, local_log_start_of, produce_to_partitions
+from rlm_harness import tiered_log  # noqa: F401 - the fixture, shared
 from s3servers import (  # noqa: F401  (fixtures)
     FaultyS3Proxy,
     S3Endpoint,
@@ -28,45 +30,17 @@ from s3servers import (  # noqa: F401  (fixtures)
     store_down,
     unique_prefix,
 )
-from test_rlm_units import tiered_log  # noqa: F401 - the fixture, shared
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.errors import UnknownServerError
-from tieredlog.protocol.api import CREATE_TOPICS, FETCH, LIST_OFFSETS
+from tieredlog.protocol.api import FETCH
 from tieredlog.records.batch import iter_headers
 from tieredlog.rlm import manager as rlm_manager
 from tieredlog.rsm.api import RemoteLogSegmentState, RemoteResourceNotFoundException, RetriableRemoteStorageException
 
-FAST = {
-    "remote.log.manager.task.interval.ms": "200",
-    "log.retention.check.interval.ms": "200",
-    "rlmm.config.remote.log.metadata.topic.num.partitions": "1",
-}
-TIERED = [{"name": "segment.bytes", "value": "16384"}, {"name": "local.retention.bytes", "value": "1"},
-          {"name": "remote.storage.enable", "value": "true"}]
 UNKNOWN_SERVER_ERROR = -1
 # the RLM's failure lines: one per partition per this interval (the task interval here is shorter)
 LOG_INTERVAL_S = rlm_manager.FAILURE_LOG_MIN_INTERVAL_S
-
-
-def _create(c: KafkaClient, topic: str, partitions: int = 1, configs: list[dict[str, str]] = TIERED) -> None:
-    r = c.request(CREATE_TOPICS, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
-                                              "configs": configs}], "timeout": 10000})
-    assert r.topics[0].error_code.value == 0, r.topics[0]
-
-
-def _produce(bootstrap: str, topic: str, partitions: int, n: int = 600) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "batch.size": 4096})
-    for part in range(partitions):
-        for i in range(n):
-            p.produce(topic, value=b"value-%d-" % i * 10, partition=part)
-    assert p.flush(30) == 0
-
-
-def _local_start(c: KafkaClient, topic: str, partition: int) -> int:
-    r = c.request(LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [
-        {"name": topic, "partitions": [{"partition_index": partition, "timestamp": -4, "current_leader_epoch": -1}]}]})
-    return r.topics[0].partitions[0].offset
 
 
 def _fetch(c: KafkaClient, topic: str, partition: int, offset: int = 0) -> Any:
@@ -92,9 +66,9 @@ def test_a_removed_remote_segment_reaches_the_consumer_as_an_error(broker_factor
     b = broker_factory(FAST)
     topic = "gone"
     with KafkaClient(b.bootstrap) as c:
-        _create(c, topic)
-        _produce(b.bootstrap, topic, 1)
-        wait_for(lambda: _local_start(c, topic, 0) > 200, what="segments tiered and deleted locally")
+        create_tiered_topic(c, topic)
+        produce_to_partitions(b.bootstrap, topic, 1)
+        wait_for(lambda: local_log_start_of(c, topic, 0) > 200, what="segments tiered and deleted locally")
         first, second = sorted((b.data_dir / "remote-storage").glob(f"{topic}-*/0/*.log"))[:2]
         assert first.name.startswith("0" * 20)
         first.unlink()  # an object lost from the store (or a broker pointed at another tier)
@@ -143,9 +117,9 @@ def test_an_object_store_outage_fails_reads_past_the_wait_and_a_brief_one_is_ret
     b = _s3_broker(broker_factory, moto_s3, faulty_moto, **{"remote.fetch.max.wait.ms": "3000"})
     topic = "outage"
     with KafkaClient(b.bootstrap, timeout=60) as c:
-        _create(c, topic, 2)
-        _produce(b.bootstrap, topic, 2)
-        wait_for(lambda: min(_local_start(c, topic, p) for p in (0, 1)) > 200, what="both partitions tiered")
+        create_tiered_topic(c, topic, 2)
+        produce_to_partitions(b.bootstrap, topic, 2)
+        wait_for(lambda: min(local_log_start_of(c, topic, p) for p in (0, 1)) > 200, what="both partitions tiered")
         before = len(b.log_text())
         started = time.monotonic()
         faulty_moto.fault = store_down

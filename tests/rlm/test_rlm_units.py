@@ -9,7 +9,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import FakeClock, Logs
+from helpers import FakeClock
+from rlm_harness import catch_up, tiered_log  # noqa: F401 - the fixture, shared
 
 from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint
 from tieredlog.formats.lineage import (
@@ -356,67 +357,11 @@ def test_lineage_check_rejects_divergent_segments():
 
 
 # ---- remote read path: sequential streams and read-ahead ------------------------------------------
-@pytest.fixture
-def tiered_log(tmp_path):
-    """A partition whose rolled segments are all remote (LocalTieredStorage), with an RLM over it."""
-    from tieredlog.log.config import LogConfig
-    from tieredlog.log.unified_log import UnifiedLog
-    from tieredlog.rlm.config import RemoteLogManagerConfig
-    from tieredlog.rlm.manager import RemoteLogManager
-    from tieredlog.rlm.partition_state import PartitionState
-    from tieredlog.rlm.pool import TaskContext
-    from tieredlog.rlmm.memory import InMemoryRemoteLogMetadataManager
-
-    cfg = LogConfig(segment_bytes=24 * 1024, index_interval_bytes=256, remote_storage_enable=True, retention_ms=-1,
-                    local_retention_bytes=1, file_delete_delay_ms=0, message_timestamp_after_max_ms=1 << 62,
-                    message_timestamp_before_max_ms=1 << 62)
-    plog = UnifiedLog(tmp_path / "logs" / "t-0", cfg, topic_id=uuid.uuid4())
-    for i in range(300):
-        off = plog.log_end_offset
-        n = 40 if i == 77 else 1 + i % 4  # batch 77 is far larger than the fetch size used below
-        recs = [(b"k%d" % (off + j), b"value-%d-" % (off + j) * 8, [], 1_000_000 + off + j) for j in range(n)]
-        plog.append_as_leader(build_batch(recs), 0)
-    plog.update_high_watermark(plog.log_end_offset)
-    originals = {s.base_offset: s.log_path.read_bytes() for s in plog.segments}
-    rsm = LocalTieredStorage(tmp_path / "remote")
-    rsm.configure({"broker.id": 0})
-    events: list = []
-    rsm.add_listener(events.append)
-    cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=16)
-    rlm = RemoteLogManager(cfg, Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
-    rlm.start()
-    rlm.copy_task(PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))).run(TaskContext())
-    plog.delete_old_segments()
-    start = plog.local_log_start_offset
-    remote_bytes = b"".join(v for k, v in sorted(originals.items()) if k < start)
-    assert len([k for k in originals if k < start]) >= 3  # the tests need several remote segments
-    try:
-        yield plog, rlm, events, remote_bytes
-    finally:
-        rlm.shutdown()
-
-
-def _catch_up(rlm, plog, max_bytes: int, check=None) -> bytes:
-    out = bytearray()
-    offset = 0
-    while offset < plog.local_log_start_offset:
-        chunk = rlm.read(plog.topic_partition, offset, max_bytes, timeout=10)
-        hdrs = [h for _, h in iter_headers(chunk)]
-        assert hdrs and sum(h.size for h in hdrs) == len(chunk)  # whole batches only
-        assert hdrs[0].base_offset <= offset <= hdrs[0].last_offset or hdrs[0].base_offset >= offset
-        assert len(chunk) <= max_bytes or len(hdrs) == 1  # max_bytes, or one (larger) batch
-        if check:
-            check()
-        out += chunk
-        offset = hdrs[-1].next_offset
-    return bytes(out)
-
-
 def test_sequential_remote_reads_are_byte_identical_with_few_ranged_reads(tiered_log):
     plog, rlm, events, remote_bytes = tiered_log
     rlm.read_path.chunk_min = 8 * 1024
     reads_before = sum(e.type == "FETCH_SEGMENT" for e in events)
-    out = _catch_up(rlm, plog, 1000)
+    out = catch_up(rlm, plog, 1000)
     assert out == remote_bytes
     segments = len(rlm.list_segments(rlm._tip(plog.topic_partition, plog)))
     ranged = sum(e.type == "FETCH_SEGMENT" for e in events) - reads_before
@@ -442,7 +387,7 @@ def test_read_ahead_grows_to_large_ranged_reads_and_crosses_segments(tiered_log)
         return fetch(md, start, end)
 
     rsm.fetch_log_segment = recording
-    assert _catch_up(rlm, plog, 500) == remote_bytes
+    assert catch_up(rlm, plog, 500) == remote_bytes
     by_segment: dict = {}
     for seg, start, end in ranges:
         by_segment.setdefault(seg, []).append((start, end))
@@ -470,7 +415,7 @@ def test_read_ahead_memory_stays_within_its_budget(tiered_log):
     def check():
         assert rlm.read_path.prefetch.bytes_held <= 10 * 1024
 
-    assert _catch_up(rlm, plog, 700, check) == remote_bytes
+    assert catch_up(rlm, plog, 700, check) == remote_bytes
     assert rlm.read_path.prefetch.hits > 0  # the sequential reader was served from its stream
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
-from test_tiered_integration import FAST, PLUGINS, TS0, create, list_offset, produce, value_of, wait_for
+from helpers import wait_for
+from tiered_broker_harness import FAST, PLUGINS, TS0, create, list_offset, produce, value_of
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import LIST_OFFSETS

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from helpers import FakeClock, wait_for
+from remote_read_harness import FAST, TIERED, create_tiered_topic, local_log_start_of, produce_to_partitions
 from s3servers import (  # noqa: F401  (fixtures)
     FaultyS3Proxy,
     S3Endpoint,
@@ -20,7 +21,6 @@ from s3servers import (  # noqa: F401  (fixtures)
     store_down,
     unique_prefix,
 )
-from test_remote_read_errors import FAST, TIERED, _create, _local_start, _produce
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.config import BrokerConfig
@@ -66,11 +66,11 @@ def test_tiering_says_what_it_copied_and_deleted_and_a_taken_metrics_port_is_one
         b = broker_factory({**FAST, "metrics.port": str(port)})
         topic, kept = "vis", "vis-retention"
         with KafkaClient(b.bootstrap) as c:
-            _create(c, topic)
-            _create(c, kept, configs=[*TIERED, {"name": "retention.bytes", "value": "40000"}])
-            _produce(b.bootstrap, topic, 1)
-            _produce(b.bootstrap, kept, 1)
-            wait_for(lambda: _local_start(c, topic, 0) > 200, what="segments tiered and deleted locally")
+            create_tiered_topic(c, topic)
+            create_tiered_topic(c, kept, configs=[*TIERED, {"name": "retention.bytes", "value": "40000"}])
+            produce_to_partitions(b.bootstrap, topic, 1)
+            produce_to_partitions(b.bootstrap, kept, 1)
+            wait_for(lambda: local_log_start_of(c, topic, 0) > 200, what="segments tiered and deleted locally")
             wait_for(lambda: f"{kept}-0: deleted remote segment [0, " in b.log_text(), what="remote retention")
     text = b.log_text()
     copied = re.search(rf"INFO \S+: {topic}-0: copied segment \[0, (\d+)\] \((\d+) bytes\) to the remote tier "
@@ -97,18 +97,18 @@ def test_an_object_store_outage_is_one_line_per_partition_per_interval(broker_fa
                         **{f"rsm.config.{k}": str(v) for k, v in rsm.items()}})
     topic, partitions = "down", 3
     with KafkaClient(b.bootstrap) as c:
-        _create(c, topic, partitions)
+        create_tiered_topic(c, topic, partitions)
         before = len(b.log_text())
         started = time.monotonic()
         faulty_moto.fault = store_down
-        _produce(b.bootstrap, topic, partitions)
+        produce_to_partitions(b.bootstrap, topic, partitions)
         wait_for(lambda: all(f"segment copy of {topic}-{p} failed" in b.log_text()[before:] for p in range(partitions)),
                  what="every partition's copy failing")
         # and retried many times over while the store stays down
         tries = len(faulty_moto.seen())
         wait_for(lambda: len(faulty_moto.seen()) > tries + 40 * partitions, what="copies retried during the outage")
         faulty_moto.fault = lambda r: None
-        wait_for(lambda: min(_local_start(c, topic, p) for p in range(partitions)) > 200,
+        wait_for(lambda: min(local_log_start_of(c, topic, p) for p in range(partitions)) > 200,
                  what="tiering catching up once the store is back")
         # a copy run that tiers the backlog ends after its last segment: then it says it recovered
         wait_for(lambda: all(f"segment copy of {topic}-{p} succeeded again after" in b.log_text()[before:]

@@ -11,9 +11,9 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import member
 from helpers import wait_for
-from test_cluster_replication import member
-from test_tiered_integration import FAST, consume, create, list_offset, produce
+from tiered_broker_harness import FAST, consume, create, list_offset, produce
 from zk_harness import zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient

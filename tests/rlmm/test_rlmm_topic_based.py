@@ -9,6 +9,7 @@ import uuid
 
 import crc32c
 import pytest
+from rlmm_harness import NUM, TPS, PartitionLogs, log_manager_for, manager, seg, tp, upd
 
 from tieredlog.errors import ReplicaNotAvailableError
 from tieredlog.rlmm import serde
@@ -18,9 +19,6 @@ from tieredlog.rlmm.snapshot import SNAPSHOT_DIR, snapshot_path
 from tieredlog.rlmm.topic import MetadataTopic
 from tieredlog.rlmm.topic_based import TopicBasedRemoteLogMetadataManager
 from tieredlog.rsm import (
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
@@ -29,7 +27,6 @@ from tieredlog.rsm import (
 )
 
 S = RemoteLogSegmentState
-NUM = 5
 
 
 class MemoryMetadataTopic:
@@ -62,34 +59,6 @@ class MemoryMetadataTopic:
     def end_offset(self, partition: int) -> int:
         with self.lock:
             return len(self.partitions[partition])
-
-
-def tp(i: int) -> TopicIdPartition:
-    return TopicIdPartition(uuid.UUID(int=1000 + i), f"topic{i % 3}", i)
-
-
-TPS = [tp(i) for i in range(8)]
-
-
-def seg(t, start, end, epochs=None, size=10) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(RemoteLogSegmentId(t, uuid.uuid4()), start, end, end, 0, 1, size,
-                                    epochs or {0: start})
-
-
-def upd(md, state) -> RemoteLogSegmentMetadataUpdate:
-    return RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, 5, None, state, 0)
-
-
-def manager(topic, log_dir=None, **extra) -> TopicBasedRemoteLogMetadataManager:
-    configs = {"remote.log.metadata.topic.num.partitions": NUM, "broker.id": 0,
-               "remote.log.metadata.snapshot.interval.ms": 0}
-    if log_dir is not None:
-        configs["log.dir"] = str(log_dir)
-    configs.update(extra)
-    m = TopicBasedRemoteLogMetadataManager(topic, configs)
-    m.on_partition_leadership_changes(TPS[:4], TPS[4:])
-    m.wait_until_ready(TPS, timeout=30)
-    return m
 
 
 def canonical(m: TopicBasedRemoteLogMetadataManager) -> dict:
@@ -360,44 +329,8 @@ def test_corrupt_or_stale_snapshot_is_ignored(tmp_path):
 
 # -- over real PartitionLogs ------------------------------------------------------------------------
 
-from tieredlog.log.config import LogConfig  # noqa: E402
 from tieredlog.log.types import TopicPartition  # noqa: E402
-from tieredlog.log.unified_log import UnifiedLog  # noqa: E402
 from tieredlog.rlmm.topic import METADATA_TOPIC, LogMetadataTopic, iter_partition_dir  # noqa: E402
-
-
-class PartitionLogs:
-    """The part of a LogManager the metadata topic uses: partition logs under one folder."""
-
-    def __init__(self, root, segment_bytes=4096):
-        self.root = root
-        self.config = LogConfig(segment_bytes=segment_bytes)
-        self.logs: dict[TopicPartition, UnifiedLog] = {}
-        self.created = 0
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int, configs: dict) -> int:
-        existing = [t for t in self.logs if t.topic == name]
-        if existing:
-            return len(existing)
-        assert configs["cleanup.policy"] == "delete" and configs["remote.storage.enable"] == "false"
-        self.created += 1
-        topic_id = uuid.uuid4()
-        for p in range(num_partitions):
-            t = TopicPartition(name, p)
-            self.logs[t] = UnifiedLog(self.root / str(t), self.config, topic_id=topic_id)
-        return num_partitions
-
-    def get_log(self, t: TopicPartition):
-        return self.logs.get(t)
-
-    def restart(self) -> None:
-        for t, plog in list(self.logs.items()):
-            plog.close()
-            self.logs[t] = UnifiedLog(plog.dir, self.config)
-
-
-def log_manager_for(logs: PartitionLogs, log_dir=None) -> TopicBasedRemoteLogMetadataManager:
-    return manager(LogMetadataTopic(logs, logs.create_topic), log_dir)
 
 
 def test_log_metadata_topic_is_a_metadata_topic(tmp_path):

@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
-from test_cluster_replication import start_cluster
+from cluster_harness import start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient

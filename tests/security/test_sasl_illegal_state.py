@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from broker_harness import BrokerProcess
 from helpers import free_port, wait_for
-from test_sasl_broker import METADATA_ALL, Raw, sasl_overrides
+from sasl_harness import METADATA_ALL, Raw, sasl_overrides
 
 from tieredlog.protocol.api import API_VERSIONS, HEARTBEAT, LIST_GROUPS, METADATA, SASL_HANDSHAKE
 

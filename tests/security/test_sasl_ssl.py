@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 from broker_harness import BrokerProcess
 from helpers import free_port
-from test_sasl_broker import auth_error, produce_and_consume, users_tool
+from sasl_harness import auth_error, produce_and_consume, users_tool
 from tls_certs import Pki, tls_certs  # noqa: F401
 
 pytestmark = pytest.mark.integration

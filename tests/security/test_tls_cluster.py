@@ -8,10 +8,10 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import bootstrap, consume_all, member, partition_state
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import free_port
-from test_cluster_replication import bootstrap, consume_all, member, partition_state
 from tls_certs import KEY_PASSWORD, Pki, tls_certs  # noqa: F401
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 

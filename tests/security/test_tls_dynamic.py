@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_harness import member
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from cryptography.hazmat.primitives import serialization
 from helpers import free_port
-from test_cluster_replication import member
 from tls_certs import KEY_PASSWORD, Pki, _cert_pem, _key_pem, name_of
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 

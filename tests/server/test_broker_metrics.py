@@ -7,17 +7,16 @@ when it comes back). Plus the Partition's ISR-change marks over a real log."""
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
 from broker_harness import BrokerProcess
+from cluster_harness import member, partition_state
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from helpers import free_port
-from prometheus_client.parser import text_string_to_metric_families
-from test_cluster_replication import member, partition_state
+from metrics_harness import scrape, value
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient
@@ -33,18 +32,6 @@ RM = "kafka_server_replicamanager_"
 KC = "kafka_controller_kafkacontroller_"
 BT = "kafka_server_brokertopicmetrics_"
 RQ = "kafka_network_requestmetrics_"
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def scrape(port: int) -> Samples:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def log_bytes(data_dir: Path, topic: str, partition: int = 0) -> int:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 from broker_harness import BrokerProcess
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
-from test_dynamic_broker_config import _default_level, _synonyms
+from dynamic_config_harness import alter_cluster_default, describe_synonyms
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.protocol.api import DESCRIBE_CONFIGS
@@ -85,7 +85,7 @@ def _entry(bootstrap: str, rtype: int, name: str, config: str) -> tuple[str | No
 def _check_topics(bootstrap: str, table: list[tuple[str, str, str, int, list[Any]]]) -> None:
     for topic, config, value, source, synonyms in table:
         assert _entry(bootstrap, 2, topic, config) == (value, source), (topic, config)
-        assert _synonyms(bootstrap, 2, topic, config) == synonyms, (topic, config)
+        assert describe_synonyms(bootstrap, 2, topic, config) == synonyms, (topic, config)
 
 
 def test_describe_configs_synonyms_as_kafka_computes_them(broker_factory: Callable[..., BrokerProcess]) -> None:
@@ -97,7 +97,7 @@ def test_describe_configs_synonyms_as_kafka_computes_them(broker_factory: Callab
 
     _check_topics(b.bootstrap, BEFORE)
     for config, synonyms in BROKER_BEFORE:
-        assert _synonyms(b.bootstrap, 4, "0", config) == synonyms, config
+        assert describe_synonyms(b.bootstrap, 4, "0", config) == synonyms, config
     assert _entry(b.bootstrap, 4, "0", "log.retention.ms")[1] == DEFAULT
 
     # the same through librdkafka (it always asks for synonyms, and keys them by name)
@@ -109,9 +109,9 @@ def test_describe_configs_synonyms_as_kafka_computes_them(broker_factory: Callab
     assert [(s.name, s.value, s.source) for s in segment.synonyms.values()] == [
         ("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG.value)]
 
-    assert _default_level(b.bootstrap, log_retention_ms=("SET", "7200000"),
+    assert alter_cluster_default(b.bootstrap, log_retention_ms=("SET", "7200000"),
                           log_segment_bytes=("SET", "2097152")) == ("none", None)
-    assert _default_level(b.bootstrap, name="0", log_retention_minutes=("SET", "180")) == ("none", None)
+    assert alter_cluster_default(b.bootstrap, name="0", log_retention_minutes=("SET", "180")) == ("none", None)
     _check_topics(b.bootstrap, AFTER)
     for resource, config, synonyms in BROKER_AFTER:
-        assert _synonyms(b.bootstrap, 4, resource, config) == synonyms, (resource, config)
+        assert describe_synonyms(b.bootstrap, 4, resource, config) == synonyms, (resource, config)

@@ -16,36 +16,13 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewTopic,
 )
+from dynamic_config_harness import alter_cluster_default, describe_synonyms
 
 from tieredlog.clients.blocking import KafkaClient
-from tieredlog.protocol.api import ALTER_CONFIGS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from tieredlog.protocol.api import ALTER_CONFIGS, DESCRIBE_CONFIGS
 
 BROKER = ConfigResource.Type.BROKER
 TOPIC = ConfigResource.Type.TOPIC
-
-
-_OPS = {"SET": 0, "DELETE": 1}
-
-
-def _default_level(bootstrap: str, validate_only: bool = False, name: str = "", **ops: tuple[str, str | None]) -> tuple[str, str | None]:
-    """IncrementalAlterConfigs on the cluster-wide default (resource name "", as kafka-configs.sh
-    --entity-default sends it; librdkafka only addresses one broker id): (error name, message)."""
-    configs = [{"name": k.replace("_", "."), "config_operation": _OPS[op], "value": v} for k, (op, v) in ops.items()]
-    with KafkaClient(bootstrap) as c:
-        resp = c.request(INCREMENTAL_ALTER_CONFIGS, {"resources": [
-            {"resource_type": 4, "resource_name": name, "configs": configs}], "validate_only": validate_only}, version=1)
-    r = resp.responses[0]
-    return r.error_code.name, r.error_message
-
-
-def _synonyms(bootstrap: str, rtype: int, name: str, config: str) -> list[tuple[str, str | None, int]]:
-    """The synonyms in the order sent (librdkafka keys them by name, losing the levels of one name)."""
-    with KafkaClient(bootstrap) as c:
-        resp = c.request(DESCRIBE_CONFIGS, {"resources": [{"resource_type": rtype, "resource_name": name,
-                                                           "configuration_keys": [config]}],
-                                            "include_synonyms": True, "include_documentation": False}, version=4)
-    (entry,) = resp.results[0].configs
-    return [(s.name, s.value, s.source) for s in entry.synonyms]
 
 
 def _describe_default(bootstrap: str) -> dict[str, tuple[str | None, int]]:
@@ -97,10 +74,10 @@ def test_dynamic_broker_configs(broker_factory) -> None:
             p.flush(30)  # one batch each: many small segments
 
     # cluster-wide: a topic without an override picks it up, and retention acts on it
-    assert _default_level(b.bootstrap, log_retention_bytes=("SET", "3000")) == ("none", None)
+    assert alter_cluster_default(b.bootstrap, log_retention_bytes=("SET", "3000")) == ("none", None)
     entry = _describe(admin, TOPIC, "dyn-t")["retention.bytes"]
     assert (entry.value, entry.source) == ("3000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
-    assert _synonyms(b.bootstrap, 2, "dyn-t", "retention.bytes") == [
+    assert describe_synonyms(b.bootstrap, 2, "dyn-t", "retention.bytes") == [
         ("log.retention.bytes", "3000", 3), ("log.retention.bytes", "-1", 5)]
     own = _describe(admin, TOPIC, "dyn-own")["retention.bytes"]
     assert (own.value, own.source) == ("-1", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
@@ -111,7 +88,7 @@ def test_dynamic_broker_configs(broker_factory) -> None:
     assert _log_start(b.bootstrap, "dyn-own") == 0
 
     # per-broker overrides the cluster default, which overrides server.properties
-    assert _default_level(b.bootstrap, log_retention_ms=("SET", "7200000"))[0] == "none"
+    assert alter_cluster_default(b.bootstrap, log_retention_ms=("SET", "7200000"))[0] == "none"
     _incremental(admin, "0", log_retention_ms=("SET", "3600000"))
     cfg = _describe(admin, BROKER, "0")
     assert (cfg["log.retention.ms"].value, cfg["log.retention.ms"].source) == \
@@ -121,7 +98,7 @@ def test_dynamic_broker_configs(broker_factory) -> None:
     entry = _describe(admin, TOPIC, "dyn-t")["retention.ms"]
     assert (entry.value, entry.source) == ("3600000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
     # precedence order, as Kafka lists them (log.retention.ms has no default: the hours' is its last synonym)
-    assert _synonyms(b.bootstrap, 4, "0", "log.retention.ms") == [
+    assert describe_synonyms(b.bootstrap, 4, "0", "log.retention.ms") == [
         ("log.retention.ms", "3600000", 2), ("log.retention.ms", "7200000", 3),
         ("log.retention.ms", "86400000", 4), ("log.retention.hours", "168", 5)]
 
@@ -129,10 +106,10 @@ def test_dynamic_broker_configs(broker_factory) -> None:
     err = _error(admin, "0", "num.io.threads", "4").args[0]
     assert err.name() == "INVALID_REQUEST"
     assert "Cannot update these configs dynamically: Set(num.io.threads)" in err.str()
-    assert _default_level(b.bootstrap, inter_broker_protocol_version=("SET", "3.9"))[0] == "invalid_request"
-    assert _default_level(b.bootstrap, log_segment_bytes=("SET", "nope"))[0] == "invalid_config"
-    assert _default_level(b.bootstrap, name="7", log_retention_ms=("SET", "1"))[0] == "invalid_request"
-    assert _default_level(b.bootstrap, validate_only=True, log_roll_ms=("SET", "1000"))[0] == "none"
+    assert alter_cluster_default(b.bootstrap, inter_broker_protocol_version=("SET", "3.9"))[0] == "invalid_request"
+    assert alter_cluster_default(b.bootstrap, log_segment_bytes=("SET", "nope"))[0] == "invalid_config"
+    assert alter_cluster_default(b.bootstrap, name="7", log_retention_ms=("SET", "1"))[0] == "invalid_request"
+    assert alter_cluster_default(b.bootstrap, validate_only=True, log_roll_ms=("SET", "1000"))[0] == "none"
     assert _describe(admin, BROKER, "0")["log.roll.ms"].source == ConfigSource.DEFAULT_CONFIG.value
 
     # the remote tier's quotas and index cache size change live too
@@ -154,7 +131,7 @@ def test_dynamic_broker_configs(broker_factory) -> None:
     # DELETE reverts level by level: to the cluster default, then to server.properties
     _incremental(admin, "0", log_retention_ms=("DELETE", None))
     assert _describe(admin, TOPIC, "dyn-t")["retention.ms"].value == "7200000"
-    assert _default_level(b.bootstrap, log_retention_ms=("DELETE", None))[0] == "none"
+    assert alter_cluster_default(b.bootstrap, log_retention_ms=("DELETE", None))[0] == "none"
     entry = _describe(admin, TOPIC, "dyn-t")["retention.ms"]
     assert (entry.value, entry.source) == ("86400000", ConfigSource.STATIC_BROKER_CONFIG.value)
     entry = _describe(admin, BROKER, "0")["log.retention.ms"]

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+import dynamic_config_harness as single
 import pytest
-import test_dynamic_broker_config as single
 from broker_harness import BrokerProcess
+from cluster_harness import start_cluster
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_cluster_replication import start_cluster
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.cluster.zk import ZkClient
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 def _topic_retention(b: BrokerProcess) -> list[tuple[str, str | None, int]]:
     try:
-        return single._synonyms(b.bootstrap, 2, "dyn-c", "retention.ms")
+        return single.describe_synonyms(b.bootstrap, 2, "dyn-c", "retention.ms")
     except ValueError:
         return []  # the broker has not learnt the topic yet
 
@@ -32,7 +32,7 @@ def test_cluster_default_set_on_one_broker_applies_on_every_broker(
     admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
     admin.create_topics([NewTopic("dyn-c", 1, 2)])["dyn-c"].result(30)
 
-    assert single._default_level(brokers[1].bootstrap, log_retention_ms=("SET", "7200000"))[0] == "none"
+    assert single.alter_cluster_default(brokers[1].bootstrap, log_retention_ms=("SET", "7200000"))[0] == "none"
     with ZkClient(zk_connect) as zk:
         got = zk.get_data("/config/brokers/<default>")
     assert got is not None and json.loads(got[0]) == {"version": 1, "config": {"log.retention.ms": "7200000"}}
@@ -41,7 +41,7 @@ def test_cluster_default_set_on_one_broker_applies_on_every_broker(
                message="broker 2 applies the cluster-wide default")
 
     # broker 1's own value is its alone
-    assert single._default_level(brokers[1].bootstrap, name="1", log_retention_ms=("SET", "3600000"))[0] == "none"
+    assert single.alter_cluster_default(brokers[1].bootstrap, name="1", log_retention_ms=("SET", "3600000"))[0] == "none"
     assert _topic_retention(brokers[1])[:2] == [("log.retention.ms", "3600000", 2), default]
     assert _topic_retention(brokers[2])[:1] == [default]
 

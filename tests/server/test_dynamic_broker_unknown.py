@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import start_cluster
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
-from test_cluster_replication import start_cluster
-from test_dynamic_broker_config import _default_level, _synonyms
+from dynamic_config_harness import alter_cluster_default, describe_synonyms
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 
 from tieredlog.cluster.zk import ZkClient
@@ -53,7 +53,7 @@ def test_configs_kafka_stores_without_acting_on_them_are_stored_described_and_ke
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
 
     _set(admin, "1", {KERBEROS: "120000", PLUGIN: "https://audit", LISTENER_KERBEROS: "kafka"})
-    assert _default_level(b.bootstrap, acme_audit_level=("SET", "full")) == ("none", None)
+    assert alter_cluster_default(b.bootstrap, acme_audit_level=("SET", "full")) == ("none", None)
     assert _stored(zk_connect, "1") == {KERBEROS: "120000", PLUGIN: "https://audit", LISTENER_KERBEROS: "kafka"}
     assert _stored(zk_connect, "<default>") == {"acme.audit.level": "full"}
 
@@ -67,8 +67,8 @@ def test_configs_kafka_stores_without_acting_on_them_are_stored_described_and_ke
             (None, ConfigSource.DYNAMIC_BROKER_CONFIG.value, True, True)
         assert (level.value, level.source) == (None, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
         assert cfg[LISTENER_KERBEROS].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
-        assert _synonyms(b.bootstrap, 4, "1", KERBEROS) == [(KERBEROS, "120000", 2)]
-        assert _synonyms(b.bootstrap, 4, "", "acme.audit.level") == [("acme.audit.level", None, 3)]
+        assert describe_synonyms(b.bootstrap, 4, "1", KERBEROS) == [(KERBEROS, "120000", 2)]
+        assert describe_synonyms(b.bootstrap, 4, "", "acme.audit.level") == [("acme.audit.level", None, 3)]
 
     described()
     # changed again: the warning is not repeated
@@ -80,13 +80,13 @@ def test_configs_kafka_stores_without_acting_on_them_are_stored_described_and_ke
         assert log.count(f"dynamic broker config {name} is stored but not used") == 1, name
 
     # what Kafka refuses stays refused, and changes nothing: a known broker config that is not dynamic
-    assert _default_level(b.bootstrap, name="1", inter_broker_protocol_version=("SET", "3.9")) == (
+    assert alter_cluster_default(b.bootstrap, name="1", inter_broker_protocol_version=("SET", "3.9")) == (
         "invalid_request", "Cannot update these configs dynamically: Set(inter.broker.protocol.version)")
     # key stores change per listener only
-    code, message = _default_level(b.bootstrap, name="1", ssl_keystore_location=("SET", "/tmp/ks.p12"))
+    code, message = alter_cluster_default(b.bootstrap, name="1", ssl_keystore_location=("SET", "/tmp/ks.p12"))
     assert code == "invalid_request" and "only per-listener using the listener prefix" in (message or "")
     # the listeners' SASL configs are per broker
-    assert _default_level(b.bootstrap, sasl_kerberos_min_time_before_relogin=("SET", "1")) == (
+    assert alter_cluster_default(b.bootstrap, sasl_kerberos_min_time_before_relogin=("SET", "1")) == (
         "invalid_request", "Cannot update these configs at default cluster level, broker id must be specified: "
         f"Set({KERBEROS})")
     assert _stored(zk_connect, "1") == {KERBEROS: "120000", PLUGIN: "https://audit", LISTENER_KERBEROS: "kafka"}

@@ -12,11 +12,11 @@ from typing import Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import partition_state
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
 from helpers import free_port
-from test_broker_metrics import scrape
-from test_cluster_replication import partition_state
+from metrics_harness import scrape
 from tiered_cluster import tiered_member
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 from broker_harness import BrokerProcess
 from helpers import free_port
-from test_broker_metrics import scrape, value
+from metrics_harness import scrape, value
 from txn_helpers import HOUR_MS, create_topic, now_ms, open_transaction
 
 from tieredlog.log.producer_state import ProducerStateManager

@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import member, partition_state
 from kio.schema.errors import ErrorCode
-from test_cluster_replication import member, partition_state
 from txn_helpers import HOUR_MS, create_topic, idempotent_batch, now_ms, open_transaction, produce_batch
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 

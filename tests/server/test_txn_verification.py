@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 import pytest
 from broker_harness import BrokerProcess
+from cluster_harness import member, partition_state
 from helpers import wait_for
 from kio.schema.errors import ErrorCode
-from test_cluster_replication import member, partition_state
 from txn_helpers import create_topic
 from zk_harness import wait_until, zk_connect, zookeeper  # noqa: F401
 

@@ -6,11 +6,11 @@ planner's ranged reads."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from spark_harness import TOPIC, TS0, expected_rows, record, write_segment
 
 from spark_readers.catalog import Catalog, Lineage, build_lineage, resolve_slices
 from spark_readers.decoder import CorruptSegmentError, Source, decode_records, kafka_schema
@@ -20,67 +20,10 @@ from spark_readers.planner import PlanError, plan
 from spark_readers.read import read_task
 from spark_readers.storage import StorageError, open_storage, storage_spec
 from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint
-from tieredlog.formats.lineage import segment_leader_epochs
-from tieredlog.log.producer_state import encode_snapshot
-from tieredlog.log.segment import LogSegment
 from tieredlog.records.batch import iter_headers
 from tieredlog.records.record import CONTROL_COMMIT, build_batch, build_control_batch
-from tieredlog.rsm.api import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from tieredlog.rsm.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from tieredlog.rsm.local import LocalTieredStorage
-
-TOPIC = "orders"
-TS0 = 1_700_000_000_000
-CODECS = (0, 1, 2, 3, 4)  # none, gzip, snappy, lz4, zstd
-
-
-def record(i: int, tag: bytes = b"") -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]:
-    key = None if i % 7 == 3 else b"k%d" % i
-    value = None if i % 11 == 5 else tag + b"v%d-" % i * (1 + i % 9)
-    headers: list[tuple[str, bytes | None]] = [] if i % 3 else [("h", b"%d" % i), ("n", None)]
-    return key, value, headers, TS0 + i
-
-
-@dataclass
-class Written:
-    metadata: RemoteLogSegmentMetadata
-    records: dict[int, tuple]
-
-
-def write_segment(tmp: Path, rsm: LocalTieredStorage, tp: TopicIdPartition, epochs: list[tuple[int, int]],
-                  start: int, end: int, *, tag: bytes = b"", tag_from: int = 0, per_batch: int = 5, with_control: bool = False,
-                  jumble: bool = False) -> Written:
-    """Offsets start..end-1 in batches of ``per_batch`` records, codecs rotating, written by LogSegment
-    (which builds the offset and time indexes) and copied by LocalTieredStorage."""
-    folder = tmp / f"seg-{uuid.uuid4().hex[:8]}"
-    seg = LogSegment(folder, start, index_interval_bytes=200, active=True)
-    written: dict[int, tuple] = {}
-    offset = start
-    n = 0
-    while offset < end:
-        epoch = max(e for e, s in epochs if s <= offset)
-        if with_control and n % 4 == 3:
-            batch = build_control_batch(CONTROL_COMMIT, 7, 0, offset, TS0 + offset,
-                                        partition_leader_epoch=epoch)
-        else:
-            count = min(per_batch, end - offset)
-            records = [record(i, tag if i >= tag_from else b"A") for i in range(offset, offset + count)]
-            if jumble:  # timestamps out of offset order, as producers with skewed clocks write them
-                records = [(k, v, h, TS0 + (o * 37) % 101) for o, (k, v, h, _) in enumerate(records, offset)]
-            written.update({offset + k: r for k, r in enumerate(records)})
-            batch = build_batch(records, base_offset=offset, codec=CODECS[n % 5], partition_leader_epoch=epoch)
-        headers = [h for _, h in iter_headers(batch)]
-        seg.append(batch, headers)
-        offset = headers[-1].next_offset
-        n += 1
-    seg.close()
-    snapshot = folder / "empty.snapshot"
-    snapshot.write_bytes(encode_snapshot([]))  # no producer: as a broker uploads it for such a segment
-    md = RemoteLogSegmentMetadata(
-        RemoteLogSegmentId(tp, uuid.uuid4()), start, offset - 1, TS0 + offset, 0, TS0 + len(list(tmp.iterdir())),
-        seg.size, segment_leader_epochs(epochs, start, offset))
-    rsm.copy_log_segment_data(md, LogSegmentData(seg.log_path, seg.offset_index_path, seg.time_index_path, None,
-                                                 snapshot, encode_leader_epoch_checkpoint(epochs)))
-    return Written(md, written)
 
 
 @pytest.fixture
@@ -99,16 +42,6 @@ def read_all(folder: Path, **extra: str) -> pa.Table:
     rsm = open_storage(storage_spec(opts.path, opts.storage))
     batches = [read_task(rsm, t, opts.include_headers) for t in plan(rsm, opts)]
     return pa.Table.from_batches(batches, schema=kafka_schema(opts.include_headers))
-
-
-def expected_rows(written: dict[int, tuple], partition: int, offsets: range) -> list[dict]:
-    rows = []
-    for o in offsets:
-        key, value, headers, ts = written[o]
-        rows.append({"key": key, "value": value, "topic": TOPIC, "partition": partition, "offset": o,
-                     "timestamp": ts, "timestampType": 0,
-                     "headers": [{"key": k, "value": v} for k, v in headers] or None})
-    return rows
 
 
 def table_rows(table: pa.Table) -> list[dict]:

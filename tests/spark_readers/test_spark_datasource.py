@@ -217,8 +217,8 @@ def test_local_tiered_storage_layout_is_read_through_a_file_url(spark, tmp_path:
     """The broker's default remote tier (a LocalTieredStorage folder) through the fsspec RSM."""
     import uuid
 
-    from test_spark_core import TOPIC as CORE_TOPIC
-    from test_spark_core import expected_rows, write_segment
+    from spark_harness import TOPIC as CORE_TOPIC
+    from spark_harness import expected_rows, write_segment
 
     from tieredlog.rsm.api import TopicIdPartition
     from tieredlog.rsm.local import LocalTieredStorage

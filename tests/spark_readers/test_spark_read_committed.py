@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from spark_harness import spark  # noqa: F401  (fixture)
-from test_txn_remote import (
+from txn_remote_harness import (
     OVERRIDES,
     TIERED,
     TOPIC,

@@ -382,8 +382,8 @@ class FixedBrokers:
 def test_the_tail_starts_where_the_tier_ends_and_nothing_below_the_log_start_is_read(tmp_path: Path) -> None:
     import uuid
 
-    from test_spark_core import TOPIC as CORE_TOPIC
-    from test_spark_core import write_segment
+    from spark_harness import TOPIC as CORE_TOPIC
+    from spark_harness import write_segment
 
     from spark_readers.brokers import TailTask
     from spark_readers.filters import PushedFilters

@@ -2,38 +2,16 @@
 
 from __future__ import annotations
 
-from test_rlmm_topic_based import (  # the in-test LogManager slice and helpers
+from rlmm_harness import (  # the in-test LogManager slice and helpers
     TPS,
-    PartitionLogs,
+    build,
     log_manager_for,
     seg,
-    upd,
 )
 
 from tieredlog.cli import main as cli_main
 from tieredlog.rlmm.topic import METADATA_TOPIC
-from tieredlog.rsm import RemoteLogSegmentState
 from tieredlog.rsm.local import uuid_to_base64
-
-S = RemoteLogSegmentState
-
-
-def build(tmp_path):
-    logs = PartitionLogs(tmp_path)
-    m = log_manager_for(logs, tmp_path)
-    t = TPS[0]  # topic0, partition 0
-    done = seg(t, 0, 99, size=1234)
-    m.add_remote_log_segment_metadata(done)
-    m.update_remote_log_segment_metadata(upd(done, S.COPY_SEGMENT_FINISHED))
-    pending = seg(t, 100, 199)
-    m.add_remote_log_segment_metadata(pending)
-    gone = seg(t, 200, 299)
-    m.add_remote_log_segment_metadata(gone)
-    m.update_remote_log_segment_metadata(upd(gone, S.DELETE_SEGMENT_STARTED))
-    m.update_remote_log_segment_metadata(upd(gone, S.DELETE_SEGMENT_FINISHED))
-    other = seg(TPS[1], 0, 9)  # topic1
-    m.add_remote_log_segment_metadata(other)
-    return m, logs, done, pending, gone, other
 
 
 def test_segments_lists_states_of_one_topic(tmp_path, capsys):

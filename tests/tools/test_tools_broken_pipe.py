@@ -34,7 +34,7 @@ def test_dump_log_into_a_closed_pipe(tmp_path):
 
 @pytest.mark.integration
 def test_remote_dump_metadata_into_a_closed_pipe(tmp_path):
-    from test_rlmm_tools import build
+    from rlmm_harness import build
 
     m, *_ = build(tmp_path)
     m.close()

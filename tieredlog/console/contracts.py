@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from tieredlog.config import BrokerConfig
     from tieredlog.coordinator.group_coordinator import GroupCoordinator
     from tieredlog.log.config import LogConfig
+    from tieredlog.log.log_manager import LogManager
     from tieredlog.replication.metadata_cache import MetadataCache
     from tieredlog.replication.replica_manager import ReplicaManager
     from tieredlog.rlm.manager import RemoteLogManager
@@ -59,6 +60,6 @@ class BrokerState(Protocol):
     @property
     def group_coordinator(self) -> GroupCoordinator | None: ...
     @property
-    def log_manager(self) -> Any: ...
+    def log_manager(self) -> LogManager | None: ...
 
     def log_config_for(self, overrides: Any) -> LogConfig: ...

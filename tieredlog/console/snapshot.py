@@ -212,7 +212,8 @@ def _remote_of(rlm: RemoteLogManager, view: PartitionView) -> PartitionView:
 def _tiering_lag(broker: BrokerState, view: PartitionView, now_ms: int) -> TieringLag:
     oldest_ms = None
     if view.first_pending_base is not None:
-        plog = broker.log_manager.get_log(TopicPartition(view.topic, view.partition))
+        logs = broker.log_manager
+        plog = logs.get_log(TopicPartition(view.topic, view.partition)) if logs is not None else None
         seg = next((s for s in (plog.segments if plog is not None else []) if s.base_offset == view.first_pending_base),
                    None)
         if seg is not None:

@@ -33,7 +33,7 @@ from tieredlog.log.segment import (
     filename_prefix,
 )
 from tieredlog.log.storage_errors import describe_os_error, storage_error_log
-from tieredlog.log.types import FetchDataInfo, TopicPartition, parse_partition_dir
+from tieredlog.log.types import FetchDataInfo, SupportsBaseOffset, TopicPartition, parse_partition_dir
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class LocalLog:
         with self.lock:
             return sum(s.size for s in self._segments.values())
 
-    def next_base_offset(self, segment: LogSegment) -> int:
+    def next_base_offset(self, segment: SupportsBaseOffset) -> int:
         """The offset after ``segment``'s range: the next segment's base (gaps included), or the log end."""
         with self.lock:
             i = bisect.bisect_right(self._bases, segment.base_offset)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from tieredlog.formats.txn_index import AbortedTxn
@@ -18,6 +18,15 @@ class TopicPartition(NamedTuple):
     def __str__(self) -> str:
         # Kafka's TopicPartition.toString, which is also the partition directory name.
         return f"{self.topic}-{self.partition}"
+
+
+class SupportsBaseOffset(Protocol):
+    """A segment as the log's lookups by segment read it: where it begins. Any view of a segment the log
+    handed out qualifies, so a layer above that sees segments through its own narrower type can pass them
+    back (the remote tier's copy task does)."""
+
+    @property
+    def base_offset(self) -> int: ...
 
 
 class EpochEntry(NamedTuple):

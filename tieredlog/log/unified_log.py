@@ -45,6 +45,7 @@ from tieredlog.log.types import (
     FetchDataInfo,
     FetchIsolation,
     LogAppendInfo,
+    SupportsBaseOffset,
     TimestampAndOffset,
     TopicPartition,
 )
@@ -698,7 +699,7 @@ class UnifiedLog:
                 out.append(seg)
         return out
 
-    def next_segment_base_offset(self, segment: LogSegment) -> int:
+    def next_segment_base_offset(self, segment: SupportsBaseOffset) -> int:
         """The offset after ``segment``'s range (its remote end offset + 1), gaps included."""
         return self.local_log.next_base_offset(segment)
 
@@ -707,7 +708,7 @@ class UnifiedLog:
             if offset > self.highest_offset_in_remote_storage:
                 self.highest_offset_in_remote_storage = offset
 
-    def producer_snapshot_for(self, segment: LogSegment) -> Path:
+    def producer_snapshot_for(self, segment: SupportsBaseOffset) -> Path:
         """The producer snapshot taken when ``segment`` rolled (named by the next segment's base offset)."""
         nxt = self.next_segment_base_offset(segment)
         path = self.producer_state.snapshot_file(nxt)

@@ -38,7 +38,10 @@ class LogSegmentView(Protocol):
 
 
 class TieredLog(Protocol):
-    """One partition's log, as tiering reads and moves it."""
+    """One partition's log, as tiering reads and moves it. ``next_segment_base_offset`` and
+    ``producer_snapshot_for`` take back a segment this log listed (``segments_to_copy``,
+    ``only_local_log_segments``); the log's own methods accept anything with a base offset, so they
+    satisfy this view."""
 
     @property
     def topic_partition(self) -> TopicPartition: ...

@@ -13,7 +13,7 @@ import functools
 import logging
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -65,6 +65,7 @@ from tieredlog.server.topic_store import TopicMetadata, TopicStore, collision_ke
 from tieredlog.server.txn_verification import AddPartitionsToTxnManager, VerificationGuards
 
 if TYPE_CHECKING:
+    from tieredlog.replication.metadata_cache import MetadataCache
     from tieredlog.rlm.manager import RemoteLogManager
     from tieredlog.rlm.partition_remover import RemotePartitionRemover
     from tieredlog.security.sasl.config import ListenerSasl
@@ -98,7 +99,7 @@ class Broker:
         self.dynamic_config = DynamicBrokerConfig(config, self.node_id)
         self.topics: dict[str, TopicMetadata] = {}
         self.topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
-        self.log_manager: Any = None
+        self.log_manager: LogManager | None = None  # made by start(), from the topics' configs
         self.group_coordinator: GroupCoordinator | None = None
         self.transaction_coordinator: TransactionCoordinator | None = None
         # KIP-890 part 1: partition leaders verify a transaction's first batch with its coordinator
@@ -125,7 +126,7 @@ class Broker:
         self.sasl_listeners: dict[str, ListenerSasl] = {}
         self.scram_credentials: ScramCredentialStore | None = None
         # cluster mode: topic changes to write to ZooKeeper at the next topics_durable()
-        self._zk_pending: list[tuple[Any, Callable[[Any], bool]]] = []
+        self._zk_pending: list[tuple[Callable[[], Awaitable[None]], Callable[[MetadataCache], bool]]] = []
         # alone: partitions of created topics whose logs the next topics_durable() creates off the loop
         self._logs_to_create: list[tuple[TopicMetadata, int]] = []
         self.producer_ids: ProducerIdManager | None = None
@@ -260,7 +261,7 @@ class Broker:
         changed = t.configs != overrides
         t.configs = dict(overrides)
         for p in range(t.partitions):
-            plog = self.log_manager.get_log(TopicPartition(name, p))
+            plog = self._logs.get_log(TopicPartition(name, p))
             if plog is not None:
                 plog.config = cfg
         for listener in self.topic_config_listeners:
@@ -303,7 +304,7 @@ class Broker:
             selector = replica_selector(c["replica.selector.class"])
         except ValueError as exc:
             raise BrokerConfigError(str(exc)) from None
-        return ReplicaManager(self.node_id, self.log_manager, log_config_for=self._topic_config_for,
+        return ReplicaManager(self.node_id, self._logs, log_config_for=self._topic_config_for,
                               fetcher_config=fetcher, replica_lag_time_max_ms=c["replica.lag.time.max.ms"],
                               on_high_watermark_moved=self.append_watchers.notify, replica_selector=selector,
                               leader_throttled_rate=c["leader.replication.throttled.rate"],
@@ -330,6 +331,13 @@ class Broker:
         stage_metadata_topic(self)
         await self.topics_durable()  # the metadata topic's logs, before the RLMM reads them
         self.remote_log_manager = create_remote_log_manager(self)
+
+    @property
+    def _logs(self) -> LogManager:
+        # start() makes the LogManager before anything that reads or changes the logs can run
+        if self.log_manager is None:
+            raise RuntimeError("the broker has not started: its logs are not loaded")
+        return self.log_manager
 
     def _make_log_manager(self) -> LogManager:
         return LogManager(
@@ -384,7 +392,7 @@ class Broker:
         by an older run) are rebuilt from the logs' partition.metadata."""
         counts: dict[str, int] = {}
         ids: dict[str, uuid.UUID] = {}
-        for plog in self.log_manager.all_logs():
+        for plog in self._logs.all_logs():
             tp = plog.topic_partition
             counts[tp.topic] = max(counts.get(tp.topic, 0), tp.partition + 1)
             if plog.topic_id is not None:
@@ -497,15 +505,15 @@ class Broker:
         if not staged:
             return
         wanted = [(TopicPartition(t.name, p), t.topic_id, self.effective_log_config(t.configs)) for t, p in staged]
-        logs = self.log_manager
+        logs = self._logs
         created = await asyncio.get_running_loop().run_in_executor(
             None, lambda: [logs.get_or_create_log(tp, tid, cfg) for tp, tid, cfg in wanted])
         rm = self.replica_manager
         for (t, _), (tp, _, _), plog in zip(staged, wanted, created):
             if self.topics.get(t.name) is not t:
                 # deleted while its log was being made: the log goes too
-                if self.log_manager.get_log(tp) is plog:
-                    self.log_manager.delete_log(tp)
+                if self._logs.get_log(tp) is plog:
+                    self._logs.delete_log(tp)
             elif rm is not None and rm.get_partition(tp) is None:
                 rm.add_sole_replica(tp, plog)
 
@@ -518,7 +526,7 @@ class Broker:
         t = self.topics.get(topic)
         if t is None or not 0 <= partition < t.partitions:
             return None
-        return self.log_manager.get_log(TopicPartition(topic, partition))
+        return self._logs.get_log(TopicPartition(topic, partition))
 
     def check_new_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
@@ -629,8 +637,8 @@ class Broker:
             if self.replica_manager is not None:
                 self.replica_manager.remove_partition(tp)
             self.append_watchers.notify(tp)
-            if self.log_manager.get_log(tp) is not None:
-                self.log_manager.delete_log(tp)
+            if self._logs.get_log(tp) is not None:
+                self._logs.delete_log(tp)
         log.info("deleted topic %s", name)
 
     def create_partitions(self, name: str, count: int, validate_only: bool = False,
@@ -683,7 +691,7 @@ class Broker:
         cfg = self.effective_log_config(overrides)
         logs = []
         for p in range(t.partitions):
-            plog = self.log_manager.get_log(TopicPartition(name, p))
+            plog = self._logs.get_log(TopicPartition(name, p))
             if plog is None:
                 continue
             logs.append(plog)

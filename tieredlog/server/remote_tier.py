@@ -82,7 +82,7 @@ class RemoteTierServer(Protocol):
     def cluster_node(self) -> ClusterNode | None: ...
 
     @property
-    def log_manager(self) -> LogProvider: ...
+    def log_manager(self) -> LogProvider | None: ...  # None until the broker's logs are loaded
 
     @property
     def replica_manager(self) -> ReplicaManager | None: ...
@@ -135,6 +135,13 @@ def plugin_rlmm(broker: RemoteTierServer, configs: dict[str, Any]) -> RemoteLogM
     return rlmm
 
 
+def _loaded_logs(broker: RemoteTierServer) -> LogProvider:
+    # the remote tier is built on the broker's start-up path, after its logs load
+    logs = broker.log_manager
+    assert logs is not None
+    return logs
+
+
 def stage_metadata_topic(broker: RemoteTierServer, cfg: RemoteLogManagerConfig | None = None) -> None:
     """Alone, with the topic-based RLMM: create ``__remote_log_metadata`` when missing. Its logs exist
     once the caller awaited ``broker.topics_durable()``."""
@@ -160,7 +167,7 @@ def build_rlmm(broker: RemoteTierServer, cfg: RemoteLogManagerConfig) -> RemoteL
         t = broker.get_topic(name)
         return t.partitions if t is not None else broker.create_internal_topic(name, partitions, configs).partitions
 
-    topic = LogMetadataTopic(broker.log_manager, create_topic, replication_factor=1, retention_ms=rcfg.retention_ms)
+    topic = LogMetadataTopic(_loaded_logs(broker), create_topic, replication_factor=1, retention_ms=rcfg.retention_ms)
     return TopicBasedRemoteLogMetadataManager(topic, configs)
 
 
@@ -172,7 +179,7 @@ def create_remote_log_manager(broker: RemoteTierServer) -> RemoteLogManager | No
         return None
     rsm = build_rsm(cfg)
     rlmm = build_rlmm(broker, cfg)
-    rlm = RemoteLogManager(cfg, broker.log_manager, rsm, rlmm)
+    rlm = RemoteLogManager(cfg, _loaded_logs(broker), rsm, rlmm)
     rlm.start()
     rlm.watch_log_manager()
     log.info(
@@ -288,7 +295,7 @@ def create_cluster_remote_log_manager(broker: RemoteTierServer) -> RemoteLogMana
     assert rm is not None
     configs = rlmm_configs_for(broker, cfg)
     rlmm = plugin_rlmm(broker, configs) or cluster_topic_based_rlmm(broker, configs)
-    rlm = RemoteLogManager(cfg, broker.log_manager, build_rsm(cfg), rlmm)
+    rlm = RemoteLogManager(cfg, _loaded_logs(broker), build_rsm(cfg), rlmm)
     rlm.start()
     # a deleted topic's remote data: the topic-based manager's, from __remote_log_metadata; a plugin
     # manager keeps its metadata elsewhere and deletes it as it sees fit
