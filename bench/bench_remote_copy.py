@@ -208,11 +208,10 @@ def bench_s3(source: Source, runs_n: int) -> None:
                     put(prefix + f.name, f)
             return lambda: run
 
-        # one RSM (one client) for every run, as in a broker; each run copies under new segment ids
-        rsm = S3RemoteStorageManager()
-        rsm.configure(endpoint.rsm_configs(prefix="rlm/"))
-
         def copy() -> Callable[[], None]:
+            # configured before the clock starts, as a broker does once (the RLM's shutdown closes it)
+            rsm = S3RemoteStorageManager()
+            rsm.configure(endpoint.rsm_configs(prefix=f"rlm-{uuid.uuid4().hex[:8]}/"))
             return rlm_copier(source, rsm)
 
         paths = {
@@ -234,7 +233,6 @@ def bench_s3(source: Source, runs_n: int) -> None:
         best_raw = max(rate["managed"], rate["sequential"])
         print(f"[{tag}] RATIO RLM copy/best raw multipart PUT : {rate['rlm'] / best_raw:5.2f}   (target >= 1)")
         print(f"[{tag}] RATIO RLM copy/raw sequential PUT     : {rate['rlm'] / rate['sequential']:5.2f}")
-        rsm.close()
     finally:
         if endpoint._stop is not None:
             endpoint._stop()
