@@ -17,7 +17,13 @@ beside it, the same files are copied plainly:
 Best of ``REMOTE_COPY_BENCH_RUNS`` (default 3) interleaved runs each (the host is shared). Printed: MiB/s,
 the CPU seconds per MiB of this process (every thread: boto3 and the copy run here), and the
 ratios (targets: RLM copy >= 0.9x a plain copy, >= 1x raw multipart PUTs).
-``REMOTE_COPY_BENCH_SKIP`` = comma list of ``local``, ``s3``.
+
+- producer: a real broker (local backend) holds the same amount in a tiered topic whose copies are
+  disabled (``remote.log.copy.disable``); a prober sends one small acks=1 Produce at a time to a
+  topic of its own, first with nothing else running, then while the copies, enabled, tier the backlog.
+  Printed: the prober's p50 / p99 / max in both phases, and the copy's MiB/s in the broker.
+
+``REMOTE_COPY_BENCH_SKIP`` = comma list of ``local``, ``s3``, ``producer``.
 
     python -m bench bench_remote_copy
 """
@@ -238,6 +244,60 @@ def bench_s3(source: Source, runs_n: int) -> None:
             endpoint._stop()
 
 
+def bench_producer(total: int, segment: int) -> None:
+    import threading
+
+    from broker_harness import BrokerProcess
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+
+    from bench.bench_tiered import _list_offset, _produce
+    from bench.latency_probe import p50_p99_max, probe
+
+    with tempfile.TemporaryDirectory(prefix="bench-remote-copy-broker-") as d:
+        b = BrokerProcess(Path(d) / "data", {"remote.log.manager.task.interval.ms": "200",
+                                             "rlmm.config.remote.log.metadata.topic.num.partitions": "1"}).start()
+        try:
+            admin = AdminClient({"bootstrap.servers": b.bootstrap})
+            for f in admin.create_topics([NewTopic("quiet", 1, 1), NewTopic("backlog", 1, 1, config={
+                    "segment.bytes": str(segment), "retention.ms": "-1", "remote.storage.enable": "true",
+                    "remote.log.copy.disable": "true"})]).values():
+                f.result(30)
+            _produce(b.bootstrap, ["backlog"], 1, total, 1024, 16)
+            end = _list_offset(b.bootstrap, "backlog", 0, -1)
+
+            def probed(until: Callable[[], bool]) -> tuple[list[float], float]:
+                lat: list[float] = []
+                stop = threading.Event()
+                prober = threading.Thread(target=probe, args=(b.bootstrap, "quiet", stop, lat), daemon=True)
+                prober.start()
+                t0 = time.perf_counter()
+                while not until():
+                    time.sleep(0.05)
+                t = time.perf_counter() - t0
+                stop.set()
+                prober.join(30)
+                return lat[5:], t  # the first round trips open the connection
+
+            idle_until = time.perf_counter() + 5
+            idle, _ = probed(lambda: time.perf_counter() > idle_until)
+            res = ConfigResource("topic", "backlog", incremental_configs=[ConfigEntry(
+                "remote.log.copy.disable", "false", incremental_operation=AlterConfigOpType.SET)])
+            admin.incremental_alter_configs([res])[res].result(30)
+            rolled = sum(f.stat().st_size for f in sorted((Path(d) / "data" / "backlog-0").glob("*.log"))[:-1])
+            last_rolled = int(sorted((Path(d) / "data" / "backlog-0").glob("*.log"))[-1].name[:20]) - 1
+            busy, t_copy = probed(lambda: _list_offset(b.bootstrap, "backlog", 0, -5) >= last_rolled)
+            print(f"[producer] tiered {rolled / MIB:.0f} MiB of {end} records in the broker: "
+                  f"{rolled / MIB / t_copy:8.1f} MiB/s ({t_copy:.2f} s, task interval 200 ms)")
+            print(f"[producer] {'quiet partition produce':<26}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'probes':>8}")
+            for label, lat in (("nothing else running", idle), ("while copying", busy)):
+                p50, p99, mx = p50_p99_max(lat)
+                print(f"[producer] {label:<26}{p50:9.1f}{p99:9.1f}{mx:9.1f}{len(lat):8d}")
+            (i50, i99, _), (b50, b99, _) = p50_p99_max(idle), p50_p99_max(busy)
+            print(f"[producer] RATIO while copying/idle: p50 {b50 / i50:.2f}x, p99 {b99 / i99:.2f}x")
+        finally:
+            b.stop()
+
+
 def main() -> None:
     skip = set(filter(None, os.environ.get("REMOTE_COPY_BENCH_SKIP", "").split(",")))
     total = _env("REMOTE_COPY_BENCH_MB", 512) * MIB
@@ -245,13 +305,16 @@ def main() -> None:
     runs_n = _env("REMOTE_COPY_BENCH_RUNS", 3)
     root = Path(tempfile.mkdtemp(prefix="bench-remote-copy-"))
     try:
-        source = Source(root, total, segment)
-        print(f"{len(source.rolled)} rolled segments, {source.log_bytes / MIB:.0f} MiB of records; "
-              f"{len(source.files)} files, {source.nbytes / MIB:.0f} MiB with indexes and snapshots")
+        if not {"local", "s3"} <= skip:
+            source = Source(root, total, segment)
+            print(f"{len(source.rolled)} rolled segments, {source.log_bytes / MIB:.0f} MiB of records; "
+                  f"{len(source.files)} files, {source.nbytes / MIB:.0f} MiB with indexes and snapshots")
         if "local" not in skip:
             bench_local(source, root, runs_n)
         if "s3" not in skip:
             bench_s3(source, runs_n)
+        if "producer" not in skip:
+            bench_producer(total, segment)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
