@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-remote-cleaner bench-rebalance bench-tls bench-flood bench-host fuzz install install-test system-deps clean
+.PHONY: run cluster test lint bench bench-cluster bench-replica-join bench-spark bench-transactions bench-cleaner bench-remote-cleaner bench-remote-copy bench-rebalance bench-tls bench-flood bench-host fuzz install install-test system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,11 @@ bench-cleaner: install-test system-deps
 
 bench-remote-cleaner: install-test
 	$(PY) -m bench bench_remote_cleaner
+
+# The RLM copy task (also part of `make bench`) beside shutil.copyfile of the same segment files (local backend)
+# and raw boto3 multipart uploads to SeaweedFS; REMOTE_COPY_BENCH_MB and REMOTE_COPY_BENCH_SEGMENT_MB size it.
+bench-remote-copy: install-test
+	$(PY) -m bench bench_remote_copy
 
 # confluent-kafka produce and consume over SSL beside PLAINTEXT, one broker with both listeners.
 bench-tls: install-test system-deps

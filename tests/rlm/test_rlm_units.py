@@ -369,8 +369,15 @@ def test_sequential_remote_reads_are_byte_identical_with_few_ranged_reads(tiered
     # not one per 1000-byte fetch
     assert ranged <= len(remote_bytes) // (8 * 1024) + 3 * segments
     assert len(remote_bytes) // 1000 > 2 * ranged
-    # only the first segment's offset index was needed: the reader enters every later segment at
-    # its start, through the stream set up (and read ahead) before it got there
+    # no offset index was needed: the catch-up starts at the first segment's start offset, and enters
+    # every later segment at its start, through the stream set up (and read ahead) before it got there
+    assert sum(e.type == "FETCH_OFFSET_INDEX" for e in events) == 0
+    # a read inside a segment finds its position through the index (once: it is cached)
+    first = rlm.list_segments(rlm._tip(plog.topic_partition, plog))[0]
+    rlm.read_path.prefetch.clear()
+    for offset in (first.start_offset + 3, first.start_offset + 5):
+        hdrs = [h for _, h in iter_headers(rlm.read(plog.topic_partition, offset, 1000, timeout=10))]
+        assert hdrs[0].base_offset <= offset <= hdrs[0].last_offset
     assert sum(e.type == "FETCH_OFFSET_INDEX" for e in events) == 1
 
 

@@ -7,7 +7,12 @@ import logging
 import pytest
 from s3servers import FaultyS3Proxy, moto_s3, seaweed_s3, unique_prefix  # noqa: F401
 
-from tieredlog.rsm.api import IndexType, RemoteStorageException, RetriableRemoteStorageException
+from tieredlog.rsm.api import (
+    IndexType,
+    RemoteResourceNotFoundException,
+    RemoteStorageException,
+    RetriableRemoteStorageException,
+)
 from tieredlog.rsm.config import RemoteStorageConfigError
 from tieredlog.rsm.keys import uuid_to_base64
 from tieredlog.rsm.s3 import MIB, S3RemoteStorageManager
@@ -149,7 +154,8 @@ def test_persistent_5xx_becomes_retriable_after_max_attempts(moto_s3, proxy, tmp
     proxy.fault = lambda r: 500 if r.method == "GET" else None
     with pytest.raises(RetriableRemoteStorageException, match="InternalError"):
         read_all(rsm.fetch_index(seg.metadata, IndexType.OFFSET))
-    assert len(proxy.seen("GET", ".index")) == 3
+    # the first GET goes through the plain pool; its 500 is handed to botocore's path, which tries 3 times
+    assert len(proxy.seen("GET", ".index")) == 1 + 3
 
 
 def test_checksums_only_when_required_by_default(moto_s3, proxy, tmp_path):
@@ -257,6 +263,50 @@ def test_configured_secret_is_never_logged(seaweed_s3, caplog, tmp_path):
     rsm.delete_log_segment_data(seg.metadata)
     assert "S3 remote storage: bucket" in caplog.text
     assert seaweed_s3.secret_key not in caplog.text
+    # the GETs went through presigned URLs (below): urllib3's request lines show their paths only
+    assert "X-Amz-Signature=" not in caplog.text
+    assert any("GET /" in r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool")
+
+
+def test_ranged_gets_go_through_presigned_urls_and_errors_through_botocore(moto_s3, proxy, tmp_path):
+    rsm = via_proxy(moto_s3, proxy)
+    seg = make_segment(tmp_path, size=5000)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    proxy.requests.clear()
+    assert read_all(rsm.fetch_log_segment(seg.metadata, 10, 20)) == seg.log[10:21]
+    assert read_all(rsm.fetch_log_segment(seg.metadata, 5000, 6000)) == b""  # 416: botocore's answer
+    gets = proxy.seen("GET", ".log")
+    # a presigned URL carries its signature in the query and no Authorization header
+    assert "X-Amz-Signature=" in gets[0].path and "authorization" not in gets[0].headers
+    assert gets[0].headers["range"] == "bytes=10-20"
+    assert [("X-Amz-Signature=" in g.path, "authorization" in g.headers) for g in gets[1:]] == [(True, False), (False, True)]
+    # a store that refuses: the plain GET's 403 is sent again by botocore, whose error is reported
+    proxy.fault = lambda r: 403 if r.method == "GET" else None
+    with pytest.raises(RemoteStorageException, match="AccessDenied"):
+        read_all(rsm.fetch_log_segment(seg.metadata, 0, 99))
+    proxy.fault = lambda r: None
+    # a missing object is RemoteResourceNotFoundException, as through botocore alone
+    rsm.delete_log_segment_data(seg.metadata)
+    with pytest.raises(RemoteResourceNotFoundException):
+        read_all(rsm.fetch_log_segment(seg.metadata, 0, 99))
+
+
+def test_a_body_cut_short_on_the_plain_path_is_retriable(moto_s3, tmp_path, monkeypatch):
+    import urllib3
+
+    rsm = configured(moto_s3)
+    seg = make_segment(tmp_path, size=300_000)
+    rsm.copy_log_segment_data(seg.metadata, seg.data)
+    real_read = urllib3.response.HTTPResponse.read
+
+    def cut(self, amt=None, *args, **kwargs):
+        raise urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead")
+
+    monkeypatch.setattr(urllib3.response.HTTPResponse, "read", cut)
+    with pytest.raises(RetriableRemoteStorageException, match="ProtocolError"):
+        read_all(rsm.fetch_log_segment(seg.metadata, 0, 99_999))
+    monkeypatch.setattr(urllib3.response.HTTPResponse, "read", real_read)
+    assert read_all(rsm.fetch_log_segment(seg.metadata, 0, 99_999)) == seg.log[:100_000]
 
 
 def test_body_reads_whole_range_at_once_or_piecewise(moto_s3, tmp_path):

@@ -269,7 +269,12 @@ class RemoteReadPath:
                 f"offset {fetch_offset} of {tip} is in no remote segment (log start {log.log_start_offset})"
             )
         while md is not None:
-            entry_offset, pos = self._index_cache.lookup_offset_entry(md, fetch_offset)
+            if fetch_offset <= md.start_offset:
+                # the segment's first batch holds its start offset: no index to fetch (a catch-up
+                # from the log start, or a fetch at a segment boundary, costs no index GETs)
+                entry_offset, pos = md.start_offset, 0
+            else:
+                entry_offset, pos = self._index_cache.lookup_offset_entry(md, fetch_offset)
             s = ReadStream(tip, md, fetch_offset, pos, log)
             s.chunk = s.first_chunk = min(CHUNK_MAX, max(self.chunk_min, 2 * max_bytes))
             try:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Mapping
 
-from tieredlog.atomic_file import atomic_copy, atomic_write, fsync_dir
+from tieredlog.atomic_file import atomic_copy, atomic_copy_file, atomic_write, fsync_dir
 from tieredlog.formats.manifest import MAX_MANIFEST_BYTES
 from tieredlog.rsm import keys
 from tieredlog.rsm.api import (
@@ -407,11 +407,11 @@ def _atomic_write(dest: Path, source: Path | bytes) -> int:
             if isinstance(source, (bytes, bytearray, memoryview)):
                 return atomic_copy(dest, io.BytesIO(source), sync_dir=False, unique_tmp=True)
             try:
-                src = open(source, "rb")
+                src = open(source, "rb", buffering=0)
             except FileNotFoundError:
                 raise RemoteStorageException(f"local file {source} does not exist") from None
             with src:
-                return atomic_copy(dest, src, sync_dir=False, unique_tmp=True)
+                return atomic_copy_file(dest, src, sync_dir=False, unique_tmp=True)
         except FileNotFoundError:
             # the folder is missing, or a concurrent delete of the partition's last segment removed it
             attempts += 1
