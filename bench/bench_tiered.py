@@ -28,6 +28,7 @@ fetch.wait.max.ms 500).
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -272,6 +273,18 @@ def _kcat(bootstrap: str, topic: str, ends: dict[int, int]) -> float:
     return t
 
 
+def _live_children() -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                    out.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
 def s3_tiered_broker(endpoint, root: Path, prefix: str):  # type: ignore[no-untyped-def]
     """A broker (not started) tiering to ``endpoint``'s bucket under ``prefix``, with fast tiering checks."""
     from broker_harness import BrokerProcess
@@ -321,10 +334,25 @@ def bench_s3() -> None:
         def cpu() -> float:  # the broker process's CPU seconds (user + system)
             return cpu_seconds(broker.proc.pid)
 
-        def timed(run) -> tuple[float, float]:
-            c0 = cpu()
+        def others() -> float:
+            """CPU seconds of every other process of the run: this one (the raw GETs' client), the kcats
+            it has waited for, and its live children but the broker (the S3 server)."""
+            done = resource.getrusage(resource.RUSAGE_CHILDREN)
+            total = time.process_time() + done.ru_utime + done.ru_stime
+            for pid in _live_children():
+                if pid != broker.proc.pid:
+                    total += cpu_seconds(pid)
+            return total
+
+        all_cpu: dict[str, list[float]] = {k: [] for k in ("raw", "kcat remote", "kcat local",
+                                                             "python remote", "python local")}
+
+        def timed(run, name: str) -> tuple[float, float]:
+            c0, o0 = cpu(), others()
             t = run()
-            return t, cpu() - c0
+            c = cpu() - c0
+            all_cpu[name].append(c + others() - o0)
+            return t, c
 
         # The baseline is what a reader of these objects straight from the server gets: one stream,
         # the same objects in offset order, each a whole-object GET read with one read() (boto3's
@@ -346,8 +374,10 @@ def bench_s3() -> None:
         runs: dict[str, list[tuple[float, float]]] = {k: [] for k in paths}
         for _ in range(_env("TIERED_BENCH_RUNS", 3)):
             for name, run in paths.items():
-                runs[name].append(timed(run))
+                runs[name].append(timed(run, name))
         best = {k: min(v) for k, v in runs.items()}
+        # every process's CPU in each path's best run, and the cores it kept busy meanwhile
+        best_all = {k: all_cpu[k][runs[k].index(best[k])] for k in runs}
         mb = raw / MIB
         rate = {k: mb / t for k, (t, _) in best.items()}
         tag = f"[{endpoint.name}]"
@@ -370,6 +400,9 @@ def bench_s3() -> None:
         print(f"{tag} RATIO broker CPU/MiB, kcat S3 tier/local: "
               f"{best['kcat remote'][1] / best['kcat local'][1]:5.2f}   (target <= 1.3)")
         print(f"{tag} RATIO Python S3 tier/raw GET            : {rate['python remote'] / rate['raw']:5.2f}")
+        for k in ("raw", "kcat remote", "kcat local"):
+            print(f"{tag} CPU of every process, {k:<12}: {best_all[k] * 1000 / mb:5.2f} ms/MiB, "
+                  f"{best_all[k] / best[k][0]:4.2f} of {os.cpu_count()} cores busy")
         print(f"{tag} RATIO Python S3 tier/local topic        : {rate['python remote'] / rate['python local']:5.2f}")
     finally:
         rc = broker.stop()
