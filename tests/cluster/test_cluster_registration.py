@@ -230,11 +230,11 @@ def test_zookeeper_restart_under_registered_brokers(zookeeper_factory: Callable[
         if session in (None, brief_session):
             return False
         got = brief.zk.get_data(znodes.broker_id_path(2))
-        return got is not None and got[1].ephemeralOwner == session
+        # the broker epoch is the new znode's czxid, noted once the create returns
+        return got is not None and got[1].ephemeralOwner == session and brief.broker_epoch == got[1].czxid
 
     # the new session comes first, the registration on it a moment later
     wait_until(registered_on_new_session, timeout=reconnect_s, message="broker 2 to register on a new session")
-    assert brief.broker_epoch is not None
     wait_until(lambda: steady.zk.connected, timeout=reconnect_s, message="broker 1 to reconnect")
     assert registration(steady)[1] == steady.zk.session_id == steady_session
     assert brief.elector.wait_for(lambda s: s.controller_id == 1 and s.epoch == 1, 10), brief.elector.state

@@ -183,11 +183,16 @@ def test_object_store_requests_are_counted_per_topic_and_priced(tiered_broker, b
         assert wait_for(lambda: c.poll(1), what="a record read from the remote tier").offset() == 0
     finally:
         c.close()
-    m = _samples(port)
     req = 'tieredlog_remote_storage_requests_total{operation="%s",topic="' + topic + '"}'
-    copies = m[f'kafka_server_brokertopicmetrics_remotecopyrequests_total{{topic="{topic}"}}']
+    copied = f'kafka_server_brokertopicmetrics_remotecopyrequests_total{{topic="{topic}"}}'
+
+    def settled() -> dict[str, float] | None:
+        """The samples once no copy is in flight: a copy is counted when it starts, its PUTs as they end."""
+        m = _samples(port)
+        return m if m[copied] > 0 and m[req % "PUT"] == 5 * m[copied] else None
+
     # one PUT per part of each copied segment: log, offset and time indexes, producer snapshot, epochs
-    assert m[req % "PUT"] == 5 * copies > 0
+    m = wait_for(settled, what="every copied segment's five PUTs counted")
     assert m[req % "GET"] >= 1 and m[f'tieredlog_remote_storage_bytes_total{{direction="in",topic="{topic}"}}'] > 0
     browser.get(f"http://127.0.0.1:{port}/console")
     row = browser.find_element(By.CSS_SELECTOR, f'[data-topic="{topic}"]')
