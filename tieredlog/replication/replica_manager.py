@@ -50,6 +50,7 @@ from tieredlog.replication.data_path import (
     diverging_epoch,
     error_code_of,
     fill_offsets,
+    read_size,
     records_size,
 )
 from tieredlog.replication.delayed_fetch import PartitionWatchers
@@ -429,7 +430,7 @@ class ReplicaManager:
         d.error_code = ErrorCode.none
         d.records = info.records
         d.aborted_transactions = aborted_of(info) if isolation is FetchIsolation.TXN_COMMITTED else None
-        return records_size(info.records)
+        return read_size(info)
 
     def _record_follower_fetch(self, replica_id: int, reads: list[PartitionRead]) -> None:
         for pr in reads:
