@@ -30,7 +30,11 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"  # a segment the cleaner is writing: never loaded
 SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in: the next load finishes the swap
 
-_SCAN_CHUNK = 64 * 1024  # header scans read this much at a time
+# Header scans read _SCAN_CHUNK at a time where batches are small (many headers per read), and a page
+# after a batch larger than a quarter of that (the next read holds one header however much it reads):
+# a fetch's scans over batches of a MB copy pages, not 64 KiB chunks, into memory.
+_SCAN_CHUNK = 64 * 1024
+_SCAN_PAGE = 4096
 _RECOVER_CHUNK = 4 * 1024 * 1024  # recovery reads whole batches in chunks of this size
 # Non-blocking header reads (``nowait=True``) use preadv(RWF_NOWAIT) (Linux 4.14+): it fails with EAGAIN,
 # or reads short, instead of waiting for the disk. 0 where the OS has no such flag: such reads block.
@@ -291,10 +295,11 @@ class LogSegment:
         pos = start
         buf: bytes | bytearray = b""
         buf_start = start
+        chunk = _SCAN_PAGE
         while end - pos >= HEADER_SIZE:
             off = pos - buf_start
             if off + HEADER_SIZE > len(buf):
-                buf = read(pos, min(_SCAN_CHUNK, end - pos))
+                buf = read(pos, min(chunk, end - pos))
                 buf_start, off = pos, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -303,6 +308,7 @@ class LogSegment:
                 return
             yield pos, read_header(buf, off)
             pos += size
+            chunk = _SCAN_PAGE if size > _SCAN_CHUNK // 4 else _SCAN_CHUNK
 
     def translate_offset(
         self, offset: int, starting_position: int = 0, *, nowait: bool = False
