@@ -325,9 +325,10 @@ class LogSegment:
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
         *, nowait: bool = False,
     ) -> tuple[FileSlice, int] | None:
-        """A slice from the batch holding ``start_offset``, at most ``max_size`` bytes (or one whole batch
-        when ``min_one_message``), never past ``max_position``. None when the offset is past the segment.
-        ``nowait``: PagesNotCached instead of waiting for the disk to find the batch."""
+        """A slice of the whole batches from the batch holding ``start_offset``, at most ``max_size`` bytes
+        (or one whole batch when ``min_one_message``), never past ``max_position``; its ``fetch_size``
+        is Kafka's slice, which may end inside a batch. None when the offset is past the segment.
+        ``nowait``: PagesNotCached instead of waiting for the disk to find the batches."""
         found = self.translate_offset(start_offset, nowait=nowait)
         if found is None:
             return None
