@@ -148,13 +148,34 @@ def test_read_caps_and_max_position(tmp_path):
     data = b"".join(batches)
     seg.append(data, headers_of(data))
     sl, _ = seg.read(100, 10)
-    assert sl.size == 10  # a partial batch, as Kafka returns without min_one_message
+    # Kafka's slice would be 10 bytes of a batch: nothing whole is sent, the 10 bytes are what the
+    # fetch counts
+    assert (sl.size, sl.fetch_size) == (0, 10)
     sl, _ = seg.read(100, 10, min_one_message=True)
     assert sl.size == size
     sl, _ = seg.read(103, 10_000, max_position=3 * size)
     assert (sl.position, sl.size) == (size, 2 * size)
     with sl.open() as f:
         assert os.pread(f.fileno(), sl.size, sl.position) == b"".join(batches[1:3])
+
+
+@pytest.mark.parametrize("interval", [1, 2, 10**6], ids=["indexed", "sparse-index", "unindexed"])
+def test_read_sends_whole_batches_and_counts_kafkas_slice(tmp_path, interval):
+    batches = golden_batches()
+    size = len(batches[0])
+    seg = make_segment(tmp_path, interval=interval * size)
+    data = b"".join(batches)
+    seg.append(data, headers_of(data))
+    # a max that ends inside the fourth batch: three whole batches go, Kafka's slice is counted
+    sl, first = seg.read(100, 3 * size + 7)
+    assert (first, sl.position, sl.size, sl.fetch_size) == (100, 0, 3 * size, 3 * size + 7)
+    sl, first = seg.read(104, 2 * size - 1, min_one_message=True)
+    assert (first, sl.position, sl.size, sl.fetch_size) == (103, size, size, 2 * size - 1)
+    # up to the read's end (a high watermark inside the segment, or its end): nothing to cut
+    sl, _ = seg.read(103, 10 * size, max_position=5 * size)
+    assert (sl.position, sl.size, sl.fetch_size) == (size, 4 * size, 4 * size)
+    sl, _ = seg.read(100, 10 * size)
+    assert (sl.size, sl.fetch_size) == (len(data), len(data))
 
 
 def test_append_rejects_offsets_outside_relative_range(tmp_path):

@@ -256,6 +256,12 @@ class OffsetIndex(_SparseIndex):
             return self.base_offset, 0
         return self.base_offset + keys[i - 1], vals[i - 1]
 
+    def floor_position(self, position: int) -> int:
+        """The largest indexed batch position <= ``position``, else 0."""
+        _, vals = self._columns()
+        i = bisect.bisect_right(vals, position)
+        return vals[i - 1] if i else 0
+
     def entry(self, n: int) -> tuple[int, int]:
         keys, vals = self._columns()
         return self.base_offset + keys[n], vals[n]

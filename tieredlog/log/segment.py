@@ -30,7 +30,11 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"  # a segment the cleaner is writing: never loaded
 SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in: the next load finishes the swap
 
-_SCAN_CHUNK = 64 * 1024  # header scans read this much at a time
+# Header scans read _SCAN_CHUNK at a time where batches are small (many headers per read), and a page
+# after a batch larger than a quarter of that (the next read holds one header however much it reads):
+# a fetch's scans over batches of a MB copy pages, not 64 KiB chunks, into memory.
+_SCAN_CHUNK = 64 * 1024
+_SCAN_PAGE = 4096
 _RECOVER_CHUNK = 4 * 1024 * 1024  # recovery reads whole batches in chunks of this size
 # Non-blocking header reads (``nowait=True``) use preadv(RWF_NOWAIT) (Linux 4.14+): it fails with EAGAIN,
 # or reads short, instead of waiting for the disk. 0 where the OS has no such flag: such reads block.
@@ -138,15 +142,24 @@ class AppendMark(NamedTuple):
 
 @dataclass
 class FileSlice:
-    """A byte range of a segment file: what a local fetch sends (with ``os.sendfile`` when it can)."""
+    """A byte range of a segment file: what a local fetch sends (with ``os.sendfile`` when it can).
+
+    ``size`` covers whole batches only. ``fetch_size`` is the range Kafka's read would have sent, up
+    to its max bytes, which may end inside a batch: a fetch's ``min_bytes`` and byte budgets count it,
+    as Kafka's do, while the partial batch, which every client drops, is not sent (-1: ``size``)."""
 
     path: Path
     position: int
     size: int
     _file: LogFile | None = field(default=None, repr=False, compare=False)
+    available: int = field(default=-1, compare=False)
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def fetch_size(self) -> int:
+        return self.size if self.available < 0 else self.available
 
     def fileno(self) -> int:
         """A descriptor of the segment file, owned by the segment (do not close it); for os.sendfile."""
@@ -282,10 +295,11 @@ class LogSegment:
         pos = start
         buf: bytes | bytearray = b""
         buf_start = start
+        chunk = _SCAN_PAGE
         while end - pos >= HEADER_SIZE:
             off = pos - buf_start
             if off + HEADER_SIZE > len(buf):
-                buf = read(pos, min(_SCAN_CHUNK, end - pos))
+                buf = read(pos, min(chunk, end - pos))
                 buf_start, off = pos, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -294,6 +308,7 @@ class LogSegment:
                 return
             yield pos, read_header(buf, off)
             pos += size
+            chunk = _SCAN_PAGE if size > _SCAN_CHUNK // 4 else _SCAN_CHUNK
 
     def translate_offset(
         self, offset: int, starting_position: int = 0, *, nowait: bool = False
@@ -310,9 +325,10 @@ class LogSegment:
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
         *, nowait: bool = False,
     ) -> tuple[FileSlice, int] | None:
-        """A slice from the batch holding ``start_offset``, at most ``max_size`` bytes (or one whole batch
-        when ``min_one_message``), never past ``max_position``. None when the offset is past the segment.
-        ``nowait``: PagesNotCached instead of waiting for the disk to find the batch."""
+        """A slice of the whole batches from the batch holding ``start_offset``, at most ``max_size`` bytes
+        (or one whole batch when ``min_one_message``), never past ``max_position``; its ``fetch_size``
+        is Kafka's slice, which may end inside a batch. None when the offset is past the segment.
+        ``nowait``: PagesNotCached instead of waiting for the disk to find the batches."""
         found = self.translate_offset(start_offset, nowait=nowait)
         if found is None:
             return None
@@ -320,7 +336,22 @@ class LogSegment:
         limit = self._size if max_position is None else min(max_position, self._size)
         wanted = max(max_size, h.size) if min_one_message else max_size
         size = max(0, min(limit - pos, wanted))
-        return FileSlice(self.log_path, pos, size, self._log), h.base_offset
+        # ``limit`` is a batch boundary: a read that reaches it ends with a whole batch
+        whole = size if size == limit - pos else self._whole_batches(pos, h.size, pos + size, nowait)
+        return FileSlice(self.log_path, pos, whole, self._log, available=size), h.base_offset
+
+    def _whole_batches(self, pos: int, first_size: int, end: int, nowait: bool) -> int:
+        """Bytes of the whole batches in ``[pos, end)``, the batch at ``pos`` (``first_size`` bytes)
+        first. A fetch's slice ends where its max bytes cut it, maybe inside a batch that the client
+        drops and fetches again: not sending it saves up to a batch per fetch of copying and
+        transmission. The offset index (an entry at least every ``index.interval.bytes``) gives the
+        last indexed batch start within the range; headers are read from there only."""
+        if pos + first_size > end:
+            return 0  # not even the first batch is whole (no min_one_message)
+        start = max(pos + first_size, self.offset_index.floor_position(end))
+        for p, h in self.iter_headers(start, end, nowait=nowait):
+            start = p + h.size
+        return start - pos
 
     def read_bytes(self, position: int, size: int) -> bytes:
         return self._log.read(position, size)

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from tieredlog.errors import KafkaError, OffsetOutOfRangeError
 from tieredlog.formats.errors import CorruptRecordError, InvalidRecordError
+from tieredlog.log.segment import FileSlice
 from tieredlog.log.types import FetchDataInfo, FetchIsolation, TopicPartition
 from tieredlog.log.unified_log import UnifiedLog
 from tieredlog.protocol.fetch_encoder import FetchPartitionData
@@ -136,6 +137,13 @@ def records_size(records: Any) -> int:
     if isinstance(records, (bytes, bytearray, memoryview)):
         return len(records)
     return int(records.size)
+
+
+def read_size(info: FetchDataInfo) -> int:
+    """What a local read counts against the fetch's byte budgets and ``min_bytes``: Kafka's slice, up
+    to its max bytes, even where the bytes sent stop at the last whole batch (FileSlice.fetch_size)."""
+    records = info.records
+    return records.fetch_size if isinstance(records, FileSlice) else records_size(records)
 
 
 def aborted_of(info: FetchDataInfo) -> list[tuple[int, int]] | None:

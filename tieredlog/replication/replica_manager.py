@@ -50,6 +50,7 @@ from tieredlog.replication.data_path import (
     diverging_epoch,
     error_code_of,
     fill_offsets,
+    read_size,
     records_size,
 )
 from tieredlog.replication.delayed_fetch import PartitionWatchers
@@ -93,6 +94,12 @@ StopListener = Callable[[TopicPartition, tuple[int, ...], bool], None]
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _acks_failed(result: PartitionAppendResult, error: type[Exception] | None) -> None:
+    if error is not None:
+        result.error_code = error.code  # type: ignore[attr-defined]
+        result.error_message = None
 
 
 class ReplicaManager:
@@ -210,17 +217,19 @@ class ReplicaManager:
 
     async def wait_for_acks(self, tp: TopicPartition, required_offset: int, timeout_s: float) -> type[Exception] | None:
         """acks=all: wait until the high watermark reaches ``required_offset`` (the append's next offset)."""
+        return await self.delayed_produce.wait(tp, self._acks_check(tp, required_offset), timeout_s)
+
+    def _acks_check(self, tp: TopicPartition, required_offset: int) -> Callable[[], tuple[bool, type[Exception] | None]]:
+        """Whether an acks=all append that ended at ``required_offset`` is done: (done, error)."""
         p = self.partitions.get(tp)
-        if p is None:
-            return NotLeaderOrFollowerError
 
         def check() -> tuple[bool, type[Exception] | None]:
             current = self.partitions.get(tp)
-            if current is not p:
+            if p is None or current is not p:
                 return True, NotLeaderOrFollowerError
             return p.check_enough_replicas_reach_offset(required_offset)
 
-        return await self.delayed_produce.wait(tp, check, timeout_s)
+        return check
 
     async def append_records(self, entries: list[tuple[TopicPartition, bytes | None]], required_acks: int,
                              timeout_s: float, *, internal_allowed: bool = False,
@@ -295,12 +304,26 @@ class ReplicaManager:
         return res
 
     async def _wait_for_isr(self, appended: list[tuple[TopicPartition, PartitionAppendResult]], timeout_s: float) -> None:
-        waits = [(tp, r) for tp, r in appended if r.required_offset is not None]
-        errors = await asyncio.gather(*(self.wait_for_acks(tp, r.required_offset or 0, timeout_s) for tp, r in waits))
-        for (_tp, r), error in zip(waits, errors):
-            if error is not None:
-                r.error_code = error.code  # type: ignore[attr-defined]
-                r.error_message = None
+        """As Kafka's delayedProduceRequestRequired: the appends the ISR already has (every one, where
+        this broker is the ISR) are answered at once, without a waiter (a task and loop turns per
+        request); the others park in the produce purgatory."""
+        waits = []
+        for tp, r in appended:
+            if r.required_offset is None:
+                continue
+            check = self._acks_check(tp, r.required_offset)
+            done, error = check()
+            if done:
+                _acks_failed(r, error)
+            else:
+                waits.append((tp, r, check))
+        if len(waits) == 1:
+            tp, r, check = waits[0]
+            _acks_failed(r, await self.delayed_produce.wait(tp, check, timeout_s))
+        elif waits:
+            errors = await asyncio.gather(*(self.delayed_produce.wait(tp, check, timeout_s) for tp, _, check in waits))
+            for (_tp, r, _check), error in zip(waits, errors):
+                _acks_failed(r, error)
 
     def _log_of(self, topic: str, partition: int) -> UnifiedLog | None:
         if self._topics is not None:
@@ -429,7 +452,7 @@ class ReplicaManager:
         d.error_code = ErrorCode.none
         d.records = info.records
         d.aborted_transactions = aborted_of(info) if isolation is FetchIsolation.TXN_COMMITTED else None
-        return records_size(info.records)
+        return read_size(info)
 
     def _record_follower_fetch(self, replica_id: int, reads: list[PartitionRead]) -> None:
         for pr in reads:

@@ -113,8 +113,8 @@ SMALL_REGION = 64 * 1024
 # page the probes miss costs the loop at most one PROBE_STEP of disk read.
 PROBE_STEP = 256 * 1024
 # A cold region is faulted in with this much after it: a sequential reader's next fetch starts at
-# or before the region's end, and the log finds its first batch by reading headers from there in
-# 64 KiB chunks (RWF_NOWAIT on the loop; on this pool when they are not cached).
+# or before the region's end, and the log finds its first batch by reading headers from there, up
+# to 64 KiB at a time (RWF_NOWAIT on the loop; on this pool when they are not cached).
 FAULT_IN_AFTER = 64 * 1024
 _PROBE = bytearray(1)  # what probes read is never looked at
 # A TLS connection cannot sendfile: a region is read and written through the transport this much at a
