@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -36,11 +37,21 @@ FAST = ["--override", "remote.log.manager.task.interval.ms=300", "--override", "
         "--override", "auto.leader.rebalance.enable=false"]
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _free_run(n: int) -> int:
-    """The first of ``n`` consecutive free ports."""
-    for _ in range(100):
-        base = free_port()
-        if base + n < 65536 and all(_bindable(base + i) for i in range(n)):
+    """The first of ``n`` consecutive free ports, below the kernel's ephemeral range: the cluster binds
+    them seconds later, and a port from that range can meanwhile be given to any outgoing connection
+    (seen in parallel runs: a broker's port taken before it bound)."""
+    top = _ephemeral_low() - n
+    for _ in range(200):
+        base = random.randrange(max(top - 12000, 1024), top)
+        if all(_bindable(base + i) for i in range(n)):
             return base
     raise AssertionError(f"no {n} consecutive free ports")
 
@@ -62,7 +73,7 @@ class DevClusterProcess:
         self.n = brokers
         self.base_port = _free_run(brokers)
         self.args = ["--brokers", str(brokers), "--dir", str(self.dir), "--base-port", str(self.base_port),
-                     "--zookeeper-port", str(free_port()), "--metrics-port", str(_free_run(brokers)), *FAST, *extra]
+                     "--zookeeper-port", str(_free_run(1)), "--metrics-port", str(_free_run(brokers)), *FAST, *extra]
         self.stderr = open(tmp_path / "dev-cluster.stderr", "w+")
         self.seen: list[str] = []  # every line that may name a pid: the processes to wait for at the end
         self.start()
@@ -245,7 +256,7 @@ def test_readme_failover_walkthrough(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_remote_s3_failover_reads_offset_zero_from_the_bucket(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                               dev_cluster_factory: list[DevClusterProcess]) -> None:
     kind = dev_cluster_s3.available_kind("auto")  # what `make cluster CLUSTER_ARGS='--remote s3'` picks
-    s3_port = free_port()
+    s3_port = _free_run(1)
     dev = DevClusterProcess(tmp_path, 3, "--remote", "s3", "--s3-port", str(s3_port))
     dev_cluster_factory.append(dev)
     dev.wait_ready()
