@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Generic, Mapping, Protocol, TypeVar
+from typing import Any, Generic
 
 from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
 from tieredlog.protocol.codec import InvalidRequest, UnsupportedVersion, decode_request, peek_header, warm_up
@@ -32,66 +32,19 @@ from tieredlog.security.sasl.authenticator import Admit, SaslClose, SaslIllegalS
 from tieredlog.security.ssl_principal import NoMatchingRule
 from tieredlog.security.tls import ListenerTls
 from tieredlog.security.tls_config import listener_tls
-from tieredlog.server.authorization import AuthorizerServer
 from tieredlog.server.connection_quotas import ConnectionQuotas, normalize_ip
-from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, Handler, RequestContext
-from tieredlog.server.dynamic_tls import DynamicTls, Reconfigurable
+from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
+from tieredlog.server.dynamic_tls import DynamicTls
 from tieredlog.server.listen import BoundListener, ListenerBindError, bind_listeners, close, listen
+from tieredlog.server.network_contracts import B, RequestDispatcher
 from tieredlog.server.sasl_apis import (
-    SaslListenerServer,
     authenticator_answer,
     connection_authenticator,
     illegal_sasl_state_answer,
 )
 from tieredlog.server.socket_sendfile import SocketSendfile, loop_has_sendfile, sendfile_nonblocking
 
-if TYPE_CHECKING:
-    from tieredlog.config import BrokerConfig
-    from tieredlog.replication.delayed_fetch import PartitionWatchers
-
 log = logging.getLogger(__name__)
-
-
-class RequestMetrics(Protocol):
-    """The broker's metrics as the writer records each response (tieredlog.server.broker_metrics)."""
-
-    def record_request(self, api_key: int, received: float) -> None: ...
-
-
-class NetworkBroker(AuthorizerServer, SaslListenerServer, Protocol):
-    """What the connections need of the broker, beside the broker the request contexts carry."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def dynamic_config(self) -> Reconfigurable: ...
-
-    @property
-    def metrics(self) -> RequestMetrics: ...
-
-    @property
-    def append_watchers(self) -> PartitionWatchers: ...
-
-
-B = TypeVar("B", bound=NetworkBroker)
-
-
-class RequestDispatcher(Protocol[B]):
-    """What the connections need of the dispatcher (tieredlog.server.dispatcher), whose handlers take
-    contexts of the broker ``B``."""
-
-    @property
-    def versions(self) -> Mapping[int, tuple[int, int]]: ...
-
-    def handler_for(self, api_key: int, version: int) -> Handler[B] | None: ...
-
-    async def run(self, handler: Handler[B], ctx: RequestContext[B], body: Any, received: float | None = None
-                  ) -> Any: ...
-
-    def unsupported_api_versions(self, correlation_id: int) -> bytes: ...
-
-    def reject_old_produce(self, payload: bytes, version: int, correlation_id: int) -> bytes: ...
 
 
 _I32 = struct.Struct(">i")
