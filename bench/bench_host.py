@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench.proc_cpu import cpu_seconds
+
 MB = int(os.environ.get("HOST_BENCH_MB", "600"))
 PARTITIONS = int(os.environ.get("HOST_BENCH_PARTITIONS", "4"))
 PRODUCERS = int(os.environ.get("HOST_BENCH_PRODUCERS", "2"))
@@ -47,8 +49,7 @@ def _records_file(path: Path, count: int) -> None:
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return cpu_seconds(pid)
 
 
 def _children_cpu_s() -> float:

@@ -37,6 +37,7 @@ if str(ROOT) not in sys.path:
 
 from s3servers import S3Endpoint, start_seaweedfs  # noqa: E402
 
+from bench.proc_cpu import cpu_seconds, live_children  # noqa: E402
 from spark_readers import read_topic  # noqa: E402
 from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint  # noqa: E402
 from tieredlog.log.producer_state import encode_snapshot  # noqa: E402
@@ -95,17 +96,7 @@ def write_segments(workdir: Path, total: int) -> list[tuple[RemoteLogSegmentMeta
 
 def _children_cpu() -> float:
     """CPU seconds of this process's child processes still running (the S3 server)."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    return sum(cpu_seconds(pid) for pid in live_children())
 
 
 # CPU seconds of the best run of the last call of best(): (this process, the S3 server)

@@ -24,8 +24,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.bench_spark_reader import cpu_seconds
 from bench.bench_tiered import MIB, _env, _kcat, _produce, _wait_tiered, s3_tiered_broker
+from bench.proc_cpu import cpu_seconds
 
 READER_THREADS = 10  # the broker's remote.log.reader.threads default
 

@@ -21,6 +21,8 @@ import tempfile
 import timeit
 from pathlib import Path
 
+from bench.proc_cpu import cpu_seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "tests" / "harness"):
     if str(p) not in sys.path:
@@ -68,8 +70,7 @@ def _recv_frame(s: socket.socket) -> None:
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(pid)
 
 
 def _broker_cpu_per_request(pid: int, port: int, frame: bytes, n: int) -> float:

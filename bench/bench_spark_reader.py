@@ -40,6 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.proc_cpu import cpu_seconds
+from bench.proc_cpu import parents as proc_parents
+
 MB = int(os.environ.get("SPARK_BENCH_MB", "1024"))
 RUNS = int(os.environ.get("SPARK_BENCH_RUNS", "5"))
 VALUE_SIZE = 1024
@@ -48,21 +51,10 @@ SEGMENT_BYTES = 128 << 20
 TOPIC = "history"
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 def spark_cpu_seconds(exclude: int) -> dict[str, float]:
     """CPU seconds of this process's descendants but ``exclude`` (the broker): Spark's JVM and its
     Python workers (the daemon forks them; they live as long as the session)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError):
-                continue
+    parents = proc_parents()
     out = {"jvm": 0.0, "python workers": 0.0}
     for pid in parents:
         p, inside = pid, False

@@ -36,6 +36,8 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.proc_cpu import cpu_seconds, live_children
+
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "tests" / "harness"):
     if str(p) not in sys.path:
@@ -199,8 +201,7 @@ def bench_broker() -> None:
         _read_files(remote_objs)  # both tiers equally warm in the page cache
 
         def cpu() -> float:  # the broker process's CPU seconds (user + system)
-            f = Path(f"/proc/{broker.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+            return cpu_seconds(broker.proc.pid)
 
         runs: dict[str, list[tuple[float, float]]] = {"local": [], "remote": []}
         counts = set()
@@ -273,18 +274,6 @@ def _kcat(bootstrap: str, topic: str, ends: dict[int, int]) -> float:
     return t
 
 
-def _live_children() -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                    out.append(int(entry.name))
-            except (OSError, ValueError):
-                continue
-    return out
-
-
 def s3_tiered_broker(endpoint, root: Path, prefix: str):  # type: ignore[no-untyped-def]
     """A broker (not started) tiering to ``endpoint``'s bucket under ``prefix``, with fast tiering checks."""
     from broker_harness import BrokerProcess
@@ -303,7 +292,6 @@ def bench_s3() -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
     from s3servers import start_moto, start_seaweedfs
 
-    from bench.bench_spark_reader import cpu_seconds
 
     if shutil.which("kcat") is None:
         raise SystemExit("bench_tiered's S3 part needs kcat (Debian package kcat; `make bench` installs it)")
@@ -339,7 +327,7 @@ def bench_s3() -> None:
             it has waited for, and its live children but the broker (the S3 server)."""
             done = resource.getrusage(resource.RUSAGE_CHILDREN)
             total = time.process_time() + done.ru_utime + done.ru_stime
-            for pid in _live_children():
+            for pid in live_children():
                 if pid != broker.proc.pid:
                     total += cpu_seconds(pid)
             return total
