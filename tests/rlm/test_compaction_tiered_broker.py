@@ -108,9 +108,11 @@ def test_the_compacted_view_read_through_the_remote_tier_equals_a_replay(broker_
     assert view == expected
     assert offsets == sorted(set(offsets))
     # the Spark reader's planner and decoder (read_topic) straight from the compacted tier, the part
-    # not tiered yet from the broker: the same view, the same offsets
+    # not tiered yet from the broker: the same view (cleaning may have gone on since the consumer read,
+    # so its offsets may be fewer, never out of order)
     rows = read_topic(TOPIC, {"path": remote.as_uri(), "kafka.bootstrap.servers": b.bootstrap}).read_all()
-    assert rows.column("offset").to_pylist() == offsets
+    read_offsets = rows.column("offset").to_pylist()
+    assert read_offsets == sorted(set(read_offsets)) and set(read_offsets) <= set(offsets)
     assert dict(zip(rows.column("key").to_pylist(), rows.column("value").to_pylist())) == expected
     assert not [line for line in b.log_text().splitlines() if " ERROR " in line]
 
@@ -124,11 +126,9 @@ def test_a_kill_9_mid_remote_cleaning_leaves_a_consistent_view(broker_factory, t
     scratch = b.data_dir / "remote-log-cleaner"
 
     def mid_round() -> bool:
-        """A throttled round has merged segments into a replacement and is still running (its scratch files
-        are there): the kill comes while it cleans the next ones."""
-        text = b.log_text()
-        last = text.rfind("compacted remote segments (")
-        return last > text.rfind("cleaned the remote tier") and scratch.is_dir() and any(scratch.iterdir())
+        """A throttled round is running (its scratch files are there): the kill comes while it cleans or
+        merges. (Waiting for a group's upload too missed the round whose one group is its whole tier.)"""
+        return scratch.is_dir() and any(scratch.iterdir())
 
     wait_for(mid_round, "no remote cleaning round in progress", WAIT_S, interval_s=0.01)
     b.kill9()
