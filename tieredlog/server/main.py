@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -169,7 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tieredlog.server import event_loop
 
-    return event_loop.run(serve(config))
+    rc = event_loop.run(serve(config))
+    if rc != 0:
+        # A start that failed half-way may leave threads behind (a ZooKeeper session's, a scheduler's);
+        # the interpreter ending them at exit has been seen to abort the process (SIGABRT) instead of
+        # exiting with the code the one logged line explains. Nothing is left to write: end here.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 if __name__ == "__main__":
