@@ -14,8 +14,9 @@
   (default) fails when no record is that recent, ``latest`` starts at the end instead.
 - ``endingTimestamp`` / ``endingOffsetsByTimestamp``: end (exclusive) at the earliest offset whose
   timestamp is at or after it; when none is, at the end of the tiered part.
-- ``failOnDataLoss``: ``true`` (default) fails when a requested offset is no longer in the remote tier
-  or a hole lies in the range; ``false`` reads what is there.
+- ``failOnDataLoss``: ``true`` (default) fails when a requested offset is no longer in the remote tier,
+  a hole lies in the range, or a planned segment is deleted while it is read; ``false`` reads what is
+  there (a deleted segment's rows are skipped with a warning).
 - ``includeHeaders``: ``false`` (default).
 - ``kafka.isolation.level``: ``read_committed`` (default here; Spark passes the option to its Kafka
   consumer, whose default is ``read_uncommitted``) skips the records of aborted transactions and stops

@@ -51,7 +51,7 @@ def brokers_for(options: ReaderOptions) -> Brokers | None:
 def read_partition(spec: StorageSpec, options: ReaderOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """One input partition's rows, from the remote tier or the brokers."""
     if isinstance(partition, ReadTaskPartition):
-        return read_task_batches(open_storage(spec), partition.task, options.include_headers)
+        return read_task_batches(open_storage(spec), partition.task, options.include_headers, options.fail_on_data_loss)
     if isinstance(partition, TailPartition):
         return read_tail(consumer_config(options.kafka, options.read_committed), partition.task,
                          options.include_headers, options.poll_timeout_ms)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -13,8 +14,12 @@ from tieredlog.records.batch import BatchHeader
 from tieredlog.rsm.api import RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
 
 
+log = logging.getLogger(__name__)
+
+
 class SegmentDeletedError(RemoteStorageException):
-    """A planned segment is gone (remote retention, DeleteRecords): the read fails rather than miss rows."""
+    """A planned segment is gone (remote retention, DeleteRecords): the read fails rather than miss rows,
+    unless ``failOnDataLoss=false`` (:func:`data_lost`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +37,27 @@ def read_task(rsm: RemoteStorageManager, task: ReadTask, include_headers: bool) 
     return decode_records(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
 
 
-def read_task_batches(rsm: RemoteStorageManager, task: ReadTask,
-                      include_headers: bool) -> Iterator[pa.RecordBatch]:
+def read_task_batches(rsm: RemoteStorageManager, task: ReadTask, include_headers: bool,
+                      fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
     """The task's rows in Arrow batches of a few MiB of the segment each, decoded one at a time: Spark
     takes in one while the next decodes."""
-    yield from decode_task_batches(task, fetch_task(rsm, task), include_headers)
+    try:
+        fetched = fetch_task(rsm, task)
+    except SegmentDeletedError as exc:
+        data_lost(task, exc, fail_on_data_loss)
+        return
+    yield from decode_task_batches(task, fetched, include_headers)
+
+
+def data_lost(task: ReadTask, exc: SegmentDeletedError, fail_on_data_loss: bool) -> None:
+    """A planned segment deleted under the read: with ``failOnDataLoss`` (the default) the
+    ``exc`` is raised; without, its rows are skipped, as Spark's Kafka
+    source skips offsets its consumer no longer finds, and one line says which."""
+    if fail_on_data_loss:
+        raise exc
+    log.warning("%s-%d: segment %s was deleted from the remote tier while it was read; offsets %d..%d skipped "
+                "(failOnDataLoss=false)", task.topic, task.partition, task.object_name, task.from_offset,
+                task.to_offset - 1)
 
 
 def decode_task_batches(task: ReadTask, fetched: FetchedTask, include_headers: bool) -> Iterator[pa.RecordBatch]:

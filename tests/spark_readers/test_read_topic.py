@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -326,6 +327,25 @@ def test_a_segment_deleted_under_a_read_fails_it_in_one_line(broker: BrokerProce
     with pytest.raises(SegmentDeletedError, match=f"^{TOPIC}-{first.partition}: segment .* was deleted from the "
                                                   "remote tier while it was read .*: read again$"):
         read.reader().read_all()
+
+
+def test_without_fail_on_data_loss_a_deleted_segment_is_skipped_in_one_line(
+        broker: BrokerProcess, caplog: pytest.LogCaptureFixture) -> None:
+    options = parse_options({**reader_options(broker), "topic": TOPIC, "failOnDataLoss": "false"})
+    read = plan_read(options)
+    tasks = [t for t in read.tasks if isinstance(t, ReadTask)]
+    every = arrow_rows(plan_read(options).reader().read_all())
+    gone = tasks[1]
+    read.rsm.delete_log_segment_data(gone.metadata)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="spark_readers.read"):
+        rows = arrow_rows(read.reader().read_all())
+    # the rows of every other segment, and none of the deleted one's
+    assert rows == [r for r in every if r[0] != gone.partition or not gone.from_offset <= r[1] < gone.to_offset]
+    assert len(rows) < len(every)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{TOPIC}-{gone.partition}: segment {gone.object_name} was deleted from the remote tier while it was read; "
+        f"offsets {gone.from_offset}..{gone.to_offset - 1} skipped (failOnDataLoss=false)"]
 
 
 def test_a_read_while_retention_deletes_under_it_never_misses_a_row(broker: BrokerProcess) -> None:
