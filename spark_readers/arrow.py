@@ -25,8 +25,14 @@ from spark_readers.brokers import Brokers, TailTask, consumer_config, read_tail
 from spark_readers.decoder import kafka_schema
 from spark_readers.options import ReaderOptions, parse_options
 from spark_readers.planner import ReadTask, Task, plan
-from spark_readers.read import (FetchedTask, SegmentDeletedError, data_lost, decode_task_batches, fetch_task,
-                                read_task_batches)
+from spark_readers.read import (
+    FetchedTask,
+    SegmentDeletedError,
+    data_lost,
+    decode_task_batches,
+    fetch_task,
+    read_task_batches,
+)
 from spark_readers.storage import open_storage, storage_spec
 from tieredlog.rsm.api import RemoteStorageManager
 

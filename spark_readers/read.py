@@ -13,7 +13,6 @@ from spark_readers.planner import ReadTask
 from tieredlog.records.batch import BatchHeader
 from tieredlog.rsm.api import RemoteResourceNotFoundException, RemoteStorageException, RemoteStorageManager
 
-
 log = logging.getLogger(__name__)
 
 

@@ -42,6 +42,7 @@ from tieredlog.rsm.api import RemoteStorageException, TopicIdPartition
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
+    from confluent_kafka.admin import AdminClient
 
 METADATA_TOPIC = "__remote_log_metadata"
 _BATCH = 10_000
@@ -63,29 +64,29 @@ def broker_metadata_listing(config: Mapping[str, str], timeout_s: float) -> Brok
 class BrokerMetadataListing:
     """A :class:`~spark_readers.catalog.SegmentListing` over ``__remote_log_metadata``: the state of each
     metadata partition read so far and where its reading stands, caught up on every listing of a topic
-    that maps to it. Thread safe."""
+    that maps to it. Thread safe. The state is kept for the process; the clients that ask the brokers
+    are made for each listing and let go after it, so a kept listing holds no connection between
+    queries."""
 
     def __init__(self, config: Mapping[str, str], timeout_s: float) -> None:
         require_confluent_kafka()
-        from confluent_kafka.admin import AdminClient
-
         self._config: dict[str, str | int | float | bool] = dict(config)
-        self._admin = AdminClient(self._config)
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._stores: dict[int, RemotePartitionMetadataStore] = {}
         self._next: dict[int, int] = {}  # metadata partition -> the offset to read from
 
     def topics(self) -> list[str]:
-        return sorted(t for t in self._partition_counts() if not t.startswith("__"))
+        return sorted(t for t in self._partition_counts(self._admin()) if not t.startswith("__"))
 
     def committed_segments(self, topic: str) -> dict[int, list[Segment]]:
-        counts = self._partition_counts()
+        admin = self._admin()
+        counts = self._partition_counts(admin)
         if topic not in counts:
             raise NothingTiered(f"topic {topic!r} is not on the brokers")
         if not counts.get(METADATA_TOPIC):
             raise NothingTiered(f"topic {topic!r} has no committed segments: the brokers have no {METADATA_TOPIC}")
-        topic_id = self._topic_id(topic)
+        topic_id = self._topic_id(admin, topic)
         mapped = {TopicIdPartition(topic_id, topic, p): metadata_partition(TopicIdPartition(topic_id, topic, p),
                                                                            counts[METADATA_TOPIC])
                   for p in range(counts[topic])}
@@ -108,20 +109,25 @@ class BrokerMetadataListing:
         # the planner takes the brokers' log start (ListOffsets EARLIEST), which is never behind this
         return None
 
-    def _partition_counts(self) -> dict[str, int]:
+    def _admin(self) -> AdminClient:
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self._config)
+
+    def _partition_counts(self, admin: AdminClient) -> dict[str, int]:
         from confluent_kafka import KafkaException
 
         try:
-            md = self._admin.list_topics(timeout=self._timeout_s)
+            md = admin.list_topics(timeout=self._timeout_s)
         except KafkaException as exc:
             raise CatalogError(f"cannot reach the brokers (kafka.bootstrap.servers): {exc.args[0]}") from None
         return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
-    def _topic_id(self, topic: str) -> uuid.UUID:
+    def _topic_id(self, admin: AdminClient, topic: str) -> uuid.UUID:
         from confluent_kafka import KafkaException, TopicCollection
 
         try:
-            (future,) = self._admin.describe_topics(TopicCollection([topic]),
+            (future,) = admin.describe_topics(TopicCollection([topic]),
                                                     request_timeout=self._timeout_s).values()
             tid = future.result().topic_id
         except KafkaException as exc:
