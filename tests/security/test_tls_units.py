@@ -31,8 +31,9 @@ from tieredlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tieredlog.security.ssl_principal import SslPrincipalMapper
 from tieredlog.security.tls import client_context, iana_cipher_name, server_context
 from tieredlog.security.tls_config import SslConfig, inter_broker_client_context, listener_tls
-from tieredlog.server import network
-from tieredlog.server.network import Connection, OpenRegion
+from tieredlog.server import file_regions, network
+from tieredlog.server.file_regions import OpenRegion
+from tieredlog.server.network import Connection
 
 # ---- listeners and their configs -------------------------------------------------------------------------
 
@@ -422,7 +423,7 @@ def _evict(path: Path) -> None:
 
 @pytest.mark.parametrize("cold", [False, True])
 def test_tls_region_write_reads_in_chunks(tmp_path: Path, cold: bool) -> None:
-    data = os.urandom(network.TLS_CHUNK * 2 + 12345)
+    data = os.urandom(file_regions.TLS_CHUNK * 2 + 12345)
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(b"head" + data + b"tail")
     if cold:

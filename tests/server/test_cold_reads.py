@@ -28,13 +28,15 @@ from typing import Any
 
 import pytest
 
-from tieredlog.server import network
-from tieredlog.server.network import Connection, OpenRegion, RawResponse
+from tieredlog.server import file_regions
+from tieredlog.server.file_regions import OpenRegion
+from tieredlog.server.network import Connection, RawResponse
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "RWF_NOWAIT"), reason="needs os.RWF_NOWAIT (Linux 4.14+)")
 
 DELAY_S = 0.5
-LARGE = 3 * 1024 * 1024 + 12345  # above SMALL_REGION: probed, then sendfile or the pool
+LARGE = 3 * 1024 * 1024 + 12345  # above LOOPBACK_REGION: probed, then sendfile or the pool
+MEDIUM = 700_000  # above SMALL_REGION, below LOOPBACK_REGION: read and written over loopback only
 SMALL = 20000  # read at once with RWF_NOWAIT, the rest on the pool
 
 _real_preadv = os.preadv
@@ -139,15 +141,17 @@ def _install(monkeypatch: pytest.MonkeyPatch, double: Any) -> None:
     monkeypatch.setattr(os, "sendfile", double.sendfile)
 
 
-async def _send(path: Path, position: int, size: int, *, cancel_after: float | None = None) -> tuple[bytes, float]:
+async def _send(path: Path, position: int, size: int, *, cancel_after: float | None = None,
+                remote_peer: bool = False) -> tuple[bytes, float]:
     """Send b"head" + the region + b"tail" through Connection._send_raw to a loopback client.
     Returns what the client received and the longest the loop went without running a ticker."""
-    received, longest, _ = await _send_regions([(path, position, size)], cancel_after=cancel_after)
+    received, longest, _ = await _send_regions([(path, position, size)], cancel_after=cancel_after,
+                                               remote_peer=remote_peer)
     return received, longest
 
 
 async def _send_regions(
-    regions: list[tuple[Path, int, int]], *, cancel_after: float | None = None
+    regions: list[tuple[Path, int, int]], *, cancel_after: float | None = None, remote_peer: bool = False
 ) -> tuple[bytes, float, float]:
     """Send b"head", each region followed by b"|", and b"tail"; also returns the seconds it took."""
     accepted: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -164,6 +168,9 @@ async def _send_regions(
     pool = ThreadPoolExecutor(2, thread_name_prefix="test-cold-read")
     stub = SimpleNamespace(broker=SimpleNamespace(config={"queued.max.requests": 16}), cold_reads=pool)
     conn = Connection(stub, reader, writer)  # type: ignore[arg-type]
+    assert conn.in_memory_region == file_regions.LOOPBACK_REGION
+    if remote_peer:  # what a connection from another host gets (the test's sockets are loopback)
+        conn.in_memory_region = file_regions.SMALL_REGION
     parts: list[object] = [b"head"]
     for path, position, size in regions:
         parts += [OpenRegion(open(path, "rb"), position, size), b"|"]
@@ -220,19 +227,21 @@ def test_cold_region_is_read_off_the_loop(
     assert (cold.loop_waits, cold.pool_waits) == (0, 1)
 
 
-@pytest.mark.parametrize("size", [LARGE, SMALL], ids=["large", "small"])
-def test_warm_region_is_sent_from_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+@pytest.mark.parametrize(("size", "remote_peer"), [(LARGE, False), (MEDIUM, True), (MEDIUM, False), (SMALL, True)],
+                         ids=["large", "medium-remote-peer", "medium-loopback", "small"])
+def test_warm_region_is_sent_from_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int,
+                                                 remote_peer: bool) -> None:
     path = tmp_path / "00000000000000000000.log"
     data = _write_file(path, size + 1000)  # just written: in the page cache
     spy = Spy(path)
     _install(monkeypatch, spy)
-    received, _ = asyncio.run(_send(path, 1000, size))
+    received, _ = asyncio.run(_send(path, 1000, size, remote_peer=remote_peer))
     assert received == b"head" + data[1000:] + b"|tail"
     assert spy.blocking_reads == 0 and spy.pool_calls == 0
-    if size > network.SMALL_REGION:
+    if size > (file_regions.SMALL_REGION if remote_peer else file_regions.LOOPBACK_REGION):
         assert spy.loop_sendfiles >= 1
         # first byte, last byte, one every PROBE_STEP between: a few syscalls, no copy
-        assert spy.nowait_reads == -(-(size - 1) // network.PROBE_STEP) + 1
+        assert spy.nowait_reads == -(-(size - 1) // file_regions.PROBE_STEP) + 1
     else:
         assert spy.loop_sendfiles == 0 and spy.nowait_reads == 1  # one read is the probe and the data
 
@@ -285,7 +294,7 @@ def test_really_evicted_file_is_read_on_the_pool(tmp_path: Path, monkeypatch: py
     try:
         # the project's machines (Linux, a disk-backed /tmp) evict and probe pages; a machine that
         # cannot is told so here rather than passing a test that proved nothing
-        resident = network._resident(fd, 0, LARGE)
+        resident = file_regions.resident(fd, 0, LARGE)
         assert not resident, "the file system kept the evicted pages in memory (tmpfs?): cold reads cannot be tested"
     finally:
         os.close(fd)
@@ -298,7 +307,7 @@ def test_really_evicted_file_is_read_on_the_pool(tmp_path: Path, monkeypatch: py
     assert spy.blocking_reads == 0
     fd = os.open(path, os.O_RDONLY)
     try:
-        assert network._resident(fd, 0, LARGE)  # the pool's reads brought it in
+        assert file_regions.resident(fd, 0, LARGE)  # the pool's reads brought it in
     finally:
         os.close(fd)
 
@@ -306,7 +315,7 @@ def test_really_evicted_file_is_read_on_the_pool(tmp_path: Path, monkeypatch: py
 def test_cancelled_during_cold_read_leaks_no_descriptor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "00000000000000000000.log"
     _write_file(path, LARGE)
-    network._devnull()  # opened once per process: not a leak
+    file_regions.devnull()  # opened once per process: not a leak
     gc.collect()  # descriptors earlier tests in this process left to the collector close now, not mid-test
     before = len(os.listdir("/proc/self/fd"))
     cold = ColdFile(path)
@@ -412,3 +421,10 @@ async def _with_ticker(coro: Any) -> Any:
         stop = True
         await t
         _LAST_GAP[0] = gap
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.3.2.1", True), ("::1", True), ("::ffff:127.0.0.1", True),
+    ("10.0.0.7", False), ("::ffff:10.0.0.7", False), ("fe80::1%eth0", False), ("2001:db8::1", False), ("?", False)])
+def test_loopback_peers_are_told_apart(host: str, loopback: bool) -> None:
+    assert file_regions.is_loopback(host) is loopback

@@ -25,7 +25,8 @@ from tieredlog.server.context import Handler, RequestContext
 from tieredlog.server.fetch_request import TOPIC_IDS_SINCE, FetchRequest, KioFetchRequest, fetch_request
 from tieredlog.server.fetch_session import FetchContext, FetchSessionCache
 from tieredlog.server.fetch_session import new_context as new_fetch_context
-from tieredlog.server.network import OpenRegion, RawResponse
+from tieredlog.server.file_regions import OpenRegion
+from tieredlog.server.network import RawResponse
 
 if TYPE_CHECKING:
     from tieredlog.replication.replica_manager import ReplicaManager

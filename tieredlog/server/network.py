@@ -4,8 +4,9 @@ Each connection has a reader coroutine and a writer coroutine joined by a bounde
 tasks. The reader keeps decoding requests while earlier ones wait (a Fetch parked for min bytes),
 handler tasks start in arrival order, and the writer sends responses strictly in request order, as
 Kafka clients match responses to requests FIFO. A frame we cannot read closes only its connection.
-A Fetch's file regions go out with sendfile from the page cache; a region whose pages are not there
-is first faulted in on the cold-read pool, so sending one never waits for a disk on the loop.
+A Fetch's file regions go out with sendfile from the page cache (or read and written, see
+``file_regions``); a region whose pages are not there is first faulted in on the cold-read pool, so
+sending one never waits for a disk on the loop.
 Each listener's acceptor admits connections within the limits of ``connection_quotas``, and a
 connection with no request for ``connections.max.idle.ms`` is closed.
 """
@@ -13,16 +14,13 @@ connection with no request for ``connections.max.idle.ms`` is closed.
 from __future__ import annotations
 
 import asyncio
-import errno
-import functools
 import logging
-import os
 import socket
 import struct
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic
 
 from tieredlog.protocol.api import API_VERSIONS, PRODUCE, PRODUCE_REJECTED_BELOW, api_name
@@ -35,6 +33,18 @@ from tieredlog.security.tls_config import listener_tls
 from tieredlog.server.connection_quotas import ConnectionQuotas, normalize_ip
 from tieredlog.server.context import CLOSE_CONNECTION, NO_RESPONSE, RequestContext
 from tieredlog.server.dynamic_tls import DynamicTls
+from tieredlog.server.file_regions import (
+    COLD_READ_THREADS,
+    LOOPBACK_REGION,
+    NOWAIT,
+    SMALL_REGION,
+    TLS_CHUNK,
+    ColdRegions,
+    OpenRegion,
+    is_loopback,
+    read_cached,
+    read_on_pool,
+)
 from tieredlog.server.listen import BoundListener, ListenerBindError, bind_listeners, close, listen
 from tieredlog.server.network_contracts import B, RequestDispatcher
 from tieredlog.server.sasl_apis import (
@@ -49,30 +59,6 @@ log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
 
-# Regions whose pages are not in the page cache are faulted in on a small pool of their own, never
-# on the event loop: a sendfile of uncached pages reads the disk inside the call, and every
-# connection of the broker would wait for it. Residency is probed with RWF_NOWAIT reads (Linux
-# 4.14+), which fail with EAGAIN instead of waiting for the disk. Without os.RWF_NOWAIT (another OS),
-# or on a file system that refuses it (EOPNOTSUPP), regions are sent as before: sendfile on the loop.
-_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
-COLD_READ_THREADS = 4
-# A response's regions are probed, and the cold ones faulted in, up to this many ahead of the one
-# being sent: the partitions of one fetch are read in parallel, and while earlier ones are sent.
-COLD_READ_AHEAD = COLD_READ_THREADS
-# A region up to this size is read with one RWF_NOWAIT preadv and written from memory: the probe
-# and the read are one syscall. A larger one is probed and sent with sendfile.
-SMALL_REGION = 64 * 1024
-# Probes of a large region: its first and last byte and one every PROBE_STEP bytes between, so a
-# page the probes miss costs the loop at most one PROBE_STEP of disk read.
-PROBE_STEP = 256 * 1024
-# A cold region is faulted in with this much after it: a sequential reader's next fetch starts at
-# or before the region's end, and the log finds its first batch by reading headers from there, up
-# to 64 KiB at a time (RWF_NOWAIT on the loop; on this pool when they are not cached).
-FAULT_IN_AFTER = 64 * 1024
-_PROBE = bytearray(1)  # what probes read is never looked at
-# A TLS connection cannot sendfile: a region is read and written through the transport this much at a
-# time, from the page cache on the loop, or on the cold-read pool for the pages that are not there.
-TLS_CHUNK = 256 * 1024
 # a StreamReader's buffer: a Produce of a 1 MB batch is read in a few large reads, not paused and resumed
 # every 128 KiB (asyncio's default, 64 KiB, costs a loop turn and two epoll changes per pause)
 STREAM_LIMIT = 1024 * 1024
@@ -93,22 +79,6 @@ class RawResponse:
                 p.close()
 
 
-class OpenRegion:
-    """A region of a segment file on a file object the server owns and closes: ``loop.sendfile``
-    moves its file position, and the log only uses positional I/O, so nothing else is disturbed.
-    Opened when the response is built, so a segment deleted by retention meanwhile stays readable."""
-
-    __slots__ = ("file", "position", "size")
-
-    def __init__(self, file: Any, position: int, size: int) -> None:
-        self.file = file
-        self.position = position
-        self.size = size
-
-    def close(self) -> None:
-        self.file.close()
-
-
 class Connection(Generic[B]):
     def __init__(self, server: KafkaServer[B], reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
@@ -124,6 +94,8 @@ class Connection(Generic[B]):
         peer = writer.get_extra_info("peername") or ("?", 0)
         self.host, self.port = str(peer[0]), int(peer[1])
         self.name = f"{self.host}:{self.port}"
+        # the size up to which a Fetch's file region is read and written rather than sent with sendfile
+        self.in_memory_region = LOOPBACK_REGION if is_loopback(self.host) else SMALL_REGION
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=server.broker.config["queued.max.requests"])
         self.closing = False
         self._read_task: asyncio.Task | None = None
@@ -385,7 +357,7 @@ class Connection(Generic[B]):
         tls = transport.get_extra_info("sslcontext") is not None
         sock = transport.get_extra_info("socket")
         out_fd = sock.fileno() if sock is not None and not tls else -1
-        cold = _ColdRegions(self.server.cold_reads, resp.parts) if _NOWAIT else None
+        cold = ColdRegions(self.server.cold_reads, resp.parts, self.in_memory_region) if NOWAIT else None
         try:
             for part in resp.parts:
                 if not isinstance(part, OpenRegion):
@@ -429,163 +401,15 @@ class Connection(Generic[B]):
         position, end = region.position, region.position + region.size
         while position < end:
             buf = bytearray(min(TLS_CHUNK, end - position))
-            got = _read_cached(fd, buf, position)
+            got = read_cached(fd, buf, position)
             if got < len(buf):
-                got += await _read_on_pool(self.server.cold_reads, fd, memoryview(buf)[got:], position + got)
+                got += await read_on_pool(self.server.cold_reads, fd, memoryview(buf)[got:], position + got)
             if got < len(buf):
                 # the size prefix is out: the connection cannot go on (as sendfile's short file)
                 raise ConnectionError(f"segment file ended {end - position - got} bytes short of a fetch region")
             self.writer.write(buf)
             await self.writer.drain()
             position += got
-
-
-class _ColdRegions:
-    """The regions of one response, in order, made ready to send without the event loop waiting for
-    the disk. ``next_region()`` returns a small region's bytes when they were all in the page cache
-    (one RWF_NOWAIT read), else None once the region's pages are in the page cache, faulted in on the
-    cold-read pool when they were not: send it then with sendfile. Regions are probed, and cold ones
-    submitted, up to COLD_READ_AHEAD ahead of the one asked for."""
-
-    __slots__ = ("pool", "regions", "ready", "taken")
-
-    def __init__(self, pool: ThreadPoolExecutor, parts: list[Any]) -> None:
-        self.pool = pool
-        self.regions = [p for p in parts if isinstance(p, OpenRegion)]
-        self.ready: list[bytearray | Future[None] | None] = []
-        self.taken = 0
-
-    async def next_region(self) -> bytearray | None:
-        i = self.taken
-        self.taken += 1
-        for region in self.regions[len(self.ready) : i + 1 + COLD_READ_AHEAD]:
-            self.ready.append(self._probe(region))
-        state = self.ready[i]
-        self.ready[i] = None
-        if isinstance(state, Future):
-            await asyncio.wrap_future(state)
-            return None
-        return state
-
-    def _probe(self, region: OpenRegion) -> bytearray | Future[None] | None:
-        fd, position, size = region.file.fileno(), region.position, region.size
-        if size <= SMALL_REGION:
-            data = bytearray(size)
-            try:
-                got = os.preadv(fd, [data], position, _NOWAIT)
-            except BlockingIOError:
-                got = 0
-            except OSError as exc:
-                if exc.errno == errno.EOPNOTSUPP:
-                    return None
-                raise
-            if got == size:
-                return data
-            # a short read stopped at a page not cached (or at the end of the file: sendfile says so)
-        elif _resident(fd, position, size):
-            return None
-        # The pool reads a dup, closed when the read ends or is cancelled: a connection cancelled
-        # meanwhile closes the region's file, and its descriptor number may be reused.
-        dup = os.dup(fd)
-        try:
-            future = self.pool.submit(fault_in, dup, position, size + FAULT_IN_AFTER)
-        except BaseException:
-            os.close(dup)  # refused: the pool is shut down
-            raise
-        future.add_done_callback(functools.partial(_close_fd, dup))
-        return future
-
-
-def _resident(fd: int, position: int, size: int) -> bool:
-    """Whether a region's pages are in the page cache, probed without waiting for the disk: one-byte
-    RWF_NOWAIT reads of its first byte, one every PROBE_STEP bytes and its last byte (EAGAIN: that
-    page is not cached, or is being read; the kernel may start reading it). True where the file
-    system cannot tell."""
-    end = position + size - 1
-    try:
-        for off in range(position, end, PROBE_STEP):
-            os.preadv(fd, [_PROBE], off, _NOWAIT)
-        os.preadv(fd, [_PROBE], end, _NOWAIT)
-    except BlockingIOError:
-        return False
-    except OSError as exc:
-        if exc.errno == errno.EOPNOTSUPP:
-            return True
-        raise
-    return True
-
-
-def _close_fd(fd: int, _done: Future[Any]) -> None:
-    os.close(fd)
-
-
-def _read_cached(fd: int, buf: bytearray, position: int) -> int:
-    """Bytes of ``buf`` read from the page cache without waiting for the disk: up to the first page not
-    cached; 0 where RWF_NOWAIT is missing or refused (the pool reads it all then)."""
-    if not _NOWAIT:
-        return 0
-    try:
-        return os.preadv(fd, [buf], position, _NOWAIT)
-    except BlockingIOError:
-        return 0
-    except OSError as exc:
-        if exc.errno == errno.EOPNOTSUPP:
-            return 0
-        raise
-
-
-async def _read_on_pool(pool: ThreadPoolExecutor, fd: int, view: memoryview, position: int) -> int:
-    # a dup, closed when the read ends: a connection cancelled meanwhile closes the region's file
-    dup = os.dup(fd)
-    try:
-        future = pool.submit(read_fully, dup, view, position)
-    except BaseException:
-        os.close(dup)  # refused: the pool is shut down
-        raise
-    future.add_done_callback(functools.partial(_close_fd, dup))
-    return await asyncio.wrap_future(future)
-
-
-def read_fully(fd: int, view: memoryview, position: int) -> int:
-    """Read into ``view`` from ``position`` until it is full or the file ends (on the cold-read pool:
-    this waits for the disk)."""
-    got = 0
-    while got < len(view):
-        n = os.preadv(fd, [view[got:]], position + got)
-        if n == 0:
-            break
-        got += n
-    return got
-
-
-def fault_in(fd: int, position: int, size: int) -> None:
-    """Bring ``size`` bytes at ``position`` of ``fd`` (less at the end of the file) into the page
-    cache, waiting for the disk; on the cold-read pool. A sendfile to /dev/null: the kernel reads the
-    pages and copies nothing. Never raises: a read error is left to the loop's sendfile that
-    follows, which reports it as it always has."""
-    end = position + size
-    try:
-        out = _devnull()
-        while position < end:
-            n = os.sendfile(out, fd, position, end - position)
-            if n == 0:
-                return
-            position += n
-    except OSError:
-        return
-
-
-_devnull_fd = -1
-_devnull_lock = threading.Lock()
-
-
-def _devnull() -> int:
-    global _devnull_fd
-    if _devnull_fd < 0:
-        with _devnull_lock:
-            if _devnull_fd < 0:
-                _devnull_fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
-    return _devnull_fd
 
 
 class KafkaServer(Generic[B]):
