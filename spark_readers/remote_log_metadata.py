@@ -127,8 +127,7 @@ class BrokerMetadataListing:
         from confluent_kafka import KafkaException, TopicCollection
 
         try:
-            (future,) = admin.describe_topics(TopicCollection([topic]),
-                                                    request_timeout=self._timeout_s).values()
+            (future,) = admin.describe_topics(TopicCollection([topic]), request_timeout=self._timeout_s).values()
             tid = future.result().topic_id
         except KafkaException as exc:
             raise CatalogError(f"cannot describe topic {topic!r} on the brokers: {exc.args[0]}") from None

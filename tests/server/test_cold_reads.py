@@ -8,8 +8,8 @@ them; an RWF_NOWAIT ``preadv`` fails with EAGAIN at an uncached first page and s
 one. When the region was sent with sendfile on the loop, the ticker stalled for the whole delay; now
 the pages are faulted in on the cold-read pool, then sent, and the loop keeps running.
 
-Also: a warm region still goes out with sendfile (a small one in one RWF_NOWAIT read) and nothing
-reaches the pool; the cold regions of one response are faulted in in parallel; a file really evicted from the page cache (fsync + POSIX_FADV_DONTNEED) is found not
+Also: a warm region still goes out with sendfile (a small one, or one up to LOOPBACK_REGION to a
+loopback peer, in one RWF_NOWAIT read) and nothing reaches the pool; the cold regions of one response are faulted in in parallel; a file really evicted from the page cache (fsync + POSIX_FADV_DONTNEED) is found not
 resident and faulted in; a connection cancelled during a cold read leaks no descriptor.
 """
 
