@@ -423,8 +423,12 @@ async def _with_ticker(coro: Any) -> Any:
         _LAST_GAP[0] = gap
 
 
-@pytest.mark.parametrize(("host", "loopback"), [
-    ("127.0.0.1", True), ("127.3.2.1", True), ("::1", True), ("::ffff:127.0.0.1", True),
-    ("10.0.0.7", False), ("::ffff:10.0.0.7", False), ("fe80::1%eth0", False), ("2001:db8::1", False), ("?", False)])
-def test_loopback_peers_are_told_apart(host: str, loopback: bool) -> None:
-    assert file_regions.is_loopback(host) is loopback
+@pytest.mark.parametrize(("peer", "local", "same_host"), [
+    ("127.0.0.1", "127.0.0.1", True), ("127.3.2.1", "127.0.0.1", True), ("::1", "::1", True),
+    ("::ffff:127.0.0.1", "::ffff:127.0.0.1", True),
+    ("10.0.0.7", "10.0.0.7", True),  # a client on this host that connected to its own address
+    ("::ffff:10.0.0.7", "10.0.0.7", True),
+    ("10.0.0.7", "10.0.0.8", False), ("::ffff:10.0.0.7", "::ffff:10.0.0.8", False), ("fe80::1%eth0", "fe80::2%eth0", False),
+    ("2001:db8::1", "2001:db8::2", False), ("?", "?", False)])
+def test_connections_from_the_same_host_are_told_apart(peer: str, local: str, same_host: bool) -> None:
+    assert file_regions.is_same_host(peer, local) is same_host

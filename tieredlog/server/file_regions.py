@@ -2,10 +2,11 @@
 
 A region of a segment file goes out with sendfile from the page cache when its pages are there; one
 whose pages are not is first faulted in on the cold-read pool. Residency is probed with RWF_NOWAIT
-reads, which fail instead of waiting for the disk. On a loopback connection a region up to
-LOOPBACK_REGION is read into memory with one such read and written instead: there, sendfile's page
-references cost the kernel more than a copy (the receiving side copies out of them in the sender's
-system call), so a consumer on the same host takes less CPU per byte and comes faster this way.
+reads, which fail instead of waiting for the disk. On a connection from the same host (over the
+loopback device) a region up to LOOPBACK_REGION is read into memory with one such read and written
+instead: there a consumer reading responses as they arrive costs the broker less CPU and comes
+faster this way, and the consumer itself spends about half the CPU receiving a copy rather than
+sendfile's page references.
 """
 
 from __future__ import annotations
@@ -32,11 +33,10 @@ COLD_READ_AHEAD = COLD_READ_THREADS
 # A region up to this size is read with one RWF_NOWAIT preadv and written from memory: the probe
 # and the read are one syscall. A larger one is probed and sent with sendfile.
 SMALL_REGION = 64 * 1024
-# The same on a loopback connection, up to a consumer's default max.partition.fetch.bytes: a
-# response holds at most COLD_READ_AHEAD + 1 of them in memory. Measured on 1 MiB regions sent over
-# loopback, sender and receiver together: sendfile 0.61-0.74 ms of CPU per MiB, pread + write
-# 0.41-0.51 (and faster); the broker serving a consumer of uncompressed records: 0.55-0.72 ms of
-# its CPU per MB with sendfile, 0.46-0.55 this way.
+# The same on a connection from this host, up to a consumer's default max.partition.fetch.bytes: a
+# response holds at most COLD_READ_AHEAD + 1 of them in memory. The broker serving a librdkafka
+# consumer of uncompressed records over loopback: 0.60-0.73 ms of its CPU per MB with sendfile,
+# 0.39-0.57 this way (bench/bench_loopback_send.py shows how it depends on the client's reads).
 LOOPBACK_REGION = 1024 * 1024
 # Probes of a large region: its first and last byte and one every PROBE_STEP bytes between, so a
 # page the probes miss costs the loop at most one PROBE_STEP of disk read.
@@ -216,12 +216,21 @@ def devnull() -> int:
     return _devnull_fd
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a connection's peer address is a loopback one (127.0.0.0/8, ::1, ::ffff:127.x.y.z)."""
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
-        return False  # not an IP address (a Unix socket's, a test double's): the general path
+        return None  # not an IP address (a Unix socket's, a test double's)
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
+        return address.ipv4_mapped
+    return address
+
+
+def is_same_host(peer: str, local: str) -> bool:
+    """Whether a connection runs over the loopback device: its peer's address is a loopback one
+    (127.0.0.0/8, ::1, ::ffff:127.x.y.z), or the connection's own local address (a client on this
+    host that connected to one of its other addresses: the kernel routes that through loopback too)."""
+    address = _address(peer)
+    if address is None:
+        return False  # the general path
+    return address.is_loopback or address == _address(local)

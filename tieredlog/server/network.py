@@ -41,7 +41,7 @@ from tieredlog.server.file_regions import (
     TLS_CHUNK,
     ColdRegions,
     OpenRegion,
-    is_loopback,
+    is_same_host,
     read_cached,
     read_on_pool,
 )
@@ -95,7 +95,8 @@ class Connection(Generic[B]):
         self.host, self.port = str(peer[0]), int(peer[1])
         self.name = f"{self.host}:{self.port}"
         # the size up to which a Fetch's file region is read and written rather than sent with sendfile
-        self.in_memory_region = LOOPBACK_REGION if is_loopback(self.host) else SMALL_REGION
+        local = writer.get_extra_info("sockname") or ("?", 0)
+        self.in_memory_region = LOOPBACK_REGION if is_same_host(self.host, str(local[0])) else SMALL_REGION
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=server.broker.config["queued.max.requests"])
         self.closing = False
         self._read_task: asyncio.Task | None = None
