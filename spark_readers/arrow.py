@@ -25,14 +25,7 @@ from spark_readers.brokers import Brokers, TailTask, consumer_config, read_tail
 from spark_readers.decoder import kafka_schema
 from spark_readers.options import ReaderOptions, parse_options
 from spark_readers.planner import ReadTask, Task, plan
-from spark_readers.read import (
-    FetchedTask,
-    SegmentDeletedError,
-    data_lost,
-    decode_task_batches,
-    fetch_task,
-    read_task_batches,
-)
+from spark_readers.read import FetchedTask, fetch_task, fetched_task_batches, read_task_batches
 from spark_readers.storage import open_storage, storage_spec
 from tieredlog.rsm.api import RemoteStorageManager
 
@@ -67,12 +60,8 @@ class TopicRead:
                 current = fetching if fetching is not None else pool.submit(fetch_task, self.rsm, task)
                 following = next((t for t in self.tasks[i + 1:i + 2] if isinstance(t, ReadTask)), None)
                 fetching = pool.submit(fetch_task, self.rsm, following) if following is not None else None
-                try:
-                    fetched = current.result()
-                except SegmentDeletedError as exc:
-                    data_lost(task, exc, self.options.fail_on_data_loss)
-                    continue
-                yield from decode_task_batches(task, fetched, self.options.include_headers)
+                yield from fetched_task_batches(task, current.result, self.options.include_headers,
+                                                self.options.fail_on_data_loss)
 
     def reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.batches())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 class SegmentDeletedError(RemoteStorageException):
     """A planned segment is gone (remote retention, DeleteRecords): the read fails rather than miss rows,
-    unless ``failOnDataLoss=false`` (:func:`data_lost`)."""
+    unless ``failOnDataLoss=false`` (:func:`fetched_task_batches`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,28 +40,25 @@ def read_task_batches(rsm: RemoteStorageManager, task: ReadTask, include_headers
                       fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
     """The task's rows in Arrow batches of a few MiB of the segment each, decoded one at a time: Spark
     takes in one while the next decodes."""
+    yield from fetched_task_batches(task, lambda: fetch_task(rsm, task), include_headers, fail_on_data_loss)
+
+
+def fetched_task_batches(task: ReadTask, fetched: Callable[[], FetchedTask], include_headers: bool,
+                         fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+    """:func:`read_task_batches` of the bytes ``fetched()`` gives (:func:`fetch_task`, maybe already
+    running in another thread). A planned segment deleted under the read: with ``failOnDataLoss`` (the
+    default) the read fails; without, its rows are skipped, as Spark's Kafka source skips offsets its
+    consumer no longer finds, and one line says which."""
     try:
-        fetched = fetch_task(rsm, task)
-    except SegmentDeletedError as exc:
-        data_lost(task, exc, fail_on_data_loss)
+        data = fetched()
+    except SegmentDeletedError:
+        if fail_on_data_loss:
+            raise
+        log.warning("%s-%d: segment %s was deleted from the remote tier while it was read; offsets %d..%d skipped "
+                    "(failOnDataLoss=false)", task.topic, task.partition, task.object_name, task.from_offset,
+                    task.to_offset - 1)
         return
-    yield from decode_task_batches(task, fetched, include_headers)
-
-
-def data_lost(task: ReadTask, exc: SegmentDeletedError, fail_on_data_loss: bool) -> None:
-    """A planned segment deleted under the read: with ``failOnDataLoss`` (the default) the
-    ``exc`` is raised; without, its rows are skipped, as Spark's Kafka
-    source skips offsets its consumer no longer finds, and one line says which."""
-    if fail_on_data_loss:
-        raise exc
-    log.warning("%s-%d: segment %s was deleted from the remote tier while it was read; offsets %d..%d skipped "
-                "(failOnDataLoss=false)", task.topic, task.partition, task.object_name, task.from_offset,
-                task.to_offset - 1)
-
-
-def decode_task_batches(task: ReadTask, fetched: FetchedTask, include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """:func:`read_task_batches` of bytes already fetched with :func:`fetch_task`."""
-    yield from decode_checked_batches(fetched.data, fetched.source, fetched.batches, task.from_offset, task.to_offset,
+    yield from decode_checked_batches(data.data, data.source, data.batches, task.from_offset, task.to_offset,
                                       include_headers)
 
 
