@@ -17,6 +17,12 @@ arrives) and one reading up to a whole response at a time: the sender's and the 
 MiB, the rate, and read + write over sendfile. Which of the two costs the sender less depends on how
 the receiver reads; the broker's choice was measured with librdkafka consumers against the broker
 (docs/operations.md).
+
+Then the same for bytes read from the remote tier, which are in memory already: written from memory
+(what the broker does: a view of the read-ahead in a vectored write) beside the same bytes in a
+memfd sent with sendfile (what a remote path that fetched into a memfd, or into a chunk file, would
+do). The fetch costs one copy either way (the object store's socket into memory, or into the memfd's
+pages); the send is what differs, and over loopback sendfile still copies.
 """
 
 from __future__ import annotations
@@ -73,7 +79,8 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-async def _send(path: Path, region: int, chunk: int, total: int, in_memory: int) -> dict[str, float]:
+async def _send(path: Path | bytes, region: int, chunk: int, total: int, in_memory: int) -> dict[str, float]:
+    """``path`` a file: its regions (the local log); bytes: views of them (remote read-ahead)."""
     accepted: asyncio.Future = asyncio.get_running_loop().create_future()
 
     async def on_accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -89,12 +96,14 @@ async def _send(path: Path, region: int, chunk: int, total: int, in_memory: int)
         stub = SimpleNamespace(broker=SimpleNamespace(config={"queued.max.requests": 16}), cold_reads=pool)
         conn = Connection(stub, reader, writer)  # type: ignore[arg-type]
         conn.in_memory_region = in_memory
-        slots = os.path.getsize(path) // region
+        memory = memoryview(path) if isinstance(path, bytes) else None
+        slots = (len(path) if isinstance(path, bytes) else os.path.getsize(path)) // region
         c0, t0 = _cpu(), time.perf_counter()
         for i in range(count):
             await reader.readexactly(1)  # the next request
-            parts = [b"head", OpenRegion(open(path, "rb"), (i % slots) * region, region), b"tail"]
-            await conn._send_raw(RawResponse(parts, region + 8))
+            at = (i % slots) * region
+            body = memory[at:at + region] if memory is not None else OpenRegion(open(path, "rb"), at, region)
+            await conn._send_raw(RawResponse([b"head", body, b"tail"], region + 8))
         out, _ = await asyncio.get_running_loop().run_in_executor(None, receiver.communicate)
         seconds, cpu = time.perf_counter() - t0, _cpu() - c0
     writer.close()
@@ -106,28 +115,46 @@ async def _send(path: Path, region: int, chunk: int, total: int, in_memory: int)
     return {"sender": cpu * 1000 / mib, "receiver": got["cpu"] * 1000 / mib, "rate": mib / seconds}
 
 
+def _memfd(data: bytes) -> Path:
+    """A memfd holding ``data``, by a path that opens it again (each region opens its own file)."""
+    fd = os.memfd_create("remote-chunk")
+    os.write(fd, data)
+    return Path(f"/proc/self/fd/{fd}")
+
+
+def _compare(title: str, modes: list[tuple[str, Path | bytes, int]], total: int, runs: int) -> None:
+    """Each mode ``(name, source, in_memory)`` per region size and receiver, best of ``runs``, and the
+    second mode over the first."""
+    print(title)
+    for region, chunk in ((MIB, 16 * 1024), (MIB // 2, 16 * 1024), (MIB, MIB), (MIB // 2, MIB)):
+        best: dict[str, dict[str, float]] = {}
+        for _ in range(runs):
+            for name, source, in_memory in modes:
+                r = event_loop.run(_send(source, region, chunk, total, in_memory))
+                if name not in best or r["sender"] < best[name]["sender"]:
+                    best[name] = r
+        what = f"{region // 1024:5d} KiB regions, receiver reads {chunk // 1024:4d} KiB at most"
+        for name, r in best.items():
+            print(f"  {what}, {name:<20} sender {r['sender']:.2f} ms/MiB, receiver {r['receiver']:.2f} ms/MiB, "
+                  f"{r['rate']:5.0f} MiB/s")
+        (first, a), (second, b) = best.items()
+        print(f"  {what}, {second} / {first}: sender CPU x{b['sender'] / a['sender']:.2f}, "
+              f"receiver CPU x{b['receiver'] / a['receiver']:.2f}, rate x{b['rate'] / a['rate']:.2f}")
+
+
 def main() -> None:
     total = int(os.environ.get("LOOPBACK_BENCH_MB", "512")) * MIB
     runs = int(os.environ.get("LOOPBACK_BENCH_RUNS", "3"))
     with tempfile.TemporaryDirectory(prefix="bench-loopback-") as tmp:
         path = Path(tmp) / "00000000000000000000.log"
-        path.write_bytes(os.urandom(FILE_MB * MIB))  # just written: in the page cache
+        data = os.urandom(FILE_MB * MIB)
+        path.write_bytes(data)  # just written: in the page cache
         print(f"{total // MIB} MiB per run over 127.0.0.1, best of {runs} (lowest sender CPU)")
-        for region, chunk in ((MIB, 16 * 1024), (MIB // 2, 16 * 1024), (MIB, MIB), (MIB // 2, MIB)):
-            best: dict[str, dict[str, float]] = {}
-            for _ in range(runs):
-                for name, in_memory in (("sendfile", SMALL_REGION), ("read + write", LOOPBACK_REGION)):
-                    r = event_loop.run(_send(path, region, chunk, total, in_memory))
-                    if name not in best or r["sender"] < best[name]["sender"]:
-                        best[name] = r
-            what = f"{region // 1024:5d} KiB regions, receiver reads {chunk // 1024:4d} KiB at most"
-            for name, r in best.items():
-                print(f"  {what}, {name:<13} sender {r['sender']:.2f} ms/MiB, receiver {r['receiver']:.2f} ms/MiB, "
-                      f"{r['rate']:5.0f} MiB/s")
-            sf, rw = best["sendfile"], best["read + write"]
-            print(f"  {what}, read + write / sendfile: sender CPU x{rw['sender'] / sf['sender']:.2f}, "
-                  f"receiver CPU x{rw['receiver'] / sf['receiver']:.2f}, rate x{rw['rate'] / sf['rate']:.2f}")
-
+        _compare("local segment file regions:", [("sendfile", path, SMALL_REGION),
+                                                  ("read + write", path, LOOPBACK_REGION)], total, runs)
+        memfd = _memfd(data)
+        _compare("remote-tier bytes in memory:", [("write from memory", data, SMALL_REGION),
+                                                  ("memfd + sendfile", memfd, SMALL_REGION)], total, runs)
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,10 @@ rolled segment remote only. Then, best of ``REMOTE_PARTS_BENCH_RUNS`` (default 2
 
 Printed: MiB/s of both, the ratio (target >= 0.8), and the broker's CPU per MiB.
 
+``REMOTE_PARTS_BENCH_READ_AHEAD_MB`` (default ``128``, the broker's default) may list several bounds of
+the broker's read-ahead memory (``remote.log.reader.read.ahead.max.bytes``), e.g. ``128,1024``: each
+run then catches up once under each, set on the running broker in between, and each gets its own line.
+
     python -m bench bench_remote_partitions
 """
 
@@ -31,7 +35,7 @@ READER_THREADS = 10  # the broker's remote.log.reader.threads default
 
 
 def main() -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
     from s3servers import start_moto, start_seaweedfs
 
     if shutil.which("kcat") is None:
@@ -68,21 +72,34 @@ def main() -> None:
             assert got == raw, (got, raw)
             return time.perf_counter() - t0
 
-        runs: dict[str, list[tuple[float, float]]] = {"raw": [], "kcat": []}
+        budgets = [int(b) for b in os.environ.get("REMOTE_PARTS_BENCH_READ_AHEAD_MB", "128").split(",")]
+
+        def read_ahead(mib: int) -> None:
+            res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[ConfigEntry(
+                "remote.log.reader.read.ahead.max.bytes", str(mib * MIB),
+                incremental_operation=AlterConfigOpType.SET)])
+            admin.incremental_alter_configs([res])[res].result(30)
+
+        runs: dict[str, list[tuple[float, float]]] = {"raw": [], **{f"kcat {b}": [] for b in budgets}}
         for _ in range(_env("REMOTE_PARTS_BENCH_RUNS", 2)):
-            for name, run in (("raw", raw_parallel), ("kcat", lambda: _kcat(bs, "many", ends))):
+            for name in runs:
+                if name != "raw":
+                    read_ahead(int(name.split()[1]))
                 c0 = cpu()
-                t = run()
+                t = raw_parallel() if name == "raw" else _kcat(bs, "many", ends)
                 runs[name].append((t, cpu() - c0))
-        (t_raw, _), (t_kcat, c_kcat) = min(runs["raw"]), min(runs["kcat"])
+        t_raw = min(runs["raw"])[0]
         mb = raw / MIB
         print(f"{parts} partitions, {len(objects)} remote segment objects, {mb:.0f} MiB")
         print(f"raw GETs, {READER_THREADS} threads          : {mb / t_raw:8.1f} MiB/s ({t_raw:6.2f} s)")
-        print(f"catch-up, a kcat per partition : {mb / t_kcat:8.1f} MiB/s ({t_kcat:6.2f} s)   "
-              f"broker CPU {c_kcat * 1000 / mb:5.2f} ms/MiB")
+        for b in budgets:
+            t_kcat, c_kcat = min(runs[f"kcat {b}"])
+            print(f"catch-up, a kcat per partition, read-ahead bound {b} MiB: {mb / t_kcat:8.1f} MiB/s "
+                  f"({t_kcat:6.2f} s)   broker CPU {c_kcat * 1000 / mb:5.2f} ms/MiB   RATIO to raw {t_raw / t_kcat:5.2f}")
         print("  (all runs, s: " + "; ".join(f"{k} " + " ".join(f"{t:.2f}" for t, _ in v) for k, v in runs.items())
               + ")")
-        print(f"RATIO catch-up/raw parallel GETs: {t_raw / t_kcat:5.2f}   (target >= 0.8)")
+        t_kcat = min(runs[f"kcat {budgets[0]}"])[0]
+        print(f"RATIO catch-up/raw parallel GETs: {t_raw / t_kcat:5.2f}   (target >= 0.8; read-ahead bound {budgets[0]} MiB)")
     finally:
         rc = broker.stop()
         if rc not in (0, None):

@@ -276,6 +276,9 @@ _BROKER_DEFS: tuple[BrokerConfigDef, ...] = (
     _d("remote.log.manager.task.retry.jitter", "float", 0.2, "", 0),
     _d("remote.log.reader.threads", "int", 10, "", 1),
     _d("remote.log.reader.max.pending.tasks", "int", 100, "", 1),
+    # tieredlog only: Kafka's remote reads do not read ahead
+    _d("remote.log.reader.read.ahead.max.bytes", "int", 134217728,
+       "memory all catch-up readers of the remote tier may hold read ahead of them; 0: no read-ahead", 0),
     _d("remote.log.manager.copy.max.bytes.per.second", "int", LONG_MAX, "", 1),
     _d("remote.log.manager.copy.quota.window.num", "int", 11, "", 1),
     _d("remote.log.manager.copy.quota.window.size.seconds", "int", 1, "", 1),

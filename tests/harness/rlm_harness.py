@@ -14,8 +14,9 @@ from tieredlog.rsm.local import LocalTieredStorage
 
 
 @pytest.fixture
-def tiered_log(tmp_path):
-    """A partition whose rolled segments are all remote (LocalTieredStorage), with an RLM over it."""
+def tiered_log(tmp_path, request):
+    """A partition whose rolled segments are all remote (LocalTieredStorage), with an RLM over it;
+    a test's ``rlm_config`` marker gives the RLM's config fields."""
     from tieredlog.log.config import LogConfig
     from tieredlog.log.unified_log import UnifiedLog
     from tieredlog.rlm.config import RemoteLogManagerConfig
@@ -39,7 +40,9 @@ def tiered_log(tmp_path):
     rsm.configure({"broker.id": 0})
     events: list = []
     rsm.add_listener(events.append)
-    cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=16)
+    marker = request.node.get_closest_marker("rlm_config")
+    cfg = RemoteLogManagerConfig(log_dirs=(str(tmp_path / "logs"),), reader_threads=2, reader_max_pending_tasks=16,
+                                 **(marker.kwargs if marker else {}))
     rlm = RemoteLogManager(cfg, Logs(plog), rsm, InMemoryRemoteLogMetadataManager())
     rlm.start()
     rlm.copy_task(PartitionState(plog.topic_partition, rlm._tip(plog.topic_partition, plog))).run(TaskContext())

@@ -414,10 +414,10 @@ def test_read_ahead_grows_to_large_ranged_reads_and_crosses_segments(tiered_log)
         assert sizes_by_seg[seg][0] == min(8 * 1024, sizes_by_seg[seg][0] + sum(sizes_by_seg[seg][1:]))
 
 
+@pytest.mark.rlm_config(read_ahead_max_bytes=10 * 1024)  # remote.log.reader.read.ahead.max.bytes
 def test_read_ahead_memory_stays_within_its_budget(tiered_log):
     plog, rlm, _, remote_bytes = tiered_log
     rlm.read_path.chunk_min = 4 * 1024
-    rlm.read_path.prefetch.max_bytes = 10 * 1024
 
     def check():
         assert rlm.read_path.prefetch.bytes_held <= 10 * 1024

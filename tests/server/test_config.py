@@ -62,7 +62,8 @@ def test_passthrough_prefixes_and_unknown_keys(caplog):
 @pytest.mark.parametrize(
     "override",
     ["num.partitions=0", "num.partitions=x", "auto.create.topics.enable=maybe", "listeners=nonsense",
-     "log.segment.bytes=1", "node.id=1", "remote.fetch.max.wait.ms=-5", "justakey"],
+     "log.segment.bytes=1", "node.id=1", "remote.fetch.max.wait.ms=-5", "remote.log.reader.read.ahead.max.bytes=-1",
+     "justakey"],
 )
 def test_invalid_values_raise(override):
     extra = ["broker.id=2"] if override == "node.id=1" else []
@@ -143,6 +144,14 @@ def test_the_rlm_config_defaults_are_the_registrys():
     cfg = BrokerConfig.from_props({})
     assert RemoteLogManagerConfig.from_broker_config(cfg) == RemoteLogManagerConfig(
         broker_id=cfg.node_id, log_dirs=tuple(str(d) for d in cfg.log_dirs))
+
+
+def test_the_read_ahead_budget_reaches_the_rlm_config(tmp_path):
+    from tieredlog.rlm.config import RemoteLogManagerConfig
+
+    c = BrokerConfig.load(None, [f"log.dir={tmp_path}", "remote.log.reader.read.ahead.max.bytes=1073741824"])
+    assert not c.unknown
+    assert RemoteLogManagerConfig.from_broker_config(c).read_ahead_max_bytes == 1 << 30
 
 
 def test_custom_plugin_prefixes_reach_rsm_and_rlmm(tmp_path, caplog):

@@ -112,13 +112,17 @@ def test_dynamic_broker_configs(broker_factory) -> None:
     assert alter_cluster_default(b.bootstrap, validate_only=True, log_roll_ms=("SET", "1000"))[0] == "none"
     assert _describe(admin, BROKER, "0")["log.roll.ms"].source == ConfigSource.DEFAULT_CONFIG.value
 
-    # the remote tier's quotas and index cache size change live too
+    # the remote tier's quotas, index cache size and read-ahead bound change live too
     _incremental(admin, "0", remote_log_manager_copy_max_bytes_per_second=("SET", "1048576"),
-                 remote_log_index_file_cache_total_size_bytes=("SET", "10485760"))
+                 remote_log_index_file_cache_total_size_bytes=("SET", "10485760"),
+                 remote_log_reader_read_ahead_max_bytes=("SET", "268435456"))
     cfg = _describe(admin, BROKER, "0")
     assert (cfg["remote.log.manager.copy.max.bytes.per.second"].value,
             cfg["remote.log.index.file.cache.total.size.bytes"].source) == \
         ("1048576", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    read_ahead = cfg["remote.log.reader.read.ahead.max.bytes"]
+    assert (read_ahead.value, read_ahead.source, read_ahead.is_read_only) == \
+        ("268435456", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
 
     # the levels survive a restart
     b.restart()

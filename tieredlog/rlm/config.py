@@ -37,6 +37,7 @@ _FIELDS: dict[str, str] = {
     "remote.log.manager.task.retry.jitter": "task_retry_jitter",
     "remote.log.reader.threads": "reader_threads",
     "remote.log.reader.max.pending.tasks": "reader_max_pending_tasks",
+    "remote.log.reader.read.ahead.max.bytes": "read_ahead_max_bytes",
     "remote.log.manager.copy.max.bytes.per.second": "copy_max_bytes_per_second",
     "remote.log.manager.copy.quota.window.size.seconds": "copy_quota_window_size_seconds",
     "remote.log.manager.fetch.max.bytes.per.second": "fetch_max_bytes_per_second",
@@ -79,6 +80,7 @@ class RemoteLogManagerConfig:
     task_retry_jitter: float = 0.2
     reader_threads: int = 10
     reader_max_pending_tasks: int = 100
+    read_ahead_max_bytes: int = 134217728
     copy_max_bytes_per_second: int = LONG_MAX
     copy_quota_window_size_seconds: int = 1
     fetch_max_bytes_per_second: int = LONG_MAX

@@ -140,7 +140,7 @@ class RemoteLogManager:
             c.task_retry_backoff_ms, c.task_retry_backoff_max_ms, c.task_retry_jitter, failure_log_s,
         )
         self.read_failures = RateLimitedLog(log, failure_log_s)
-        self.read_path = RemoteReadPath(self.lifecycle, rsm, self.index_cache, self.reader_pool)
+        self.read_path = RemoteReadPath(self.lifecycle, rsm, self.index_cache, self.reader_pool, c.read_ahead_max_bytes)
         self.aborted_txns = RemoteAbortedTxns(self.lifecycle, self.index_cache)
         self.remote_cleaner = RemoteCleaner(
             self.lifecycle,

@@ -21,6 +21,8 @@ CHUNK_MIN = 2 * 1024 * 1024
 CHUNK_MAX = 32 * 1024 * 1024
 CHUNK_GROWN = 16 * 1024 * 1024
 READ_AHEAD_CHUNKS = 2
+# remote.log.reader.read.ahead.max.bytes: what all streams together may hold or read ahead
+READ_AHEAD_MAX_BYTES = 128 * 1024 * 1024
 
 
 class ReadStream:
@@ -73,7 +75,7 @@ class PrefetchCache:
     over the bounds are dropped (their reads in flight are cancelled or left to finish unused).
     """
 
-    def __init__(self, max_entries: int = 64, max_bytes: int = 128 * 1024 * 1024) -> None:
+    def __init__(self, max_entries: int = 64, max_bytes: int = READ_AHEAD_MAX_BYTES) -> None:
         self._lock = threading.Lock()
         self._streams: "OrderedDict[tuple, ReadStream]" = OrderedDict()
         self._bytes = 0
@@ -150,4 +152,5 @@ class PrefetchCache:
             self._release_locked(self._streams.pop(key))
 
 
-__all__ = ["ReadStream", "PrefetchCache", "CHUNK_MIN", "CHUNK_MAX", "CHUNK_GROWN", "READ_AHEAD_CHUNKS"]
+__all__ = ["ReadStream", "PrefetchCache", "CHUNK_MIN", "CHUNK_MAX", "CHUNK_GROWN", "READ_AHEAD_CHUNKS",
+           "READ_AHEAD_MAX_BYTES"]

@@ -38,7 +38,15 @@ from tieredlog.rlm.index_cache import RemoteIndexCache
 from tieredlog.rlm.lifecycle import RemoteSegmentLifecycle
 from tieredlog.rlm.metrics import metrics
 from tieredlog.rlm.pool import RemoteReaderPool
-from tieredlog.rlm.prefetch import CHUNK_GROWN, CHUNK_MAX, CHUNK_MIN, READ_AHEAD_CHUNKS, PrefetchCache, ReadStream
+from tieredlog.rlm.prefetch import (
+    CHUNK_GROWN,
+    CHUNK_MAX,
+    CHUNK_MIN,
+    READ_AHEAD_CHUNKS,
+    READ_AHEAD_MAX_BYTES,
+    PrefetchCache,
+    ReadStream,
+)
 from tieredlog.rsm.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -82,12 +90,13 @@ class RemoteReadPath:
         rsm: RemoteStorageManager,
         index_cache: RemoteIndexCache,
         reader_pool: RemoteReaderPool,
+        read_ahead_max_bytes: int = READ_AHEAD_MAX_BYTES,
     ) -> None:
         self._lifecycle = lifecycle
         self._rsm = rsm
         self._index_cache = index_cache
         self._pool = reader_pool
-        self.prefetch = PrefetchCache()
+        self.prefetch = PrefetchCache(max_bytes=read_ahead_max_bytes)
         self.chunk_min = CHUNK_MIN  # ranged reads are at least this long (and twice the fetch size)
         self.chunk_grown = CHUNK_GROWN  # read-ahead sizes double up to this
         self.inline_hits = 0  # fetches read_inline answered from memory

@@ -72,7 +72,8 @@ _CLEANER_DYNAMIC = frozenset({"log.cleaner.io.max.bytes.per.second", "log.cleane
                               "log.cleaner.io.buffer.load.factor"})
 _REMOTE_DYNAMIC = frozenset({"remote.log.manager.copy.max.bytes.per.second",
                              "remote.log.manager.fetch.max.bytes.per.second",
-                             "remote.log.index.file.cache.total.size.bytes"}) | THREAD_DYNAMIC
+                             "remote.log.index.file.cache.total.size.bytes",
+                             "remote.log.reader.read.ahead.max.bytes"}) | THREAD_DYNAMIC
 _CONNECTION_DYNAMIC = frozenset({"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"})
 # KIP-73: kafka-reassign-partitions.sh --throttle sets them on the brokers of a move
 _REPLICATION_DYNAMIC = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
@@ -332,6 +333,8 @@ def apply(broker: DynamicConfigServer, default: Mapping[str, str], per_broker: M
         rlm.copy_quota.update_quota(int(cfg["remote.log.manager.copy.max.bytes.per.second"]))
         rlm.fetch_quota.update_quota(int(cfg["remote.log.manager.fetch.max.bytes.per.second"]))
         rlm.remote_cleaner.update_io_rate(float(cfg["log.cleaner.io.max.bytes.per.second"]))
+        # a smaller bound takes effect as readers release what they hold
+        rlm.read_path.prefetch.max_bytes = int(cfg["remote.log.reader.read.ahead.max.bytes"])
         size = int(cfg["remote.log.index.file.cache.total.size.bytes"])
         if size != rlm.index_cache.max_size_bytes:
             # shrinking deletes evicted index files: not on the event loop
