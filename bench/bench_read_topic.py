@@ -15,6 +15,10 @@ after another on one core:
 
 read_topic includes decoding every record to Arrow columns (the rows are counted); the raw reads only
 move bytes. Ratios are read_topic's rate over the raw rate (1.0 = as fast as moving the bytes).
+
+Then, on a machine of two cores or more (``READ_BENCH_PINNED=0`` skips it), the S3 pair again with the
+S3 server's threads pinned to core 0 and this process's to the others: the store then has a core of
+its own, as it has machines of its own in production, and the client no longer takes CPU from it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ if str(ROOT) not in sys.path:
 
 from s3servers import S3Endpoint, start_seaweedfs  # noqa: E402
 
-from bench.proc_cpu import cpu_seconds, live_children  # noqa: E402
+from bench.proc_cpu import cpu_seconds, live_children, pin  # noqa: E402
 from spark_readers import read_topic  # noqa: E402
 from tieredlog.formats.checkpoints import encode_leader_epoch_checkpoint  # noqa: E402
 from tieredlog.log.producer_state import encode_snapshot  # noqa: E402
@@ -153,6 +157,27 @@ def copy_all(rsm: RemoteStorageManager, segments: list[tuple[RemoteLogSegmentMet
         rsm.close()
 
 
+def pinned_to_own_cores(endpoint: S3Endpoint, prefix: str, raw_gets: Callable[[], int], size: int, records: int,
+                        runs: int) -> None:
+    """Raw GETs and read_topic over S3 with the S3 server on core 0 and this process on the others."""
+    everything = os.sched_getaffinity(0)
+    others = everything - {0}
+    servers = live_children()
+    print(f"SeaweedFS on core 0, this process on cores {','.join(map(str, sorted(others)))}:")
+    try:
+        for pid in servers:
+            pin(pid, {0})
+        pin(os.getpid(), others)
+        t_raw, n = best(raw_gets, runs)
+        raw = line("raw boto3 GETs of the .log objects", n, t_raw)
+        t, rows = best(rows_of(s3_options(endpoint, prefix)), runs)
+        assert rows == records, (rows, records)
+        line("read_topic, S3 backend", size, t, raw)
+    finally:
+        for pid in [os.getpid(), *servers]:
+            pin(pid, everything)
+
+
 def main() -> None:
     total = int(os.environ.get("READ_BENCH_MB", "256")) * MIB
     runs = int(os.environ.get("READ_BENCH_RUNS", "2"))
@@ -205,6 +230,8 @@ def main() -> None:
         t, rows = best(rows_of(chunked), runs)
         assert rows == records, (rows, records)
         line("read_topic, chunked+zstd+AES-GCM over S3 (vs S3)", size, t, s3_rate)
+        if (os.cpu_count() or 1) >= 2 and os.environ.get("READ_BENCH_PINNED", "1") != "0":
+            pinned_to_own_cores(endpoint, plain_prefix, raw_gets, size, records, runs)
     finally:
         if endpoint._stop is not None:
             endpoint._stop()

@@ -34,3 +34,12 @@ def live_children(pid: int | None = None) -> list[int]:
     """The live child processes of ``pid`` (default: this one)."""
     me = os.getpid() if pid is None else pid
     return [child for child, parent in parents().items() if parent == me]
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` to ``cpus`` (threads it starts later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except (ProcessLookupError, PermissionError):
+            continue  # a thread that ended meanwhile
