@@ -426,6 +426,17 @@ def test_read_ahead_memory_stays_within_its_budget(tiered_log):
     assert rlm.read_path.prefetch.hits > 0  # the sequential reader was served from its stream
 
 
+@pytest.mark.rlm_config(read_ahead_max_bytes=0)  # no read-ahead at all
+def test_without_read_ahead_every_fetch_reads_on_demand(tiered_log):
+    plog, rlm, _, remote_bytes = tiered_log
+    rlm.read_path.chunk_min = 4 * 1024
+
+    def check():
+        assert rlm.read_path.prefetch.bytes_held == 0
+
+    assert catch_up(rlm, plog, 700, check) == remote_bytes
+
+
 def test_remote_reads_out_of_order_and_oversized_first_batch(tiered_log):
     plog, rlm, _, remote_bytes = tiered_log
     rlm.read_path.chunk_min = 4 * 1024
