@@ -46,6 +46,10 @@ def pool_threads(port: int) -> dict[str, int]:
     return {dict(labels)["pool"]: int(v) for (name, labels), v in scrape(port).items() if name == POOLS}
 
 
+def read_ahead_bound(port: int) -> int:
+    return int(scrape(port)[("tieredlog_remote_read_ahead_max_bytes", ())])
+
+
 def test_thread_pools_resize_live_and_refuse_jumps_beyond_double(
         broker_factory: Callable[..., BrokerProcess], zk_connect: str, tmp_path: Path) -> None:  # noqa: F811
     ports = {i: free_port() for i in (1, 2)}
@@ -69,7 +73,8 @@ def test_thread_pools_resize_live_and_refuse_jumps_beyond_double(
 
     # grow the fetchers and two pools, shrink one: at once, without a restart
     set_configs(admin, 2, num_replica_fetchers="2", remote_log_reader_threads="4",
-                remote_log_manager_copier_thread_pool_size="4", remote_log_manager_expiration_thread_pool_size="1")
+                remote_log_manager_copier_thread_pool_size="4", remote_log_manager_expiration_thread_pool_size="1",
+                remote_log_reader_read_ahead_max_bytes="268435456")
     res = ConfigResource(BROKER, "2")
     described = admin.describe_configs([res])[res].result(30)
     for name, value in (("num.replica.fetchers", "2"), ("remote.log.reader.threads", "4"),
@@ -83,6 +88,8 @@ def test_thread_pools_resize_live_and_refuse_jumps_beyond_double(
     wait_until(lambda: pool_threads(ports[2]) == {"reader": 4, "copier": 4, "expiration": 1},
                message="the remote pools at their new sizes")
     assert pool_threads(ports[1]) == {"reader": 2, "copier": 2, "expiration": 2}  # a per-broker change
+    # the read-ahead bound in force follows too (tieredlog's own config)
+    assert read_ahead_bound(ports[2]) == 268435456 and read_ahead_bound(ports[1]) == 134217728
 
     # the partitions moved between fetchers keep replicating: acks=all with both brokers in the ISR
     p = Producer({"bootstrap.servers": brokers[1].bootstrap, "acks": "all"})

@@ -163,6 +163,9 @@ class RemoteLogManager:
         m.pool_threads.labels("reader").set_function(lambda: reader_pool.live_threads)
         m.pool_threads.labels("copier").set_function(lambda: copier.live_threads)
         m.pool_threads.labels("expiration").set_function(lambda: expirer.live_threads)
+        prefetch = self.read_path.prefetch
+        m.read_ahead_bytes.set_function(lambda: prefetch.bytes_held)
+        m.read_ahead_max_bytes.set_function(lambda: prefetch.max_bytes)
         self._started = True
         for tip in self.pending_deletes.read():
             self._schedule_partition_delete(tip)

@@ -30,6 +30,7 @@ RemoteIndexCache hits / misses / evictions (KAFKA-15094, proposed in Kafka)     
 object-store requests the RLM made, per topic (tieredlog's)                          tieredlog_remote_storage_requests_total                               topic, operation
 object-store bytes written and read, per topic (tieredlog's)                         tieredlog_remote_storage_bytes_total                                  topic, direction
 worker threads of each remote pool (tieredlog's; follows dynamic resizes)              kafka_storage_remotestoragethreadpool_threads                          pool
+bytes catch-up readers hold or read ahead, and their bound (tieredlog's)               tieredlog_remote_read_ahead_bytes, tieredlog_remote_read_ahead_max_bytes
 ==================================================================================  ====================================================================  =======
 
 Object-store requests are counted where the RLM calls the RSM, so every backend and plugin is counted
@@ -130,6 +131,10 @@ class RemoteStorageMetrics:
         self.reader_avg_idle = Gauge(q + "remotelogreaderavgidlepercent", "RemoteLogReaderAvgIdlePercent")
         # reader / copier / expiration: the threads running now, so a live resize can be watched
         self.pool_threads = Gauge(q + "threads", "Worker threads of a remote thread pool (tieredlog's)", ["pool"])
+        self.read_ahead_bytes = Gauge("tieredlog_remote_read_ahead_bytes",
+                                      "Bytes the remote tier's catch-up readers hold or read ahead (tieredlog's)")
+        self.read_ahead_max_bytes = Gauge("tieredlog_remote_read_ahead_max_bytes",
+                                          "remote.log.reader.read.ahead.max.bytes in force (tieredlog's)")
         self.tasks_avg_idle = Gauge(
             "kafka_log_remote_remotelogmanager_remotelogmanagertasksavgidlepercent",
             "RemoteLogManagerTasksAvgIdlePercent: copier pool idle fraction",
