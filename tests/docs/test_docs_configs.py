@@ -48,7 +48,7 @@ CLIENT_CONFIGS = frozenset({
     "ssl.certificate.location", "ssl.key.location", "fetch.max.bytes", "max.partition.fetch.bytes",
     "request.timeout.ms", "linger.ms", "acks", "retries", "max.poll.interval.ms", "heartbeat.interval.ms",
     "partition.assignment.strategy", "enable.auto.offset.store", "auto.commit.interval.ms", "interceptor.classes",
-    "fetch.error.backoff.ms",
+    "fetch.error.backoff.ms", "fetch.queue.backoff.ms", "queued.min.messages",
 })
 # Spark's Kafka source passes ``kafka.<client config>`` options to its clients, and so does the reader.
 SPARK_CLIENT_PREFIX = "kafka."
