@@ -74,8 +74,10 @@ def main() -> None:
 
         budgets = [int(b) for b in os.environ.get("REMOTE_PARTS_BENCH_READ_AHEAD_MB", "128").split(",")]
 
+        node = str(next(iter(admin.list_topics(timeout=10).brokers)))
+
         def read_ahead(mib: int) -> None:
-            res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[ConfigEntry(
+            res = ConfigResource(ConfigResource.Type.BROKER, node, incremental_configs=[ConfigEntry(
                 "remote.log.reader.read.ahead.max.bytes", str(mib * MIB),
                 incremental_operation=AlterConfigOpType.SET)])
             admin.incremental_alter_configs([res])[res].result(30)
