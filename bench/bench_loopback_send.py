@@ -156,5 +156,6 @@ def main() -> None:
         _compare("remote-tier bytes in memory:", [("write from memory", data, SMALL_REGION),
                                                   ("memfd + sendfile", memfd, SMALL_REGION)], total, runs)
 
+
 if __name__ == "__main__":
     main()

@@ -66,6 +66,7 @@ class OpenRegion:
     def close(self) -> None:
         self.file.close()
 
+
 class ColdRegions:
     """The regions of one response, in order, made ready to send without the event loop waiting for
     the disk. ``next_region()`` returns a small region's bytes when they were all in the page cache
