@@ -4,7 +4,8 @@ read cost. Servers: moto (server mode) and SeaweedFS on loopback, started and st
     python -m bench s3            # or: python -m bench.bench_s3
 
 Figures: MiB/s for a segment copy (RSM) vs raw PUTs of the same bytes, a whole-segment remote read
-vs a raw GET, 1 MiB ranged reads vs raw ranged GETs, and for the chunked plugin the bytes fetched
+vs a raw GET, 1 MiB ranged reads vs raw ranged GETs, the CPU of one small ranged GET through the RSM
+vs botocore's GetObject, and for the chunked plugin the bytes fetched
 from the backend per byte served for small and 1 MiB ranged reads, with and without the cache.
 """
 
@@ -84,9 +85,29 @@ def bench_server(endpoint: S3Endpoint, workdir: Path) -> None:
     print(f"[{name}] {RANGED_READS} x 1 MiB ranged reads:                         "
           f"{_rate(RANGED_READS * MIB, t_rsm_ranges):7.1f} MiB/s   raw ranged GET    "
           f"{_rate(RANGED_READS * MIB, t_raw_ranges):7.1f} MiB/s   ratio {t_raw_ranges / t_rsm_ranges:4.2f}")
+    small_get_cpu(rsm, seg, endpoint.bucket, raw_key, name)
     rsm.delete_log_segment_data(seg.metadata)
     client.delete_object(Bucket=endpoint.bucket, Key=raw_key)
     rsm.close()
+
+
+def small_get_cpu(rsm: S3RemoteStorageManager, seg, bucket: str, raw_key: str, name: str, n: int = 200) -> None:
+    """The fixed CPU of one GET (1 KiB ranges, so the body costs nothing): the RSM's path (a presigned
+    URL over a keep-alive pool) beside botocore's GetObject through the RSM's own client, interleaved."""
+    rng = random.Random(5)
+    starts = [rng.randrange(SEGMENT - 1024) for _ in range(n)]
+    cpu = {"rsm": 0.0, "botocore": 0.0}
+    for i, s in enumerate(starts):
+        t0 = time.thread_time()
+        if i % 2:
+            read_all(rsm.fetch_log_segment(seg.metadata, s, s + 1023))
+            cpu["rsm"] += time.thread_time() - t0
+        else:
+            rsm.client.get_object(Bucket=bucket, Key=raw_key, Range=f"bytes={s}-{s + 1023}")["Body"].read()
+            cpu["botocore"] += time.thread_time() - t0
+    ms = {k: v * 1000 / (n // 2) for k, v in cpu.items()}
+    print(f"[{name}] CPU of one small ranged GET: RSM (presigned, keep-alive pool) {ms['rsm']:5.2f} ms   "
+          f"botocore GetObject {ms['botocore']:5.2f} ms   ratio {ms['rsm'] / ms['botocore']:4.2f}")
 
 
 def sequential(rsm, seg, label: str, server: str) -> None:

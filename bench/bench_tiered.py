@@ -312,6 +312,7 @@ def bench_s3() -> None:
             NewTopic("local", 1, 1, config={**common, "remote.storage.enable": "false"}),
         ]).values():
             f.result(30)
+        del admin  # closed now: a client left connected logs its disconnection when the broker stops
         _produce(bs, ["remote", "local"], 1, total, _env("TIERED_BENCH_VALUE", 1024), _env("TIERED_BENCH_BATCH_KB", 16))
         ends = _wait_tiered(bs, root / "data", "remote", 1)
         client = endpoint.client()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -267,14 +268,22 @@ class FaultyS3Proxy:
         with FaultyS3Proxy(moto_s3.url) as proxy:
             proxy.fault = lambda r: 503 if r.method == "GET" else None
             configs = moto_s3.rsm_configs(**{"storage.s3.endpoint.url": proxy.url})
+
+    ``cut(request)`` returning a byte count sends only that much of the body (with the whole
+    body's Content-Length) and closes the connection; ``close_after_answer`` closes every
+    connection after its answer without saying so (a server's idle timeout); ``tls`` (a PEM file
+    holding a key and its certificate chain) serves HTTPS.
     """
 
     ERROR_CODES = {500: "InternalError", 503: "SlowDown", 429: "SlowDown", 403: "AccessDenied", 404: "NoSuchKey"}
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, tls: Path | None = None) -> None:
         self.upstream = urlsplit(upstream)
         self.requests: list[SeenRequest] = []
         self.fault: Callable[[SeenRequest], int | None] = lambda request: None
+        self.cut: Callable[[SeenRequest], int | None] = lambda request: None
+        self.close_after_answer = False
+        self.connections = 0  # accepted so far
         self._lock = threading.Lock()
         proxy = self
 
@@ -313,16 +322,34 @@ class FaultyS3Proxy:
                             self.send_header(key, value)
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
+                    with proxy._lock:
+                        cut = proxy.cut(seen)
+                    if cut is not None:
+                        data = data[:cut]
+                        self.close_connection = True
                     if self.command != "HEAD":
                         self.wfile.write(data)
+                    if proxy.close_after_answer:
+                        self.close_connection = True
                 finally:
                     conn.close()
+
+            def setup(self) -> None:
+                with proxy._lock:
+                    proxy.connections += 1
+                super().setup()
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def seen(self, method: str | None = None, contains: str = "") -> list[SeenRequest]:

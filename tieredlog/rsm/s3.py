@@ -19,7 +19,7 @@ Config names follow Aiven's plugin (given here without the broker's ``rsm.config
 ``storage.s3.storage.class``                e.g. ``STANDARD_IA``, ``INTELLIGENT_TIERING``
 ``storage.s3.retry.mode``                   botocore ``standard`` (default), ``adaptive`` or ``legacy``
 ``storage.s3.retry.max.attempts``           total attempts per request, default 5 (a GET: one more, the
-                                            first, sent outside botocore: see ``_PlainGets``)
+                                            first, sent outside botocore: see ``s3_gets``)
 ``storage.s3.api.call.timeout.ms``          connect and read timeout per attempt, default 30000
 ``storage.s3.max.connections``              HTTP pool size, default 32 (reader pool + copier)
 =========================================== ===============================================================
@@ -30,6 +30,7 @@ MinIO, Ceph and other S3-compatibles reject.
 
 from __future__ import annotations
 
+import http.client
 import io
 import logging
 import urllib.request
@@ -41,7 +42,6 @@ import boto3
 import botocore.exceptions
 import botocore.httpsession
 import botocore.session
-import urllib3
 from botocore.config import Config
 
 from tieredlog.rsm.api import (
@@ -51,6 +51,7 @@ from tieredlog.rsm.api import (
 )
 from tieredlog.rsm.config import ConfigReader, RemoteStorageConfigError, validated_prefix
 from tieredlog.rsm.objectstore import ObjectStoreRemoteStorageManager
+from tieredlog.rsm.s3_gets import PresignedGets
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -157,88 +158,14 @@ class S3Body(io.RawIOBase):
             super().close()
 
 
-class _PlainBody:
-    """A plain GET's urllib3 response as the body S3Body reads: its connection goes back to the pool
-    once every byte was read, and is closed otherwise (unread bytes would corrupt the next request)."""
-
-    def __init__(self, response: urllib3.BaseHTTPResponse, length: int) -> None:
-        self._response = response
-        self._left = length
-
-    def read(self, size: int | None = None) -> bytes:
-        data: bytes = self._response.read() if size is None else self._response.read(size)
-        self._left -= len(data)
-        if size is None and self._left > 0:
-            raise urllib3.exceptions.ProtocolError(f"body ended {self._left} bytes short")
-        return data
-
-    def close(self) -> None:
-        if self._left == 0:
-            self._response.release_conn()
-        else:
-            self._response.close()
-
-
-class _HidePresignedQueries(logging.Filter):
-    """urllib3 logs each request's URL at DEBUG; a presigned URL's query is a signature (and, with
-    temporary credentials, the session token): only its path is logged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(isinstance(a, str) and "Signature=" in a for a in record.args):
-            record.args = tuple(a.split("?", 1)[0] if isinstance(a, str) and "Signature=" in a else a
-                                for a in record.args)
-        return True
-
-
-_hide_presigned = _HidePresignedQueries()
-
-
-class _PlainGets:
-    """Ranged GETs through a plain urllib3 pool with a URL presigned for each request (SigV4 query
-    auth, valid 5 minutes; the Range header is not part of the signature). botocore's per-request work
-    (hooks, signing headers, parsing the response into a dict) cost 1.9-2.4 ms of CPU per GET from
-    SeaweedFS on loopback, this 1.4-1.6 ms with the presigning (0.16 ms). Any other answer than the 206
-    of a ranged GET or the 200 of a whole one, and any failure to send, is left to botocore's own
-    GetObject, so the errors and retries are those of the botocore path. The URL is never put in a
-    message."""
-
-    def __init__(self, client: Any, bucket: str, max_connections: int, timeout_s: float, ca_bundle: str | None) -> None:
-        self._client = client
-        self._bucket = bucket
-        self._pool = urllib3.PoolManager(
-            maxsize=max_connections, cert_reqs="CERT_REQUIRED",
-            ca_certs=ca_bundle or botocore.httpsession.get_cert_path(True),  # botocore's own choice
-            timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s))
-        logging.getLogger("urllib3.connectionpool").addFilter(_hide_presigned)
-
-    @staticmethod
-    def usable(checksum_validation: str | None) -> bool:
-        # botocore validates response checksums when asked to, and sends requests through the proxies
-        # the environment names: neither is done here, so those setups keep botocore's path
-        return checksum_validation == "when_required" and not urllib.request.getproxies()
-
-    def get(self, key: str, byte_range: str | None) -> BinaryIO | None:
-        """The body of a GET of ``key`` (``byte_range`` a Range header value); None: use botocore."""
-        try:
-            url = self._client.generate_presigned_url(
-                "get_object", Params={"Bucket": self._bucket, "Key": key}, ExpiresIn=300)
-            response = self._pool.request("GET", url, headers={"Range": byte_range} if byte_range else None,
-                                          preload_content=False, retries=False, redirect=False)
-        except Exception:  # noqa: BLE001 - botocore's path sends it again and reports what fails
-            return None
-        length = response.headers.get("Content-Length")
-        if response.status != (206 if byte_range else 200) or length is None:
-            response.close()
-            return None
-        body = _PlainBody(response, int(length))
-        return cast(BinaryIO, S3Body(body, int(length), lambda e: _read_error(e, key)))
-
-    def close(self) -> None:
-        self._pool.clear()
+def _presigned_gets_usable(checksum_validation: str | None) -> bool:
+    # botocore validates response checksums when asked to, and sends requests through the proxies
+    # the environment names: neither is done by PresignedGets, so those setups keep botocore's path
+    return checksum_validation == "when_required" and not urllib.request.getproxies()
 
 
 def _read_error(exc: BaseException, key: str) -> RemoteStorageException:
-    if isinstance(exc, urllib3.exceptions.HTTPError):  # a reset, a timeout, a body cut short
+    if isinstance(exc, (http.client.HTTPException, OSError)):  # a reset, a timeout, a body cut short
         return RetriableRemoteStorageException(f"reading {key}: {type(exc).__name__}: {exc}")
     return map_s3_error(exc, f"reading {key}")
 
@@ -253,7 +180,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         self.part_size = 25 * MIB
         self.upload_concurrency = 4
         self._extra_put_args: dict[str, str] = {}
-        self._plain_gets: _PlainGets | None = None
+        self._presigned_gets: PresignedGets | None = None
 
     # -- configuration -----------------------------------------------------------------------------
 
@@ -304,7 +231,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             self._extra_put_args["StorageClass"] = storage_class
 
         config = Config(
-            # SigV4 for presigned URLs too (_PlainGets): botocore presigns with SigV2 in us-east-1 otherwise
+            # SigV4 for presigned URLs too (PresignedGets): botocore presigns with SigV2 in us-east-1 otherwise
             signature_version="s3v4",
             s3={"addressing_style": "path" if path_style else "auto"},
             retries={"mode": retry_mode, "total_max_attempts": max_attempts},
@@ -326,11 +253,13 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             "s3", endpoint_url=endpoint, config=config, region_name=region or session.region_name or "us-east-1"
         )
         self._check_bucket(endpoint)
-        if self._plain_gets is not None:
-            self._plain_gets.close()
-        self._plain_gets = (_PlainGets(self._client, self.bucket, max_connections, timeout_ms / 1000,
-                                       core.get_config_variable("ca_bundle"))  # AWS_CA_BUNDLE, ~/.aws/config
-                            if _PlainGets.usable(checksum_valid) else None)
+        if self._presigned_gets is not None:
+            self._presigned_gets.close()
+        self._presigned_gets = None
+        if _presigned_gets_usable(checksum_valid):
+            ca_bundle = core.get_config_variable("ca_bundle")  # AWS_CA_BUNDLE, ~/.aws/config
+            self._presigned_gets = PresignedGets(self._client, self.bucket, max_connections, timeout_ms / 1000,
+                                                 ca_bundle or botocore.httpsession.get_cert_path(True))
         log.info("S3 remote storage: bucket %s, prefix %r, endpoint %s, part size %d",
                  self.bucket, self.key_prefix, endpoint or "AWS", self.part_size)
 
@@ -415,10 +344,10 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         args: dict[str, str] = {"Bucket": self.bucket, "Key": key}
         if start > 0 or end is not None:
             args["Range"] = byte_range
-        if self._plain_gets is not None:
-            plain = self._plain_gets.get(key, args.get("Range"))
-            if plain is not None:
-                return plain
+        if self._presigned_gets is not None:
+            got = self._presigned_gets.get(key, args.get("Range"))
+            if got is not None:
+                return cast(BinaryIO, S3Body(got[0], got[1], lambda e: _read_error(e, key)))
         try:
             response = self.client.get_object(**args)
         except botocore.exceptions.ClientError as exc:
@@ -458,9 +387,9 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             raise map_s3_error(exc, f"ListObjectsV2 {prefix}") from exc
 
     def close(self) -> None:
-        if self._plain_gets is not None:
-            self._plain_gets.close()
-            self._plain_gets = None
+        if self._presigned_gets is not None:
+            self._presigned_gets.close()
+            self._presigned_gets = None
         if self._client is not None:
             self._client.close()
             self._client = None
