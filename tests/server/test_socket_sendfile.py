@@ -64,3 +64,40 @@ def test_uvloop_is_the_loop_on_linux_unless_asked_otherwise(monkeypatch):
         assert loop_has_sendfile(loop)
     finally:
         loop.close()
+
+
+def test_writev_stops_where_the_socket_is_full_and_the_rest_follows_in_order():
+    import socket
+    import threading
+
+    from tieredlog.server.socket_sendfile import parts_after, writev_nonblocking
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    a.setblocking(False)
+    parts = [b"head", os.urandom(300_000), memoryview(os.urandom(500_000))[7:], bytearray(b"tail")]
+    whole = b"".join(parts)
+    try:
+        sent = writev_nonblocking(a.fileno(), parts)
+        assert 0 < sent < len(whole)  # the socket took some, not all
+        rest = parts_after(parts, sent)
+        assert sum(memoryview(p).nbytes for p in rest) == len(whole) - sent
+        got = bytearray()
+
+        def drain() -> None:
+            while chunk := b.recv(1 << 20):
+                got.extend(chunk)
+
+        reader = threading.Thread(target=drain)
+        reader.start()
+        a.setblocking(True)
+        for p in rest:
+            a.sendall(p)
+        a.close()
+        reader.join(30)
+        assert bytes(got) == whole
+    finally:
+        a.close()
+        b.close()
+    assert parts_after([b"ab", b"cd"], 2) == [b"cd"] and parts_after([b"ab"], 2) == []
+    assert bytes(parts_after([b"ab", b"cd"], 3)[0]) == b"d"

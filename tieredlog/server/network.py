@@ -52,7 +52,13 @@ from tieredlog.server.sasl_apis import (
     connection_authenticator,
     illegal_sasl_state_answer,
 )
-from tieredlog.server.socket_sendfile import SocketSendfile, loop_has_sendfile, sendfile_nonblocking
+from tieredlog.server.socket_sendfile import (
+    SocketSendfile,
+    loop_has_sendfile,
+    parts_after,
+    sendfile_nonblocking,
+    writev_nonblocking,
+)
 
 log = logging.getLogger(__name__)
 
@@ -360,16 +366,21 @@ class Connection(Generic[B]):
         out_fd = sock.fileno() if sock is not None and not tls else -1
         cold = ColdRegions(self.server.cold_reads, resp.parts, self.in_memory_region) if NOWAIT else None
         try:
+            pending: list[Any] = []  # parts in memory not written yet: they go out together
             for part in resp.parts:
                 if not isinstance(part, OpenRegion):
-                    self.writer.write(part)
+                    pending.append(part)
                     continue
                 if cold is not None:
                     data = await cold.next_region()
                     if data is not None:
-                        self.writer.write(data)
+                        pending.append(data)
+                        self._write_parts(pending, out_fd)
+                        pending = []
                         await self.writer.drain()  # many small regions: no more than the high-water mark queued
                         continue
+                self._write_parts(pending, out_fd)
+                pending = []
                 if tls:
                     await self._write_region(part)
                     continue
@@ -389,9 +400,20 @@ class Connection(Generic[B]):
                 if self._sendfile is None:
                     self._sendfile = SocketSendfile(out_fd)
                 await self._sendfile.send(part.file.fileno(), position, size)
+            self._write_parts(pending, out_fd)
             await self.writer.drain()
         finally:
             resp.close()
+
+    def _write_parts(self, parts: list[Any], out_fd: int) -> None:
+        """``parts`` in order: straight to a plain TCP socket with one writev while the transport
+        buffers nothing (a frame header and its records in one system call, where a write each cost
+        two), the rest through the transport."""
+        transport = self.writer.transport
+        if parts and out_fd >= 0 and not transport.is_closing() and transport.get_write_buffer_size() == 0:
+            parts = parts_after(parts, writev_nonblocking(out_fd, parts))
+        for part in parts:
+            self.writer.write(part)
 
     async def _write_region(self, region: OpenRegion) -> None:
         """A region through a TLS transport, TLS_CHUNK bytes at a time: each chunk read from the page

@@ -1,4 +1,5 @@
-"""sendfile from a segment file straight to a connection's socket, for loops without ``loop.sendfile``.
+"""sendfile from a segment file straight to a connection's socket, for loops without ``loop.sendfile``,
+and writev of a response's parts in memory straight to it.
 
 asyncio's loop implements ``loop.sendfile``; uvloop's does not (it raises NotImplementedError). There,
 a region the socket does not take at once is sent by ``os.sendfile`` each time the socket can take
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
+
+IOV_MAX = 1024  # Linux's limit on the buffers of one writev
 
 
 def sendfile_nonblocking(out_fd: int, in_fd: int, offset: int, count: int) -> int:
@@ -26,6 +30,32 @@ def sendfile_nonblocking(out_fd: int, in_fd: int, offset: int, count: int) -> in
             raise ConnectionError(f"segment file ended {count - sent} bytes short of a fetch region")
         sent += n
     return sent
+
+
+def writev_nonblocking(out_fd: int, parts: list[Any]) -> int:
+    """Write ``parts`` (bytes-like, in order) with writev until all went or the socket would block;
+    the bytes written. A response's frame header and its records go in one system call."""
+    sent = 0
+    for i in range(0, len(parts), IOV_MAX):
+        batch = parts[i:i + IOV_MAX]
+        try:
+            n = os.writev(out_fd, batch)
+        except (BlockingIOError, InterruptedError):
+            break
+        sent += n
+        if n < sum(memoryview(p).nbytes for p in batch):
+            break
+    return sent
+
+
+def parts_after(parts: list[Any], sent: int) -> list[Any]:
+    """What is left of ``parts`` once their first ``sent`` bytes were written."""
+    for i, part in enumerate(parts):
+        size = memoryview(part).nbytes
+        if sent < size:
+            return [memoryview(part)[sent:], *parts[i + 1:]] if sent else parts[i:]
+        sent -= size
+    return []
 
 
 def loop_has_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
