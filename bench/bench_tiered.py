@@ -384,6 +384,8 @@ def bench_s3() -> None:
             print(f"{tag} {label}: {rate[k]:8.1f} MiB/s ({t:6.2f} s){extra}")
         print(f"{tag}   (all runs, s: " + "; ".join(
             f"{k} " + " ".join(f"{t:.2f}" for t, _ in v) for k, v in runs.items()) + ")")
+        print(f"{tag}   (all runs, broker CPU ms/MiB: " + "; ".join(
+            f"{k} " + " ".join(f"{c * 1000 / mb:.2f}" for _, c in runs[k]) for k in ("kcat remote", "kcat local")) + ")")
         print(f"{tag} RATIO kcat S3 tier/raw GET              : {rate['kcat remote'] / rate['raw']:5.2f}   (target >= 0.85)")
         print(f"{tag} RATIO kcat S3 tier/local topic          : {rate['kcat remote'] / rate['kcat local']:5.2f}")
         print(f"{tag} RATIO broker CPU/MiB, kcat S3 tier/local: "
