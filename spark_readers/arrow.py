@@ -9,7 +9,7 @@ The options are the data source's (``startingOffsets``, ``includeHeaders``, ``ka
 ``remote.log.storage.manager.class.name`` and ``rsm.config.*``); the rows and their schema are the
 DataFrame's, from the same planner and decoder. The plan is made when ``read_topic`` is called (a bad
 option or a missing topic fails there); the segments are fetched and decoded one task at a time as the
-reader is consumed, the next task's bytes fetched while the current one decodes. With ``kafka.bootstrap.servers`` the offsets past the tiered part come from the
+reader is consumed, the next task's bytes fetched while the current one is checked and decodes. With ``kafka.bootstrap.servers`` the offsets past the tiered part come from the
 brokers (confluent-kafka), as in the data source.
 """
 
@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterator, Mapping
 
 import pyarrow as pa
 
 from spark_readers.brokers import Brokers, TailTask, consumer_config, read_tail
-from spark_readers.decoder import kafka_schema
+from spark_readers.decoder import Source, kafka_schema
 from spark_readers.options import ReaderOptions, parse_options
 from spark_readers.planner import ReadTask, Task, plan
-from spark_readers.read import FetchedTask, fetch_task, fetched_task_batches, read_task_batches
+from spark_readers.read import FetchedTask, checked_task, fetch_bytes, fetched_task_batches, read_task_batches
 from spark_readers.storage import open_storage, storage_spec
 from tieredlog.rsm.api import RemoteStorageManager
 
@@ -49,22 +50,26 @@ class TopicRead:
         return read_task_batches(self.rsm, task, o.include_headers, o.fail_on_data_loss)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        """Every task's rows in plan order; the next segment read is fetched while this one decodes, so
-        the store and the decoder work at once (two tasks' bytes in memory at most)."""
+        """Every task's rows in plan order; the next task's GET runs while this one is checked and
+        decodes, so the store and the decoder work at once (two tasks' bytes in memory at most)."""
         with ThreadPoolExecutor(1, thread_name_prefix="read-topic-fetch") as pool:
-            fetching: Future[FetchedTask] | None = None
+            fetching: Future[tuple[bytes, Source]] | None = None
             for i, task in enumerate(self.tasks):
                 if not isinstance(task, ReadTask):
                     yield from self.task_batches(task)
                     continue
-                current = fetching if fetching is not None else pool.submit(fetch_task, self.rsm, task)
+                current = fetching if fetching is not None else pool.submit(fetch_bytes, self.rsm, task)
                 following = next((t for t in self.tasks[i + 1:i + 2] if isinstance(t, ReadTask)), None)
-                fetching = pool.submit(fetch_task, self.rsm, following) if following is not None else None
-                yield from fetched_task_batches(task, current.result, self.options.include_headers,
+                fetching = pool.submit(fetch_bytes, self.rsm, following) if following is not None else None
+                yield from fetched_task_batches(task, partial(_checked, task, current), self.options.include_headers,
                                                 self.options.fail_on_data_loss)
 
     def reader(self) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(self.schema, self.batches())
+
+
+def _checked(task: ReadTask, fetching: Future[tuple[bytes, Source]]) -> FetchedTask:
+    return checked_task(task, fetching.result())
 
 
 def plan_read(options: ReaderOptions) -> TopicRead:

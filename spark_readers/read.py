@@ -23,7 +23,7 @@ class SegmentDeletedError(RemoteStorageException):
 
 @dataclass(frozen=True, slots=True)
 class FetchedTask:
-    """A task's bytes and its batches that hold wanted records, checked (:func:`fetch_task`)."""
+    """A task's bytes and its batches that hold wanted records, checked (:func:`checked_task`)."""
 
     data: bytes
     source: Source
@@ -32,7 +32,7 @@ class FetchedTask:
 
 def read_task(rsm: RemoteStorageManager, task: ReadTask, include_headers: bool) -> pa.RecordBatch:
     """The task's rows as one Arrow batch."""
-    data, source = _fetch(rsm, task)
+    data, source = fetch_bytes(rsm, task)
     return decode_records(data, source, task.from_offset, task.to_offset, include_headers, task.aborted)
 
 
@@ -40,13 +40,14 @@ def read_task_batches(rsm: RemoteStorageManager, task: ReadTask, include_headers
                       fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
     """The task's rows in Arrow batches of a few MiB of the segment each, decoded one at a time: Spark
     takes in one while the next decodes."""
-    yield from fetched_task_batches(task, lambda: fetch_task(rsm, task), include_headers, fail_on_data_loss)
+    yield from fetched_task_batches(task, lambda: checked_task(task, fetch_bytes(rsm, task)), include_headers,
+                                    fail_on_data_loss)
 
 
 def fetched_task_batches(task: ReadTask, fetched: Callable[[], FetchedTask], include_headers: bool,
                          fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
-    """:func:`read_task_batches` of the bytes ``fetched()`` gives (:func:`fetch_task`, maybe already
-    running in another thread). A planned segment deleted under the read: with ``failOnDataLoss`` (the
+    """:func:`read_task_batches` of the bytes ``fetched()`` gives (:func:`checked_task` of
+    :func:`fetch_bytes`, maybe already running in another thread). A planned segment deleted under the read: with ``failOnDataLoss`` (the
     default) the read fails; without, its rows are skipped, as Spark's Kafka source skips offsets its
     consumer no longer finds, and one line says which."""
     try:
@@ -62,14 +63,16 @@ def fetched_task_batches(task: ReadTask, fetched: Callable[[], FetchedTask], inc
                                       include_headers)
 
 
-def fetch_task(rsm: RemoteStorageManager, task: ReadTask) -> FetchedTask:
-    """The task's bytes (one ranged GET), checked to be all there, and its batches' headers and
-    CRCs checked: a thread fetching the next task does this while the current one decodes."""
-    data, source = _fetch(rsm, task)
+def checked_task(task: ReadTask, fetched: tuple[bytes, Source]) -> FetchedTask:
+    """The task's bytes (:func:`fetch_bytes`) with its batches' headers and CRCs checked. Done by the
+    thread that decodes: the fetching thread goes on to the next GET at once, so the store is not
+    left idle while a task is checked."""
+    data, source = fetched
     return FetchedTask(data, source, checked_batches(data, source, task.from_offset, task.to_offset, task.aborted))
 
 
-def _fetch(rsm: RemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
+def fetch_bytes(rsm: RemoteStorageManager, task: ReadTask) -> tuple[bytes, Source]:
+    """The task's bytes (one ranged GET), checked to be all there."""
     # A whole segment is asked for as the range its metadata gives (Kafka's segmentSizeInBytes): a
     # bounded range arrives in one read, an open one goes through a stream read 8 KiB at a time.
     end = task.metadata.segment_size_in_bytes - 1 if task.end_position is None else task.end_position
