@@ -9,8 +9,9 @@ The options are the data source's (``startingOffsets``, ``includeHeaders``, ``ka
 ``remote.log.storage.manager.class.name`` and ``rsm.config.*``); the rows and their schema are the
 DataFrame's, from the same planner and decoder. The plan is made when ``read_topic`` is called (a bad
 option or a missing topic fails there); the segments are fetched and decoded one task at a time as the
-reader is consumed, the next task's bytes fetched while the current one is checked and decodes. With ``kafka.bootstrap.servers`` the offsets past the tiered part come from the
-brokers (confluent-kafka), as in the data source.
+reader is consumed, the next task's bytes fetched while the current one is checked and decodes.
+With ``kafka.bootstrap.servers`` the offsets past the tiered part come from the brokers
+(confluent-kafka), as in the data source.
 """
 
 from __future__ import annotations

@@ -47,9 +47,10 @@ def read_task_batches(rsm: RemoteStorageManager, task: ReadTask, include_headers
 def fetched_task_batches(task: ReadTask, fetched: Callable[[], FetchedTask], include_headers: bool,
                          fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
     """:func:`read_task_batches` of the bytes ``fetched()`` gives (:func:`checked_task` of
-    :func:`fetch_bytes`, maybe already running in another thread). A planned segment deleted under the read: with ``failOnDataLoss`` (the
-    default) the read fails; without, its rows are skipped, as Spark's Kafka source skips offsets its
-    consumer no longer finds, and one line says which."""
+    :func:`fetch_bytes`, the GET maybe already running in another thread). A planned segment deleted
+    under the read: with ``failOnDataLoss`` (the default) the read fails; without, its rows are
+    skipped, as Spark's Kafka source skips offsets its consumer no longer finds, and one line says
+    which."""
     try:
         data = fetched()
     except SegmentDeletedError:

@@ -3,10 +3,10 @@ minutes; the Range header is not part of the signature), sent over a pool of kee
 of the standard library's ``http.client``.
 
 A remote reader's GETs are the broker's busiest object-store calls, and their fixed CPU is paid per
-request. From SeaweedFS on loopback, one small ranged GET cost 1.9-2.4 ms of CPU through botocore
-(hooks, header signing, parsing the response into a dict), 1.6 ms through urllib3 with a presigned
-URL (urllib3 parses and percent-encodes the long query of each URL, twice), and 0.65-0.7 ms here,
-0.14 of it the presigning. Anything but the 206 of a ranged GET or the 200 of a whole one, and any
+request. From SeaweedFS on loopback (``python -m bench bench_s3``), one small ranged GET cost 1.3-1.7
+ms of CPU through botocore (hooks, header signing, parsing the response into a dict), 1.1 ms through
+urllib3 with a presigned URL (urllib3 parses and percent-encodes the long query of each URL, twice),
+and 0.6-0.8 ms here, about 0.15 of it the presigning. Anything but the 206 of a ranged GET or the 200 of a whole one, and any
 failure to send, gives None: the caller sends the GET again through botocore, whose retries and
 errors apply. The URL is never logged (``http.client`` logs nothing).
 """
