@@ -3,7 +3,10 @@ test moves, and the part of the LogManager the RLM uses."""
 
 from __future__ import annotations
 
+import random
+import socket
 import time
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from tieredlog.tools import dev_cluster_s3
@@ -28,6 +31,34 @@ def free_port(also_free_plus: int | None = None) -> int:
     """A free loopback port; with ``also_free_plus`` (SeaweedFS derives gRPC ports as port+10000)
     the derived port is free too."""
     return dev_cluster_s3.free_port(also_free_plus or 0)
+
+
+def consecutive_free_ports(n: int) -> int:
+    """The first of ``n`` free loopback ports in a row, below the kernel's ephemeral range. A command
+    told a base port binds the ports one after another, seconds apart; a port from the ephemeral range
+    can meanwhile become the local end of any outgoing connection, or another test's free port."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10000, max(low - n, 10001))
+        if all(port_free(base + i) for i in range(n)):
+            return base
+    raise AssertionError(f"no {n} consecutive free ports on 127.0.0.1 below {low}")
+
+
+def port_free(port: int) -> bool:
+    """Nobody listens on ``port`` (SO_REUSEADDR: a port whose closed connections are in TIME_WAIT is
+    free to listen on)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 class FakeClock:

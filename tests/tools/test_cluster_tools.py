@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from broker_harness import REPO, BrokerProcess
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from helpers import consecutive_free_ports, port_free
 from kio.schema.errors import ErrorCode
 from zk_harness import ZooKeeperServer, free_port, wait_until, zookeeper  # noqa: F401
 
@@ -319,28 +319,8 @@ def test_routing_finds_the_controller_and_the_coordinator_through_any_broker(clu
         assert {node for _, _, node in one_by_one} <= set(BROKER_IDS)
 
 
-def _consecutive_free_ports(n: int) -> int:
-    for _ in range(100):
-        base = free_port()
-        if base + n < 65536 and all(_port_free(base + i) for i in range(n)):
-            return base
-    raise AssertionError(f"no {n} consecutive free ports on 127.0.0.1")
-
-
-def _port_free(port: int) -> bool:
-    """Nobody listens on ``port`` (SO_REUSEADDR: connections the brokers closed leave the port in
-    TIME_WAIT, which does not matter)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def test_dev_cluster_serves_clients_and_sigterm_stops_every_process_it_started(tmp_path: Path) -> None:
-    base_port, zk_port, metrics_port = _consecutive_free_ports(3), free_port(), _consecutive_free_ports(3)
+    base_port, zk_port, metrics_port = consecutive_free_ports(3), free_port(), consecutive_free_ports(3)
     err_log = open(tmp_path / "dev-cluster.stderr", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "tieredlog.cli", "dev-cluster", "--dir", str(tmp_path / "cluster"),
                              "--base-port", str(base_port), "--zookeeper-port", str(zk_port),
@@ -377,7 +357,7 @@ def test_dev_cluster_serves_clients_and_sigterm_stops_every_process_it_started(t
         assert lines[-1] == "stopped\n", lines
         wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids), timeout=30,
                    message="every process dev-cluster started is gone")
-        assert all(_port_free(base_port + i) for i in range(3)) and _port_free(zk_port), "a port still listened on"
+        assert all(port_free(base_port + i) for i in range(3)) and port_free(zk_port), "a port still listened on"
     finally:
         if proc.poll() is None:
             proc.kill()  # its children die with it (PR_SET_PDEATHSIG)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +15,8 @@ import pytest
 from broker_harness import REPO
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from zk_harness import ZooKeeperServer, free_port, wait_until, zookeeper  # noqa: F401
+from helpers import consecutive_free_ports
+from zk_harness import ZooKeeperServer, wait_until, zookeeper  # noqa: F401
 
 from tieredlog.clients.blocking import KafkaClient
 from tieredlog.tools.cluster_admin import describe_cluster
@@ -24,20 +24,9 @@ from tieredlog.tools.cluster_admin import describe_cluster
 pytestmark = pytest.mark.integration
 
 
-def _two_free_ports() -> int:
-    while True:
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-
-
 def test_host_runs_brokers_on_one_rack_serves_rf2_and_stops_them_all(
         zookeeper: ZooKeeperServer, tmp_path: Path) -> None:  # noqa: F811
-    base_port = _two_free_ports()
+    base_port = consecutive_free_ports(2)
     err_log = open(tmp_path / "host.stderr", "w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tieredlog.cli", "host", "--brokers", "2", "--first-broker-id", "11",
