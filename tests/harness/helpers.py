@@ -4,12 +4,12 @@ test moves, and the part of the LogManager the RLM uses."""
 from __future__ import annotations
 
 import random
-import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from tieredlog.tools import dev_cluster_s3
+from tieredlog.tools.dev_cluster_s3 import port_free
 
 T = TypeVar("T")
 
@@ -44,21 +44,9 @@ def consecutive_free_ports(n: int) -> int:
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(10000, max(low - n, 10001))
-        if all(port_free(base + i) for i in range(n)):
+        if all(port_free(base + i) for i in range(n)):  # as dev-cluster checks them
             return base
     raise AssertionError(f"no {n} consecutive free ports on 127.0.0.1 below {low}")
-
-
-def port_free(port: int) -> bool:
-    """Nobody listens on ``port`` (SO_REUSEADDR: a port whose closed connections are in TIME_WAIT is
-    free to listen on)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class FakeClock:

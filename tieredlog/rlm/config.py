@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from tieredlog.log.config import LONG_MAX
+from tieredlog.rlm.prefetch import READ_AHEAD_MAX_BYTES
 
 __all__ = ["LONG_MAX", "RemoteLogManagerConfig"]
 
@@ -80,7 +81,7 @@ class RemoteLogManagerConfig:
     task_retry_jitter: float = 0.2
     reader_threads: int = 10
     reader_max_pending_tasks: int = 100
-    read_ahead_max_bytes: int = 134217728
+    read_ahead_max_bytes: int = READ_AHEAD_MAX_BYTES
     copy_max_bytes_per_second: int = LONG_MAX
     copy_quota_window_size_seconds: int = 1
     fetch_max_bytes_per_second: int = LONG_MAX

@@ -26,7 +26,6 @@ import argparse
 import json
 import queue
 import signal
-import socket
 import sys
 import threading
 import time
@@ -40,7 +39,7 @@ from tieredlog.tools.broker_process import STOP_TIMEOUT_S, parse_overrides
 from tieredlog.tools.cluster_admin import describe_cluster
 from tieredlog.tools.dev_cluster_broker import DevBroker
 from tieredlog.tools.dev_cluster_control import COMMANDS, ControlError, ControlServer, running_supervisor, send
-from tieredlog.tools.dev_cluster_s3 import BUCKET, LocalS3Server, S3ServerNotAvailable, available_kind
+from tieredlog.tools.dev_cluster_s3 import BUCKET, LocalS3Server, S3ServerNotAvailable, available_kind, port_free
 from tieredlog.tools.zookeeper_server import ZooKeeperNotAvailable, ZooKeeperServer
 
 HOST = "127.0.0.1"
@@ -61,18 +60,6 @@ DEV_BROKER_DEFAULTS = {
 
 class DevClusterError(Exception):
     """Start-up failed; the message says why (and where the log is)."""
-
-
-def _port_free(port: int) -> bool:
-    """Nobody listens on ``port``. SO_REUSEADDR as the servers themselves bind: a port still in TIME_WAIT
-    from a cluster just stopped is free to them, a listening one is not."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 def _parse_overrides(items: list[str] | None) -> dict[str, str]:
@@ -133,7 +120,7 @@ class DevCluster:
         pid = running_supervisor(self.base)
         if pid is not None:
             raise DevClusterError(f"a dev-cluster (pid {pid}) is already running on {self.base}")
-        busy = [p for p in self.ports() if not _port_free(p)]
+        busy = [p for p in self.ports() if not port_free(p)]
         if busy:
             raise DevClusterError(f"port(s) {', '.join(map(str, busy))} on {HOST} are in use (another cluster? "
                                   "choose --base-port / --zookeeper-port / --metrics-port / --s3-port)")

@@ -55,6 +55,18 @@ def available_kind(wanted: str) -> str:
     return wanted
 
 
+def port_free(port: int) -> bool:
+    """Nobody listens on ``port``. SO_REUSEADDR as the servers themselves bind: a port still in TIME_WAIT
+    from a cluster just stopped is free to them, a listening one is not."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(also_free_plus: int = 0) -> int:
     """A free port; with ``also_free_plus``, one whose port + that is free too (SeaweedFS derives gRPC
     ports that way where it is not told)."""
