@@ -109,7 +109,10 @@ class PresignedGets:
             except Exception:  # noqa: BLE001
                 conn.close()
                 return None
-        conn = self._connect(origin[0], host, port)
+        try:
+            conn = self._connect(origin[0], host, port)
+        except Exception:  # noqa: BLE001 - e.g. an unreadable CA bundle: botocore's path reports it
+            return None
         try:
             return conn, _ask(conn, target, headers)
         except Exception:  # noqa: BLE001
